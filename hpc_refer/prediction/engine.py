@@ -103,6 +103,6 @@ def run_learner(learner: Learner, batch: Batch, d_mu: np.ndarray, record_curves:
                 curves[t] = err
             learner.update(batch.step(t), values[runs, batch.state[t]],
                            values[runs, batch.next_state[t]])
-            if progress is not None and (t + 1) % 1000 == 0:
+            if progress is not None and ((t + 1) % 1000 == 0 or t + 1 == steps):
                 progress(t + 1)
     return Errors(auc / steps, final / n_final, curves)

@@ -1,0 +1,76 @@
+"""HDF5 storage of a sweep.
+
+Layout: root attributes ``format``, ``config`` (JSON of :class:`SweepConfig`), ``ranks``,
+``seconds``, ``command``; one group per algorithm with attributes ``label``, ``extra`` (name of
+the third parameter or ""), ``seconds`` and datasets ``alpha`` (A,), ``extra_values`` (E,) when
+there is a third parameter, ``auc`` and ``final`` (placement, E, A, run); subgroup ``rerun`` holds
+``best`` (placement, 2: extra index, alpha index), ``auc``, ``final`` (placement, run) and
+``curve_mean``, ``curve_se`` (placement, step), all on seeds ``runs .. 2 runs - 1``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from hpc_refer.prediction.algorithms import Placement, learner_class
+from hpc_refer.prediction.sweep import AlgorithmResult, Rerun, SweepConfig, SweepResult
+
+FORMAT = "hpc_refer.prediction/1"
+_RERUN_FIELDS = ("best", "auc", "final", "curve_mean", "curve_se")
+
+
+def config_to_json(config: SweepConfig) -> str:
+    """JSON of a config, placements by name."""
+    data = dataclasses.asdict(config)
+    data["placements"] = [p.name for p in config.placements]
+    return json.dumps(data)
+
+
+def config_from_json(text: str) -> SweepConfig:
+    """Inverse of :func:`config_to_json`."""
+    data = json.loads(text)
+    data["placements"] = tuple(Placement.parse(p) for p in data["placements"])
+    return SweepConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+
+def write(result: SweepResult, path: str | Path) -> None:
+    """Write ``result`` to ``path`` (overwrites)."""
+    config = result.config
+    with h5py.File(path, "w") as fh:
+        fh.attrs.update(format=FORMAT, config=config_to_json(config), ranks=result.ranks,
+                        seconds=result.seconds, command=" ".join(sys.argv))
+        for name, res in result.algorithms.items():
+            cls = learner_class(name)
+            grp = fh.create_group(name)
+            grp.attrs.update(label=cls.label, extra=cls.extra or "", seconds=res.seconds)
+            grp["alpha"] = config.alphas()
+            extra = config.extra_values(cls)
+            if extra is not None:
+                grp["extra_values"] = extra
+            grp["auc"], grp["final"] = res.auc, res.final
+            if res.rerun is not None:
+                sub = grp.create_group("rerun")
+                for field in _RERUN_FIELDS:
+                    sub[field] = getattr(res.rerun, field)
+
+
+def read(path: str | Path) -> SweepResult:
+    """Read a sweep written by :func:`write`; a ValueError if the file is not one."""
+    with h5py.File(path, "r") as fh:
+        if fh.attrs.get("format") != FORMAT:
+            raise ValueError(f"results: {path} is not a {FORMAT} file")
+        config = config_from_json(str(fh.attrs["config"]))
+        algorithms = {}
+        for name in config.algorithms:
+            grp = fh[name]
+            rerun = (Rerun(*(np.asarray(grp["rerun"][f]) for f in _RERUN_FIELDS))
+                     if "rerun" in grp else None)
+            algorithms[name] = AlgorithmResult(np.asarray(grp["auc"]), np.asarray(grp["final"]),
+                                               float(grp.attrs["seconds"]), rerun)
+        return SweepResult(config, algorithms, int(fh.attrs["ranks"]), float(fh.attrs["seconds"]))
