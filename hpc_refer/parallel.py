@@ -12,6 +12,8 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+import numpy as np
+
 
 @cache
 def _mpi() -> Any:
@@ -40,3 +42,21 @@ def bcast_object(obj: Any, root: int = 0) -> Any:
 def barrier() -> None:
     """Synchronise all ranks of COMM_WORLD."""
     _mpi().COMM_WORLD.Barrier()
+
+
+class SerialReducer:
+    """The reductions of one learner alone (L = 1): every operation is the identity.
+
+    The MPI learner communicator offers the same methods; algorithms take either as a
+    constructor argument and never import mpi4py.
+    """
+
+    size = 1
+    rank = 0
+
+    def average_(self, flat: np.ndarray) -> None:
+        """Average ``flat`` in place over all learners."""
+
+    def sum(self, values: np.ndarray) -> np.ndarray:
+        """Element-wise sum of ``values`` over all learners."""
+        return values

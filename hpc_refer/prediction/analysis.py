@@ -33,3 +33,16 @@ def select_best(auc: np.ndarray) -> tuple[int, int]:
     score = replace_diverged(mean_se(auc)[0])
     a, e = np.unravel_index(np.argmin(score.T), score.T.shape)
     return int(e), int(a)
+
+
+def sensitivity(auc: np.ndarray, extra_index: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean AUC (diverged replaced) and its standard error over alpha for one third-parameter
+    value; ``auc`` is (extra, alpha, run)."""
+    mean, se = mean_se(auc[extra_index])
+    return replace_diverged(mean), se
+
+
+def half_depth_width(curve: np.ndarray, best: float) -> int:
+    """Number of step sizes whose mean AUC is at most halfway between ``best`` and the initial
+    error, i.e. that get at least half of the best improvement: the width of a sensitivity curve."""
+    return int(np.sum(curve <= 0.5 * (best + DIVERGENCE_THRESHOLD)))

@@ -186,6 +186,9 @@ def run_sweep(config: SweepConfig, comm: Collective | None = None,
     ``log`` receives rank 0's progress lines (None: silent).
     """
     comm = comm or Collective()
+    if comm.size > config.runs:
+        raise ValueError(f"runs: {config.runs} runs cannot be split over {comm.size} ranks; "
+                         f"use at most {config.runs} ranks")
     say = log if (log is not None and comm.rank == 0) else None
     runs = comm.my_runs(config.runs)
     start = time.perf_counter()

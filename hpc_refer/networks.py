@@ -1,0 +1,112 @@
+"""Networks (torch): input normalisation, MLP trunks and the Gaussian policy head.
+
+Also the diagonal-Gaussian formulas every algorithm with a parameterised policy needs:
+log-probabilities and the Kullback-Leibler divergence.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+LOG_2PI = math.log(2.0 * math.pi)
+
+
+def gaussian_log_prob(a: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """log N(a | mean, diag(std^2)), summed over the last (action) axis.
+
+    log pi(a|s) = - sum_i [ (a_i - m_i)^2 / (2 sigma_i^2) + log sigma_i + log(2 pi) / 2 ]
+    """
+    z = (a - mean) / std
+    return -(0.5 * z.pow(2) + torch.log(std) + 0.5 * LOG_2PI).sum(-1)
+
+
+def gaussian_kl(
+    mean_p: torch.Tensor, std_p: torch.Tensor, mean_q: torch.Tensor, std_q: torch.Tensor
+) -> torch.Tensor:
+    """KL(p || q) of two diagonal Gaussians, summed over the last axis.
+
+    KL(p || q) = sum_i [ log(sigma_q,i / sigma_p,i)
+                         + (sigma_p,i^2 + (m_p,i - m_q,i)^2) / (2 sigma_q,i^2) - 1/2 ]
+    """
+    var_q = std_q.pow(2)
+    return (
+        torch.log(std_q / std_p) + (std_p.pow(2) + (mean_p - mean_q).pow(2)) / (2.0 * var_q) - 0.5
+    ).sum(-1)
+
+
+def _inverse_softplus(y: float) -> float:
+    return y + math.log(-math.expm1(-y))
+
+
+class Normalizer(nn.Module):
+    """Affine input scaling x -> (x - mean) / std with statistics set from the replay memory."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(dim))
+        self.register_buffer("inv_std", torch.ones(dim))
+
+    def set_stats(self, mean: np.ndarray, std: np.ndarray) -> None:
+        """Use these statistics from now on (std floored at 1e-6)."""
+        self.mean.copy_(torch.as_tensor(mean, dtype=torch.float32))
+        self.inv_std.copy_(1.0 / torch.as_tensor(np.maximum(std, 1e-6), dtype=torch.float32))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean) * self.inv_std
+
+
+def mlp(sizes: list[int]) -> nn.Sequential:
+    """Fully connected layers with softsign between them (none after the last)."""
+    layers: list[nn.Module] = []
+    for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+        layers.append(nn.Linear(n_in, n_out))
+        if i < len(sizes) - 2:
+            layers.append(nn.Softsign())
+    return nn.Sequential(*layers)
+
+
+class GaussianPolicyValueNet(nn.Module):
+    """V-RACER's single network: s -> (V_w(s), m_w(s), sigma_w).
+
+    One MLP trunk outputs the state value and the policy mean; the standard deviation is a
+    state-independent learned vector sigma = softplus(p), initialised to ``sigma_init`` (as in
+    the reference code). The output layer starts small so that m_w(s) ~ 0 and V_w(s) ~ 0.
+    """
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], sigma_init: float):
+        super().__init__()
+        self.act_dim = act_dim
+        self.normalizer = Normalizer(obs_dim)
+        self.trunk = mlp([obs_dim, *hidden, 1 + act_dim])
+        last = self.trunk[-1]
+        assert isinstance(last, nn.Linear)
+        with torch.no_grad():
+            last.weight.mul_(0.1)
+            last.bias.zero_()
+        self.sigma_param = nn.Parameter(torch.full((act_dim,), _inverse_softplus(sigma_init)))
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Return V [B], mean [B, dA] and std [dA]."""
+        out = self.trunk(self.normalizer(obs))
+        return out[..., 0], out[..., 1:], nn.functional.softplus(self.sigma_param)
+
+
+def flat_state(net: nn.Module) -> np.ndarray:
+    """All parameters and buffers of ``net`` in one float32 vector (state_dict order)."""
+    return torch.cat([t.detach().reshape(-1) for t in net.state_dict().values()]).numpy()
+
+
+def load_flat_state(net: nn.Module, flat: np.ndarray) -> None:
+    """Inverse of :func:`flat_state`: copy ``flat`` into the parameters and buffers of ``net``."""
+    src = torch.as_tensor(flat)
+    offset = 0
+    with torch.no_grad():
+        for t in net.state_dict().values():
+            t.copy_(src[offset : offset + t.numel()].view_as(t))
+            offset += t.numel()
+    if offset != src.numel():
+        raise ValueError(f"parameter vector has {src.numel()} values, the network {offset}")

@@ -1,0 +1,108 @@
+"""Learning curves as in the paper: ``python -m hpc_refer.plot RUN_DIR ... --out curves.png``.
+
+For every run, the mean return R of the episodes that ended (entered the replay memory) in
+each window of ``--window`` environment steps; runs with the same label (by default the
+environment and ReF-ER mode of their config.toml, i.e. seeds of one setting) are drawn as the
+mean over runs with a band from the 20th to the 80th percentile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+import tomllib
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def windowed_returns(run_dir: Path, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """Window ends and mean return per window (NaN where no episode ended) of one run."""
+    path = run_dir / "episodes.csv"
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir}: no episodes.csv (is it a run directory?)")
+    with path.open() as f:
+        rows = [(int(r["env_step"]), float(r["return"])) for r in csv.DictReader(f)]
+    if not rows:
+        return np.zeros(0), np.zeros(0)
+    steps = np.array([s for s, _ in rows])
+    rets = np.array([r for _, r in rows])
+    n_win = int(np.ceil(steps.max() / window))
+    idx = np.minimum((steps - 1) // window, n_win - 1)
+    sums = np.bincount(idx, weights=rets, minlength=n_win)
+    counts = np.bincount(idx, minlength=n_win)
+    with np.errstate(invalid="ignore"):
+        means = sums / counts
+    return (np.arange(n_win) + 1) * window, means
+
+
+def run_label(run_dir: Path) -> str:
+    """``<env> <mode>`` from the run's config.toml."""
+    with (run_dir / "config.toml").open("rb") as f:
+        cfg = tomllib.load(f)
+    return f"{cfg['run']['env']} {cfg['refer']['mode']}"
+
+
+def plot_runs(run_dirs: list[Path], out: Path, window: int, title: str = "") -> dict[str, dict]:
+    """Draw the curves; return per label the window ends, mean, 20th and 80th percentiles."""
+    groups: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
+    for d in run_dirs:
+        groups[run_label(d)].append(windowed_returns(d, window))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    summary: dict[str, dict] = {}
+    for label, curves in sorted(groups.items()):
+        n = min(len(c[1]) for c in curves)
+        if n == 0:
+            continue
+        x = curves[0][0][:n]
+        ys = np.stack([c[1][:n] for c in curves])
+        mean = np.nanmean(ys, axis=0)
+        lo, hi = np.nanpercentile(ys, [20, 80], axis=0)
+        (line,) = ax.plot(x, mean, label=f"{label} ({len(curves)} runs)")
+        ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.25, linewidth=0)
+        summary[label] = {"steps": x.tolist(), "mean": mean.tolist(), "p20": lo.tolist(),
+                          "p80": hi.tolist(), "runs": len(curves)}
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel(f"mean return of episodes per {window} steps")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m hpc_refer.plot",
+        description="Plot learning curves (mean over seeds, 20th-80th percentile band) of run "
+        "directories written by python -m hpc_refer.run.",
+    )
+    parser.add_argument("runs", nargs="+", type=Path, help="run directories")
+    parser.add_argument("--out", type=Path, default=Path("curves.png"), help="PNG to write")
+    parser.add_argument("--window", type=int, default=200_000,
+                        help="environment steps per averaging window (paper: 2e5)")
+    parser.add_argument("--title", default="", help="figure title")
+    args = parser.parse_args(argv)
+    if args.window <= 0:
+        print("hpc_refer.plot: error: --window must be > 0", file=sys.stderr)
+        return 2
+    try:
+        plot_runs(args.runs, args.out, args.window, args.title)
+    except (FileNotFoundError, KeyError, tomllib.TOMLDecodeError) as err:
+        print(f"hpc_refer.plot: error: {err}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

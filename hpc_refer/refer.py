@@ -1,0 +1,128 @@
+"""Remember-and-Forget Experience Replay (Novati & Koumoutsakos, ICML 2019), algorithm-agnostic.
+
+Pure functions of the quantities the paper names (rho, c_max, beta, D, eta, A, C) plus the
+small state object that carries beta across gradient steps. Any off-policy algorithm with a
+parameterised policy uses it the same way:
+
+1. compute the importance weights rho_k = pi_w(a_k|s_k) / mu_k(a_k|s_k) of its minibatch
+   (:func:`importance_ratio`), and the near/far mask (:func:`near_policy`);
+2. form its per-sample objective L_k (whose gradient is the algorithm's g_k) and the per-sample
+   penalty KL_k (eq. 11), and minimise :func:`refer_loss`, which is eq. 10 in loss form
+   together with Rule 1;
+3. after the step, feed the replay memory's far-policy count to :meth:`ReferState.update`
+   (eq. 12) and read the annealed c_max and learning rate (eq. 13).
+
+Variants (``mode``): ``refer`` (Rules 1 and 2), ``refer1`` (Rule 1 only), ``refer2`` (Rule 2
+only), ``er`` (neither: plain experience replay).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from hpc_refer.config import ReferConfig
+
+LOG_RHO_CLIP = 7.0
+
+
+def importance_ratio(log_pi: torch.Tensor, log_mu: torch.Tensor) -> torch.Tensor:
+    """rho = pi / mu = exp(clip(log pi - log mu, -7, 7)) (clipped as the reference code)."""
+    return torch.exp(torch.clamp(log_pi - log_mu, -LOG_RHO_CLIP, LOG_RHO_CLIP))
+
+
+def near_policy(rho: torch.Tensor, c_max: float) -> torch.Tensor:
+    """Near-policy test of Sec. 3: 1/c_max < rho < c_max (boolean mask, no gradient)."""
+    rho = rho.detach()
+    return (rho > 1.0 / c_max) & (rho < c_max)
+
+
+def c_max_at(t: int, C: float, A: float) -> float:
+    """Eq. 13: c_max(t) = 1 + C / (1 + A t), t the number of gradient steps."""
+    return 1.0 + C / (1.0 + A * t)
+
+
+def learning_rate_at(t: int, eta0: float, A: float) -> float:
+    """Eq. 13: eta(t) = eta0 / (1 + A t)."""
+    return eta0 / (1.0 + A * t)
+
+
+def beta_update(beta: float, far_fraction: float, D: float, eta: float) -> float:
+    """Eq. 12: beta <- (1 - eta) beta if n_far / N > D, else (1 - eta) beta + eta.
+
+    Fixed points: beta = 0 while the far-policy fraction stays above D, beta = 1 otherwise.
+    """
+    return (1.0 - eta) * beta + (0.0 if far_fraction > D else eta)
+
+
+def uses_rule1(mode: str) -> bool:
+    """Rule 1 (far-policy samples give no gradient of the objective) is on."""
+    return mode in ("refer", "refer1")
+
+
+def uses_rule2(mode: str) -> bool:
+    """Rule 2 (KL penalty weighted by 1 - beta, objective weighted by beta) is on."""
+    return mode in ("refer", "refer2")
+
+
+def refer_loss(
+    objective: torch.Tensor, penalty: torch.Tensor, near: torch.Tensor, beta: float, mode: str
+) -> torch.Tensor:
+    """Minibatch loss whose gradient is eq. 10 with Rule 1.
+
+    ``objective`` holds the per-sample losses L_k of the algorithm (grad L_k = -g_k),
+    ``penalty`` the per-sample KL_k of eq. 11, ``near`` the near-policy mask. Returns
+
+        1/B sum_k [ beta * 1[k near] * L_k + (1 - beta) * KL_k ]     (refer)
+        1/B sum_k [ 1[k near] * L_k ]                                (refer1)
+        1/B sum_k [ beta * L_k + (1 - beta) * KL_k ]                 (refer2)
+        1/B sum_k L_k                                                (er)
+
+    so that minimising it follows g^ReF-ER = beta g - (1 - beta) g^D on near-policy samples and
+    -(1 - beta) g^D on far-policy ones.
+    """
+    weight = near.to(objective.dtype) if uses_rule1(mode) else torch.ones_like(objective)
+    if uses_rule2(mode):
+        return (beta * weight * objective + (1.0 - beta) * penalty).mean()
+    return (weight * objective).mean()
+
+
+@dataclass
+class ReferState:
+    """beta and the annealed c_max / learning rate, advanced once per gradient step.
+
+    Notes
+    -----
+    With several learners, ``n_far`` and ``n_stored`` passed to :meth:`update` are global
+    (allreduced) counts, so every learner computes the same beta.
+    """
+
+    config: ReferConfig
+    eta0: float
+    beta: float
+    t: int = 0
+
+    @classmethod
+    def create(cls, config: ReferConfig, eta0: float) -> ReferState:
+        beta = config.beta_init if uses_rule2(config.mode) else 1.0
+        return cls(config=config, eta0=eta0, beta=beta)
+
+    @property
+    def c_max(self) -> float:
+        return c_max_at(self.t, self.config.C, self.config.A)
+
+    @property
+    def learning_rate(self) -> float:
+        return learning_rate_at(self.t, self.eta0, self.config.A)
+
+    @property
+    def beta_rate(self) -> float:
+        """eta of eq. 12: the configured rate, or the network's initial learning rate."""
+        return self.config.beta_rate or self.eta0
+
+    def update(self, n_far: int, n_stored: int) -> None:
+        """Advance t by one gradient step and beta by eq. 12 (beta stays 1 without Rule 2)."""
+        self.t += 1
+        if uses_rule2(self.config.mode) and n_stored > 0:
+            self.beta = beta_update(self.beta, n_far / n_stored, self.config.D, self.beta_rate)

@@ -1,0 +1,291 @@
+"""The replay memory (one shard per learner): preallocated numpy columns in a FIFO ring.
+
+Storage
+-------
+Every stored *state* is one row. A row that carries an action also carries the reward that
+followed it and the behaviour policy mu_k (mean and std of the Gaussian that drew a_k), plus
+the most recently computed V_w(s_k), rho_k and V-tbc_k (Sec. 2 of the paper). Rows of one
+episode are linked by ``prev``/``next`` indices, so episodes may arrive in chunks interleaved
+with other actors' chunks. The last state s_T of an episode cut by a time limit is stored as a
+row without action: its V_w(s_T) is the bootstrap value. After a terminal transition nothing
+is stored (V-tbc after a terminal state is 0).
+
+Forgetting is first-in first-out over rows: a new row overwrites the oldest one, and an
+episode whose first steps were forgotten simply starts later (its remaining transitions stay
+valid). The capacity counts stored states, final states of truncated episodes included.
+
+V-tbc (eq. 8), backward along an episode, with rho-bar = min(1, rho) and rewards scaled by
+the replay's reward scale::
+
+    V-tbc_k = V_k + rho-bar_k (r_{k+1} + gamma V-tbc_{k+1} - V_k)
+    V-tbc_{k+1} = 0 after a terminal transition, V-tbc_T = V_w(s_T) at a truncation,
+    and V-tbc_k = V_k while the successor of k has not arrived yet.
+
+Notes
+-----
+With L learners each holds one shard of capacity N / L fed by its own actors; shards never
+exchange rows. Counts that must be global (stored transitions, far-policy transitions) are
+exposed as plain integers for the caller to reduce.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numba
+import numpy as np
+
+HAS_ACTION = np.uint8(1)
+TERMINAL = np.uint8(2)
+IN_USE = np.uint8(4)
+
+OPEN, TERMINATED, TRUNCATED = 0, 1, 2
+END_NAMES = {OPEN: "open", TERMINATED: "terminal", TRUNCATED: "truncated"}
+
+
+class Chunk(NamedTuple):
+    """Consecutive steps of one episode, as an actor sends them.
+
+    ``obs`` has one row per state: the m states that carry an action, plus the final state
+    s_T when ``end`` is TRUNCATED. ``act``, ``rew``, ``mu_mean`` and ``mu_std`` have m rows.
+    ``end`` says how the chunk stops: OPEN (the episode continues in the next chunk of the same
+    ``source``), TERMINATED (the last transition reached a terminal state) or TRUNCATED.
+    """
+
+    obs: np.ndarray
+    act: np.ndarray
+    rew: np.ndarray
+    mu_mean: np.ndarray
+    mu_std: np.ndarray
+    end: int
+    source: int = 0
+
+
+class Batch(NamedTuple):
+    """A uniformly sampled minibatch of transitions (numpy, float32)."""
+
+    index: np.ndarray
+    obs: np.ndarray
+    act: np.ndarray
+    mu_mean: np.ndarray
+    mu_std: np.ndarray
+    log_mu: np.ndarray
+    """log mu_k(a_k|s_k), stored when the step entered the replay memory."""
+    q_ret: np.ndarray
+    """Q-ret_k = r_{k+1} + gamma V-tbc_{k+1} (0 bootstrap after a terminal state)."""
+
+
+@numba.njit(cache=True, nogil=True)
+def _vtbc_backward(starts, value, rho, rew, vtbc, prev, nxt, flags, gamma, scale, stamp, mark):
+    """Eq. 8 backward from each start row to the first stored row of its episode.
+
+    ``starts`` must be ordered newest first: a start already reached by the pass of a later
+    start of the same episode is skipped (its refreshed V and rho were already used).
+    """
+    for s in starts:
+        if stamp[s] == mark:
+            continue
+        k = s
+        while k >= 0:
+            stamp[k] = mark
+            f = flags[k]
+            if f & HAS_ACTION:
+                if f & TERMINAL:
+                    boot = 0.0
+                elif nxt[k] >= 0:
+                    boot = vtbc[nxt[k]]
+                else:
+                    vtbc[k] = value[k]
+                    k = prev[k]
+                    continue
+                rb = min(1.0, rho[k])
+                vtbc[k] = value[k] + rb * (scale * rew[k] + gamma * boot - value[k])
+            else:
+                vtbc[k] = value[k]
+            k = prev[k]
+
+
+class ReplayShard:
+    """FIFO ring of ``capacity`` states with uniform sampling of transitions."""
+
+    def __init__(self, capacity: int, obs_dim: int, act_dim: int, gamma: float) -> None:
+        self.capacity = capacity
+        self.gamma = gamma
+        f32 = np.float32
+        self.obs = np.zeros((capacity, obs_dim), f32)
+        self.act = np.zeros((capacity, act_dim), f32)
+        self.rew = np.zeros(capacity, f32)
+        self.mu_mean = np.zeros((capacity, act_dim), f32)
+        self.mu_std = np.ones((capacity, act_dim), f32)
+        self.log_mu = np.zeros(capacity, f32)
+        self.value = np.zeros(capacity, f32)
+        self.rho = np.ones(capacity, f32)
+        self.vtbc = np.zeros(capacity, f32)
+        self.prev = np.full(capacity, -1, np.int32)
+        self.next = np.full(capacity, -1, np.int32)
+        self.flags = np.zeros(capacity, np.uint8)
+        self._stamp = np.zeros(capacity, np.int32)
+        self._mark = 0
+        self.head = 0
+        """Ring position of the next row to write (the oldest row once full)."""
+        self.size = 0
+        """Rows in use."""
+        self.n_transitions = 0
+        self.n_far = 0
+        self.n_removed = 0
+        """Transitions forgotten by FIFO so far."""
+        self.reward_scale = 1.0
+        self._open: dict[int, tuple[int, int]] = {}
+        self._written = 0
+
+    @property
+    def column_bytes(self) -> int:
+        """Raw bytes of the stored columns (the memory target's reference)."""
+        return sum(
+            a.nbytes
+            for a in (self.obs, self.act, self.rew, self.mu_mean, self.mu_std, self.log_mu, self.value,
+                      self.rho, self.vtbc, self.prev, self.next, self.flags, self._stamp)
+        )
+
+    def _far(self, rows: np.ndarray, c_max: float) -> int:
+        r = self.rho[rows]
+        acts = (self.flags[rows] & HAS_ACTION) != 0
+        return int(np.count_nonzero(acts & ((r <= 1.0 / c_max) | (r >= c_max))))
+
+    def add(self, chunk: Chunk, c_max: float) -> np.ndarray:
+        """Store a chunk, forgetting the oldest rows if full; return the ring rows written.
+
+        The new rows get V = 0, rho = 1 and log mu = 0 until the learner stores the network's
+        values (:meth:`refresh`) and the behaviour log-probabilities (``log_mu``).
+        """
+        n = chunk.obs.shape[0]
+        m = chunk.act.shape[0]
+        if n > self.capacity:
+            raise ValueError(f"chunk of {n} states exceeds the replay capacity {self.capacity}")
+        rows = (self.head + np.arange(n)) % self.capacity
+        old = rows[(self.flags[rows] & IN_USE) != 0]
+        if old.size:
+            self._forget(old, c_max)
+        self.obs[rows] = chunk.obs
+        self.act[rows[:m]] = chunk.act
+        self.rew[rows[:m]] = chunk.rew
+        self.mu_mean[rows[:m]] = chunk.mu_mean
+        self.mu_std[rows[:m]] = chunk.mu_std
+        self.value[rows] = 0.0
+        self.rho[rows] = 1.0
+        self.vtbc[rows] = 0.0
+        self.flags[rows] = IN_USE
+        self.flags[rows[:m]] |= HAS_ACTION
+        if chunk.end == TERMINATED:
+            self.flags[rows[m - 1]] |= TERMINAL
+        self.prev[rows[1:]] = rows[:-1]
+        self.next[rows[:-1]] = rows[1:]
+        self.next[rows[-1]] = -1
+        self.prev[rows[0]] = self._link(chunk.source, rows[0], n)
+        if chunk.end == OPEN:
+            self._open[chunk.source] = (int(rows[-1]), self._written + n - 1)
+        else:
+            self._open.pop(chunk.source, None)
+        self._written += n
+        self.head = int((self.head + n) % self.capacity)
+        self.size = min(self.capacity, self.size + n)
+        self.n_transitions += m
+        return rows
+
+    def _link(self, source: int, first: int, n: int) -> int:
+        """Row continued by ``first`` (the open tail of ``source``), or -1 if it is forgotten
+        (also when the ``n`` rows being written now overwrite it)."""
+        tail = self._open.pop(source, None)
+        if tail is None or self._written + n - tail[1] > self.capacity:
+            return -1
+        self.next[tail[0]] = first
+        return tail[0]
+
+    def _forget(self, rows: np.ndarray, c_max: float) -> None:
+        acts = int(np.count_nonzero(self.flags[rows] & HAS_ACTION))
+        self.n_far -= self._far(rows, c_max)
+        self.n_transitions -= acts
+        self.n_removed += acts
+        succ = self.next[rows]
+        self.prev[succ[succ >= 0]] = -1
+        self.flags[rows] = 0
+
+    def sampleable(self, rows: np.ndarray) -> np.ndarray:
+        """Mask of rows that are transitions with a known successor (or a terminal one)."""
+        f = self.flags[rows]
+        return ((f & HAS_ACTION) != 0) & (((f & TERMINAL) != 0) | (self.next[rows] >= 0))
+
+    def sample_rows(self, batch: int, rng: np.random.Generator) -> np.ndarray:
+        """Uniform sample of ``batch`` transition rows (with replacement)."""
+        if self.n_transitions == 0:
+            raise ValueError("cannot sample from an empty replay memory")
+        out = np.empty(0, np.int64)
+        while out.size < batch:
+            cand = rng.integers(0, self.size, size=batch + batch // 4 + 8)
+            out = np.concatenate([out, cand[self.sampleable(cand)]])
+        return out[:batch]
+
+    def q_ret(self, rows: np.ndarray) -> np.ndarray:
+        """Q-ret_k = scale r_{k+1} + gamma V-tbc_{k+1}, with V-tbc = 0 after a terminal state."""
+        succ = self.next[rows]
+        terminal = (self.flags[rows] & TERMINAL) != 0
+        boot = np.where(terminal, 0.0, self.vtbc[np.maximum(succ, 0)])
+        return (self.reward_scale * self.rew[rows] + self.gamma * boot).astype(np.float32)
+
+    def batch(self, rows: np.ndarray) -> Batch:
+        """Gather the minibatch columns of ``rows``."""
+        return Batch(rows, self.obs[rows], self.act[rows], self.mu_mean[rows],
+                     self.mu_std[rows], self.log_mu[rows], self.q_ret(rows))
+
+    def bootstrap_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Final states s_T (rows without action) that directly follow ``rows``."""
+        succ = self.next[rows]
+        succ = succ[succ >= 0]
+        return np.unique(succ[(self.flags[succ] & HAS_ACTION) == 0])
+
+    def refresh(self, rows: np.ndarray, value: np.ndarray, rho: np.ndarray | None,
+                c_max: float) -> None:
+        """Store the current V_w (and rho, for rows with actions) of ``rows``, then redo eq. 8.
+
+        The V-tbc recursion runs backward from every refreshed row to the first stored row of
+        its episode (compiled loop, each row visited at most once per call). The far-policy
+        count is updated for the changed rho, classified with the current ``c_max``.
+        """
+        rows = np.asarray(rows)
+        if rows.size == 0:
+            return
+        self.value[rows] = value
+        if rho is not None:
+            acts = rows[(self.flags[rows] & HAS_ACTION) != 0]
+            before = self._far(acts, c_max)
+            self.rho[rows] = np.where((self.flags[rows] & HAS_ACTION) != 0, rho, 1.0)
+            self.n_far += self._far(acts, c_max) - before
+        self.recompute_vtbc(rows)
+
+    def recompute_vtbc(self, rows: np.ndarray) -> None:
+        """Eq. 8 backward from ``rows`` (any order) to the start of their episodes."""
+        starts = np.unique(rows)
+        starts = starts[np.argsort(-((starts - self.head) % self.capacity), kind="stable")]
+        if self._mark == np.iinfo(np.int32).max:
+            self._stamp[:] = 0
+            self._mark = 0
+        self._mark += 1
+        _vtbc_backward(starts.astype(np.int64), self.value, self.rho, self.rew, self.vtbc,
+                       self.prev, self.next, self.flags, np.float32(self.gamma),
+                       np.float32(self.reward_scale), self._stamp, self._mark)
+
+    def recount_far(self, c_max: float) -> int:
+        """Recount the far-policy transitions from scratch with the current c_max."""
+        self.n_far = self._far(np.arange(self.size), c_max)
+        return self.n_far
+
+    def scaling_sums(self) -> np.ndarray:
+        """Local sums for the input and reward scaling, to be added over learners.
+
+        Returns [n_states, n_rewards, sum s (d), sum s^2 (d), sum r, sum r^2] in float64.
+        """
+        n = self.size
+        obs = self.obs[:n].astype(np.float64)
+        rew = self.rew[:n][(self.flags[:n] & HAS_ACTION) != 0].astype(np.float64)
+        return np.concatenate([[n, rew.size], obs.sum(0), (obs**2).sum(0),
+                               [rew.sum(), (rew**2).sum()]])

@@ -1,0 +1,15 @@
+"""Shared fixtures: one torch thread, and tests that write files run in a temporary cwd."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    """Run the test in a fresh temporary directory (MuJoCo writes MUJOCO_LOG.TXT to cwd)."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path

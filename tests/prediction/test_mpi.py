@@ -1,0 +1,44 @@
+"""The MPI sweep equals the serial sweep (run with: mpirun -n 2 python -m pytest --with-mpi)."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hpc_refer.prediction.sweep import Collective, SweepConfig, run_sweep
+
+CONFIG = SweepConfig(algorithms=("td", "gtd", "etdlb", "abtd"), runs=5, steps=300,
+                     alpha_exponents=(1, 3, 5), eta_exponents=(-1, 2), betas=(0.0, 0.6),
+                     zetas=(0.0, 0.5))
+
+
+@pytest.mark.mpi(min_size=2)
+def test_mpi_sweep_equals_serial() -> None:
+    comm = Collective.world()
+    parallel = run_sweep(CONFIG, comm)
+    if comm.rank != 0:
+        assert parallel is None
+        return
+    serial = run_sweep(CONFIG)
+    assert parallel is not None and serial is not None and parallel.ranks == comm.size
+    for name, res in serial.algorithms.items():
+        par = parallel.algorithms[name]
+        np.testing.assert_array_equal(par.auc, res.auc, err_msg=name)
+        np.testing.assert_array_equal(par.final, res.final, err_msg=name)
+        for field in ("best", "auc", "final", "curve_mean", "curve_se"):
+            np.testing.assert_array_equal(getattr(par.rerun, field), getattr(res.rerun, field))
+
+
+@pytest.mark.mpi(min_size=2)
+def test_mpi_cli_writes_one_file(tmp_path: Path) -> None:
+    from hpc_refer import parallel
+    from hpc_refer.prediction import results
+    from hpc_refer.prediction.__main__ import main
+
+    out = Path(parallel.bcast_object(str(tmp_path / "r.h5")))
+    assert main(["sweep", "--out", str(out), "--algorithms", "td", "--runs", "4", "--steps",
+                 "200", "--alpha-exponents", "2:4", "--quiet"]) == 0
+    parallel.barrier()
+    stored = results.read(out)
+    assert stored.ranks == parallel.world_rank_size()[1]
+    assert stored.algorithms["td"].auc.shape == (2, 1, 3, 4)

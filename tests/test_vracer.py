@@ -1,0 +1,135 @@
+"""V-RACER: Gaussian maths against references and finite differences, the losses' gradients,
+Rule 1 on the real network, and seeded determinism of training."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from hpc_refer.algorithms.vracer import VRacer, kl_penalty, policy_loss, value_loss
+from hpc_refer.config import ReferConfig, ReplayConfig, VRacerConfig, build_config
+from hpc_refer.learner import Learner
+from hpc_refer.networks import gaussian_kl, gaussian_log_prob
+from hpc_refer.refer import importance_ratio
+from hpc_refer.replay import TERMINATED, TRUNCATED, Batch, Chunk
+
+torch.set_default_dtype(torch.float32)
+
+
+def test_log_prob_matches_torch_distributions():
+    g = torch.Generator().manual_seed(0)
+    a, m = torch.randn(5, 3, generator=g), torch.randn(5, 3, generator=g)
+    s = torch.rand(3, generator=g) + 0.2
+    ref = torch.distributions.Normal(m, s).log_prob(a).sum(-1)
+    torch.testing.assert_close(gaussian_log_prob(a, m, s), ref)
+
+
+def test_rho_is_the_density_ratio():
+    g = torch.Generator().manual_seed(1)
+    a, m1, noise = (torch.randn(4, 2, dtype=torch.float64, generator=g) for _ in range(3))
+    m2 = m1 + 0.3 * noise
+    s1, s2 = torch.tensor([0.5, 0.9], dtype=torch.float64), torch.tensor([0.7, 0.4],
+                                                                          dtype=torch.float64)
+    dens = lambda m, s: torch.exp(torch.distributions.Normal(m, s).log_prob(a).sum(-1))  # noqa: E731
+    rho = importance_ratio(gaussian_log_prob(a, m1, s1), gaussian_log_prob(a, m2, s2))
+    assert (rho.log().abs() < 7).all(), "inside the clipping range"
+    torch.testing.assert_close(rho, dens(m1, s1) / dens(m2, s2))
+
+
+def test_kl_value_and_gradient():
+    g = torch.Generator().manual_seed(2)
+    mp, mq = (torch.randn(3, 4, dtype=torch.float64, generator=g) for _ in range(2))
+    sp = (torch.rand(3, 4, dtype=torch.float64, generator=g) + 0.3)
+    sq = (torch.rand(4, dtype=torch.float64, generator=g) + 0.3)
+    ref = torch.distributions.kl_divergence(torch.distributions.Normal(mp, sp),
+                                            torch.distributions.Normal(mq, sq)).sum(-1)
+    torch.testing.assert_close(gaussian_kl(mp, sp, mq, sq), ref)
+    mq.requires_grad_(True)
+    sq.requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda m, s: gaussian_kl(mp, sp, m, s), (mq, sq))
+    # Penalty direction switch.
+    torch.testing.assert_close(kl_penalty(mp, sp, mq, sq, "pi_mu"), gaussian_kl(mq, sq, mp, sp))
+
+
+def test_loss_gradients_are_eqs_5_and_9():
+    value = torch.tensor([0.3, -1.0], dtype=torch.float64, requires_grad=True)
+    log_pi = torch.tensor([-1.2, -0.4], dtype=torch.float64, requires_grad=True)
+    rho = torch.tensor([2.0, 0.5], dtype=torch.float64)
+    q_ret = torch.tensor([1.0, 1.0], dtype=torch.float64)
+    (policy_loss(rho, q_ret, value, log_pi).sum() + value_loss(rho, q_ret, value).sum()).backward()
+    adv = q_ret - value.detach()
+    torch.testing.assert_close(log_pi.grad, -rho * adv)
+    torch.testing.assert_close(value.grad, -torch.clamp(rho, max=1.0) * adv)
+
+
+def far_and_near_batch(algo: VRacer):
+    """Batch of two samples: actions drawn at pi's mean (near) and 6 std away (far)."""
+    obs = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    with torch.no_grad():
+        _, mean, std = algo.net(torch.from_numpy(obs))
+    act = mean.numpy().copy()
+    act[1] += 6 * std.numpy()
+    mu_std = np.broadcast_to(std.numpy(), act.shape).astype(np.float32)
+    log_mu = gaussian_log_prob(torch.from_numpy(act), torch.from_numpy(act),
+                               torch.from_numpy(mu_std)).numpy()
+    return Batch(np.arange(2), obs, act, act.copy(), mu_std, log_mu,
+                 np.array([1.0, 1.0], np.float32))
+
+
+@pytest.mark.parametrize("mode", ["refer", "refer1"])
+def test_far_sample_gives_no_gradient_through_the_network(mode):
+    algo = VRacer(4, 2, VRacerConfig(hidden=(8,)), ReferConfig(mode=mode, beta_init=1.0), 0)
+    batch = far_and_near_batch(algo)
+    loss, stats, _, rho = algo.losses(batch._replace(**{
+        k: getattr(batch, k)[1:] for k in Batch._fields}))
+    assert rho[0] < 1.0 / algo.refer.c_max, "the sample is far-policy"
+    algo.net.zero_grad()
+    loss.backward()
+    grads = [p.grad.abs().max().item() for p in algo.net.parameters()]
+    if mode == "refer1":
+        assert max(grads) == 0.0
+    else:  # beta = 1: the KL term has weight 0 as well
+        assert max(grads) == 0.0 and stats.near_fraction == 0.0
+    algo.net.zero_grad()
+    near_loss, *_ = algo.losses(batch._replace(**{k: getattr(batch, k)[:1]
+                                                 for k in Batch._fields}))
+    near_loss.backward()
+    assert max(p.grad.abs().max().item() for p in algo.net.parameters()) > 0.0
+
+
+def train_losses(seed: int, steps: int = 30) -> list[float]:
+    cfg = build_config({"vracer": {"hidden": [16, 16], "batch": 16},
+                        "replay": {"size": 256, "learn_start": 64}})
+    algo = VRacer(3, 2, cfg.vracer, cfg.refer, seed)
+    learner = Learner(algo, cfg, 3, 2, seed + 1)
+    rng = np.random.default_rng(seed)
+    for e in range(6):
+        n = 20
+        end = TERMINATED if e % 2 else TRUNCATED
+        learner.store(Chunk(rng.standard_normal((n + (end == TRUNCATED), 3)).astype(np.float32),
+                            rng.standard_normal((n, 2)).astype(np.float32),
+                            rng.standard_normal(n).astype(np.float32),
+                            (0.1 * rng.standard_normal((n, 2))).astype(np.float32),
+                            np.full((n, 2), 0.4, np.float32), end, 0))
+    learner.update_start(learner.replay.size, 0)
+    out = []
+    for _ in range(steps):
+        s = learner.train_step()
+        out.append(s.loss_pi + s.loss_v + s.kl)
+    return out
+
+
+def test_same_seed_same_losses():
+    a, b, c = train_losses(3), train_losses(3), train_losses(4)
+    assert a == b
+    assert a != c
+
+
+def test_config_defaults_are_the_papers():
+    cfg = build_config({})
+    assert cfg.vracer.hidden == (128, 128) and cfg.vracer.lr == 1e-4
+    assert cfg.vracer.batch == 256 and cfg.vracer.gamma == 0.995
+    assert cfg.replay.size == 2**18 and cfg.replay.start == 2**17
+    assert (cfg.refer.C, cfg.refer.D, cfg.refer.A) == (4.0, 0.1, 5e-7)
+    assert ReplayConfig(size=100, learn_start=10).start == 10
