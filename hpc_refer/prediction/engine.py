@@ -50,7 +50,7 @@ class Batch:
         )
 
 
-def make_batch(runs: Sequence[int], steps: int, seed_offset: int = 0) -> Batch:
+def make_batch(runs: Sequence[int] | np.ndarray, steps: int, seed_offset: int = 0) -> Batch:
     """Streams of the given runs: run r uses seed ``r + seed_offset`` and feature slice r."""
     trajs = [simulate(r + seed_offset, steps) for r in runs]
 

@@ -7,6 +7,8 @@ from pathlib import Path
 import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
 from hpc_refer.prediction import results
 from hpc_refer.prediction.algorithms import learner_class
@@ -41,21 +43,21 @@ def _rerun(result: SweepResult, name: str) -> Rerun:
     return rerun
 
 
-def _grid(n: int) -> tuple[plt.Figure, np.ndarray]:
+def _grid(n: int) -> tuple[Figure, list[Axes]]:
     cols = min(n, 5)
     rows = -(-n // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols, 2.5 * rows), sharey=True,
                              squeeze=False)
     for ax in axes.flat[n:]:
         ax.set_visible(False)
-    return fig, axes.flat
+    return fig, list(axes.flat)
 
 
 def learning_curves(result: SweepResult, path: Path) -> None:
     """(a) Mean RMSVE over the re-run runs of each best setting; band one standard error wide."""
     config = result.config
     fig, axes = _grid(len(result.algorithms))
-    steps = np.arange(config.steps)
+    steps = np.arange(config.steps) / 1000
     for ax, name in zip(axes, result.algorithms, strict=False):
         rerun = _rerun(result, name)
         for k, placement in enumerate(config.placements):
@@ -65,6 +67,7 @@ def learning_curves(result: SweepResult, path: Path) -> None:
             ax.fill_between(steps, mean - se / 2, mean + se / 2, color=colour, alpha=0.3, lw=0)
         ax.set_title(learner_class(name).label, fontsize=9)
         ax.set_ylim(*Y_LIMIT)
+        ax.set_xlabel("steps (thousands)", fontsize=8)
         ax.tick_params(labelsize=7)
     axes[0].set_ylabel("RMSVE")
     axes[0].legend(fontsize=7)

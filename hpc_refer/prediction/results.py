@@ -14,6 +14,7 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
@@ -34,9 +35,10 @@ def config_to_json(config: SweepConfig) -> str:
 
 def config_from_json(text: str) -> SweepConfig:
     """Inverse of :func:`config_to_json`."""
-    data = json.loads(text)
-    data["placements"] = tuple(Placement.parse(p) for p in data["placements"])
-    return SweepConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+    data: dict[str, Any] = json.loads(text)
+    data["placements"] = [Placement.parse(p) for p in data["placements"]]
+    kwargs: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+    return SweepConfig(**kwargs)
 
 
 def write(result: SweepResult, path: str | Path) -> None:

@@ -26,6 +26,7 @@ from hpc_refer.prediction.algorithms import (
     VtraceClipped,
 )
 from hpc_refer.prediction.algorithms.base import dot
+from hpc_refer.prediction.algorithms.gradient import GradientLearner
 
 G = 0.9
 X = np.array([1.0, 1, 0, 0, 0, 0])
@@ -50,9 +51,14 @@ def make(cls: type[Learner], extra: float | None = None, lam: float = 0.0) -> Le
     learner = cls(1, 6, np.full(2, ALPHA), np.array([0.0, 1.0]),
                   None if extra is None else np.full(2, extra), lam=lam)
     learner.w[:] = W0[None, :, None]
-    if hasattr(learner, "h"):
+    if isinstance(learner, GradientLearner):
         learner.h[:] = H0[None, :, None]
     return learner
+
+
+def secondary(learner: Learner) -> np.ndarray:
+    assert isinstance(learner, GradientLearner)
+    return learner.h
 
 
 def advance(learner: Learner, step: Step) -> None:
@@ -90,7 +96,8 @@ def test_gtd(placement: str) -> None:
     psi = ERRORS[placement]
     np.testing.assert_allclose(column(learner.w, placement),
                                W0 + ALPHA * (psi * X - G * RHO * HX * XN))
-    np.testing.assert_allclose(column(learner.h, placement), H0 + ETA * ALPHA * (psi * X - HX * X))
+    np.testing.assert_allclose(column(secondary(learner), placement),
+                               H0 + ETA * ALPHA * (psi * X - HX * X))
 
 
 @pytest.mark.parametrize("placement", PLACEMENTS)
@@ -100,7 +107,8 @@ def test_gtd2(placement: str) -> None:
     psi = ERRORS[placement]
     np.testing.assert_allclose(column(learner.w, placement),
                                W0 + ALPHA * (HX * X - G * RHO * HX * XN))
-    np.testing.assert_allclose(column(learner.h, placement), H0 + ETA * ALPHA * (psi * X - HX * X))
+    np.testing.assert_allclose(column(secondary(learner), placement),
+                               H0 + ETA * ALPHA * (psi * X - HX * X))
 
 
 @pytest.mark.parametrize("placement", PLACEMENTS)
@@ -110,7 +118,7 @@ def test_htd(placement: str) -> None:
     psi, diff = ERRORS[placement], X - G * XN
     np.testing.assert_allclose(column(learner.w, placement),
                                W0 + ALPHA * (psi * X + (RHO - 1) * HX * diff))
-    np.testing.assert_allclose(column(learner.h, placement),
+    np.testing.assert_allclose(column(secondary(learner), placement),
                                H0 + ETA * ALPHA * (psi * X - HX * diff))
 
 
@@ -127,7 +135,8 @@ def test_proximal_gtd2(placement: str) -> None:
     hm_x = h_mid @ X
     np.testing.assert_allclose(column(learner.w, placement),
                                W0 + ALPHA * (hm_x * X - G * RHO * hm_x * XN))
-    np.testing.assert_allclose(column(learner.h, placement), H0 + a_h * (psi_mid * X - hm_x * X))
+    np.testing.assert_allclose(column(secondary(learner), placement),
+                               H0 + a_h * (psi_mid * X - hm_x * X))
 
 
 @pytest.mark.parametrize(("cls", "beta"), [(EmphaticTD, None), (EmphaticTDBeta, 0.4)])
@@ -160,8 +169,10 @@ def test_abtd_trace(placement: str) -> None:
 def test_episode_start_cuts_traces() -> None:
     """After a terminal transition (x' = 0), c = 0 makes every trace restart at x."""
     zero = np.zeros(6)
-    for cls, extra, lam in [(OffPolicyTD, None, 0.9), (TreeBackup, None, 0.9),
-                            (ABTD, 1.0, 0.0), (EmphaticTD, None, 0.5)]:
+    cases: list[tuple[type[Learner], float | None, float]] = [
+        (OffPolicyTD, None, 0.9), (TreeBackup, None, 0.9), (ABTD, 1.0, 0.0),
+        (EmphaticTD, None, 0.5)]
+    for cls, extra, lam in cases:
         cut, fresh = make(cls, extra, lam), make(cls, extra, lam)
         advance(cut, make_step(x_next=zero))
         cut.w[:] = W0[None, :, None]

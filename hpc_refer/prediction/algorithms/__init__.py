@@ -11,7 +11,8 @@ from hpc_refer.prediction.algorithms.traces import ABTD, TreeBackup, Vtrace, Vtr
 STUDY: tuple[type[Learner], ...] = (
     OffPolicyTD, GTD, GTD2, ProximalGTD2, HTD, EmphaticTD, EmphaticTDBeta, Vtrace, TreeBackup, ABTD,
 )
-ALGORITHMS: dict[str, type[Learner]] = {cls.name: cls for cls in (*STUDY, VtraceClipped)}
+_REGISTERED: tuple[type[Learner], ...] = (*STUDY, VtraceClipped)
+ALGORITHMS: dict[str, type[Learner]] = {cls.name: cls for cls in _REGISTERED}
 
 
 def learner_class(name: str) -> type[Learner]:

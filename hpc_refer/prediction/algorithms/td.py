@@ -9,6 +9,8 @@ our extension of the same rule (no source defines TARGET with traces, ambiguity 
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 from hpc_refer.prediction.algorithms.base import Learner, Step, is_error, td_error
@@ -89,7 +91,7 @@ class EmphaticTDBeta(Learner):
 
     name = "etdlb"
     label = "Emphatic TD(λ,β)"
-    extra = "beta"
+    extra: ClassVar[str | None] = "beta"
 
     def __init__(self, n_runs: int, n_features: int, alpha: np.ndarray, kappa: np.ndarray,
                  extra: np.ndarray | None = None, lam: float = 0.0) -> None:
