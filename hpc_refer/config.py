@@ -13,7 +13,8 @@ TOML layout (every section and key optional)::
     [replay]  size, learn_start, grad_ratio
 
 On the command line the ``[run]`` keys are plain flags (``--env``, ``--steps``, ``--seed``,
-``--run-dir``) and the others are ``--<section>.<key>`` (``--refer.mode er``).
+``--run-dir``) and the others are ``--<section>.<key>`` (``--refer.mode er``), with the
+underscores of TOML keys written as dashes (``--replay.learn-start``).
 """
 
 from __future__ import annotations
@@ -263,7 +264,9 @@ def load_toml(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def _flag(section: str, key: str) -> str:
-    return f"--{key.replace('_', '-')}" if section == "run" else f"--{section}.{key}"
+    """``--key`` for [run] keys, ``--section.key`` for the others; '_' written as '-'."""
+    name = key.replace("_", "-")
+    return f"--{name}" if section == "run" else f"--{section}.{name}"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -288,7 +291,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
     """Resolve defaults < TOML file < command-line flags into a validated Config."""
     layers: dict[str, dict[str, Any]] = {}
     if getattr(args, "config", None) is not None:
-        layers = {k: dict(v) if isinstance(v, dict) else v for k, v in load_toml(args.config).items()}
+        layers = dict(load_toml(args.config))
     for dest, value in vars(args).items():
         if "." in dest:
             section, key = dest.split(".", 1)

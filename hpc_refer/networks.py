@@ -6,7 +6,9 @@ log-probabilities and the Kullback-Leibler divergence.
 
 from __future__ import annotations
 
+import itertools
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -45,6 +47,9 @@ def _inverse_softplus(y: float) -> float:
 class Normalizer(nn.Module):
     """Affine input scaling x -> (x - mean) / std with statistics set from the replay memory."""
 
+    mean: torch.Tensor
+    inv_std: torch.Tensor
+
     def __init__(self, dim: int) -> None:
         super().__init__()
         self.register_buffer("mean", torch.zeros(dim))
@@ -59,13 +64,39 @@ class Normalizer(nn.Module):
         return (x - self.mean) * self.inv_std
 
 
+class _SoftsignFunction(torch.autograd.Function):
+    """softsign(x) = x / (1 + |x|), d softsign / dx = 1 / (1 + |x|)^2.
+
+    Same values as ``nn.Softsign`` with a two-kernel backward (autograd through abs, add and
+    div takes about six passes over the activations, a third of a V-RACER step on one core).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        d = x.abs().add_(1.0)
+        ctx.save_for_backward(d)
+        return x / d
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        (d,) = ctx.saved_tensors
+        return grad / (d * d)
+
+
+class Softsign(nn.Module):
+    """The softsign activation of the paper's networks (see :class:`_SoftsignFunction`)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _SoftsignFunction.apply(x)
+
+
 def mlp(sizes: list[int]) -> nn.Sequential:
     """Fully connected layers with softsign between them (none after the last)."""
     layers: list[nn.Module] = []
-    for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+    for i, (n_in, n_out) in enumerate(itertools.pairwise(sizes)):
         layers.append(nn.Linear(n_in, n_out))
         if i < len(sizes) - 2:
-            layers.append(nn.Softsign())
+            layers.append(Softsign())
     return nn.Sequential(*layers)
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
 
 def windowed_returns(run_dir: Path, window: int) -> tuple[np.ndarray, np.ndarray]:

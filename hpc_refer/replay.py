@@ -64,7 +64,7 @@ class Chunk(NamedTuple):
 class Batch(NamedTuple):
     """A uniformly sampled minibatch of transitions (numpy, float32)."""
 
-    index: np.ndarray
+    rows: np.ndarray
     obs: np.ndarray
     act: np.ndarray
     mu_mean: np.ndarray
@@ -75,12 +75,20 @@ class Batch(NamedTuple):
     """Q-ret_k = r_{k+1} + gamma V-tbc_{k+1} (0 bootstrap after a terminal state)."""
 
 
+RTOL, ATOL = 1e-6, 1e-7
+"""A backward pass stops once V-tbc changes by less than ATOL + RTOL |V-tbc| (float32
+resolution): earlier rows would change by even less, since each step multiplies the change by
+gamma min(1, rho) <= 1."""
+
+
 @numba.njit(cache=True, nogil=True)
-def _vtbc_backward(starts, value, rho, rew, vtbc, prev, nxt, flags, gamma, scale, stamp, mark):
-    """Eq. 8 backward from each start row to the first stored row of its episode.
+def _vtbc_backward(starts, value, rho, rew, vtbc, prev, nxt, flags, gamma, scale, stamp, mark,
+                   exact):
+    """Eq. 8 backward from each start row toward the first stored row of its episode.
 
     ``starts`` must be ordered newest first: a start already reached by the pass of a later
-    start of the same episode is skipped (its refreshed V and rho were already used).
+    start of the same episode is skipped (its refreshed V and rho were already used). Unless
+    ``exact``, a pass stops where the change of V-tbc falls below float32 resolution.
     """
     for s in starts:
         if stamp[s] == mark:
@@ -89,19 +97,15 @@ def _vtbc_backward(starts, value, rho, rew, vtbc, prev, nxt, flags, gamma, scale
         while k >= 0:
             stamp[k] = mark
             f = flags[k]
-            if f & HAS_ACTION:
-                if f & TERMINAL:
-                    boot = 0.0
-                elif nxt[k] >= 0:
-                    boot = vtbc[nxt[k]]
-                else:
-                    vtbc[k] = value[k]
-                    k = prev[k]
-                    continue
+            old = vtbc[k]
+            if f & HAS_ACTION and (f & TERMINAL or nxt[k] >= 0):
+                boot = 0.0 if f & TERMINAL else vtbc[nxt[k]]
                 rb = min(1.0, rho[k])
                 vtbc[k] = value[k] + rb * (scale * rew[k] + gamma * boot - value[k])
             else:
                 vtbc[k] = value[k]
+            if not exact and k != s and abs(vtbc[k] - old) <= ATOL + RTOL * abs(vtbc[k]):
+                break
             k = prev[k]
 
 
@@ -141,11 +145,9 @@ class ReplayShard:
     @property
     def column_bytes(self) -> int:
         """Raw bytes of the stored columns (the memory target's reference)."""
-        return sum(
-            a.nbytes
-            for a in (self.obs, self.act, self.rew, self.mu_mean, self.mu_std, self.log_mu, self.value,
-                      self.rho, self.vtbc, self.prev, self.next, self.flags, self._stamp)
-        )
+        columns = (self.obs, self.act, self.rew, self.mu_mean, self.mu_std, self.log_mu,
+                   self.value, self.rho, self.vtbc, self.prev, self.next, self.flags, self._stamp)
+        return sum(a.nbytes for a in columns)
 
     def _far(self, rows: np.ndarray, c_max: float) -> int:
         r = self.rho[rows]
@@ -262,8 +264,12 @@ class ReplayShard:
             self.n_far += self._far(acts, c_max) - before
         self.recompute_vtbc(rows)
 
-    def recompute_vtbc(self, rows: np.ndarray) -> None:
-        """Eq. 8 backward from ``rows`` (any order) to the start of their episodes."""
+    def recompute_vtbc(self, rows: np.ndarray, exact: bool = False) -> None:
+        """Eq. 8 backward from ``rows`` (any order) to the start of their episodes.
+
+        A pass ends early where V-tbc no longer changes at float32 resolution (RTOL, ATOL),
+        unless ``exact``.
+        """
         starts = np.unique(rows)
         starts = starts[np.argsort(-((starts - self.head) % self.capacity), kind="stable")]
         if self._mark == np.iinfo(np.int32).max:
@@ -272,7 +278,12 @@ class ReplayShard:
         self._mark += 1
         _vtbc_backward(starts.astype(np.int64), self.value, self.rho, self.rew, self.vtbc,
                        self.prev, self.next, self.flags, np.float32(self.gamma),
-                       np.float32(self.reward_scale), self._stamp, self._mark)
+                       np.float32(self.reward_scale), self._stamp, self._mark, exact)
+
+    def recompute_all_vtbc(self) -> None:
+        """Eq. 8 over every stored episode (after the reward scale changed)."""
+        used = np.arange(self.size)
+        self.recompute_vtbc(used[self.next[used] < 0], exact=True)
 
     def recount_far(self, c_max: float) -> int:
         """Recount the far-policy transitions from scratch with the current c_max."""

@@ -10,11 +10,17 @@ import torch
 from hpc_refer.algorithms.vracer import VRacer, kl_penalty, policy_loss, value_loss
 from hpc_refer.config import ReferConfig, ReplayConfig, VRacerConfig, build_config
 from hpc_refer.learner import Learner
-from hpc_refer.networks import gaussian_kl, gaussian_log_prob
+from hpc_refer.networks import Softsign, gaussian_kl, gaussian_log_prob
 from hpc_refer.refer import importance_ratio
 from hpc_refer.replay import TERMINATED, TRUNCATED, Batch, Chunk
 
 torch.set_default_dtype(torch.float32)
+
+
+def test_softsign_value_and_gradient():
+    x = torch.linspace(-4, 4, 9, dtype=torch.float64, requires_grad=True)
+    torch.testing.assert_close(Softsign()(x), torch.nn.functional.softsign(x))
+    assert torch.autograd.gradcheck(Softsign(), (x,))
 
 
 def test_log_prob_matches_torch_distributions():

@@ -53,7 +53,8 @@ def kl_penalty(
     mu_mean: torch.Tensor, mu_std: torch.Tensor, mean: torch.Tensor, std: torch.Tensor,
     direction: str,
 ) -> torch.Tensor:
-    """Per-sample KL_k of eq. 11: KL(mu_k || pi_w(.|s_k)) (``mu_pi``) or KL(pi || mu) (``pi_mu``)."""
+    """Per-sample KL_k of eq. 11: KL(mu_k || pi_w(.|s_k)) (``mu_pi``, the paper's direction)
+    or KL(pi_w || mu_k) (``pi_mu``, the reference code's)."""
     if direction == "mu_pi":
         return gaussian_kl(mu_mean, mu_std, mean, std)
     return gaussian_kl(mean, std, mu_mean, mu_std)
@@ -108,9 +109,9 @@ class VRacer:
         l_v = value_loss(rho, q_ret, value)
         kl = kl_penalty(mu_mean, mu_std, mean, std, self.refer_config.kl_direction)
         loss = refer_loss(l_pi + l_v, kl, near, self.refer.beta, self.refer_config.mode)
-        stats = StepStats(float(l_pi.detach().mean()), float(l_v.detach().mean()),
-                          float(kl.detach().mean()),
-                          float(near.float().mean()))
+        with torch.no_grad():
+            means = torch.stack([l_pi.mean(), l_v.mean(), kl.mean(), near.float().mean()])
+        stats = StepStats(*means.tolist())
         return loss, stats, value.detach(), rho.detach()
 
     def train_step(self, replay: ReplayShard, rng: np.random.Generator) -> StepStats:
@@ -133,17 +134,14 @@ class VRacer:
 
     def _average_gradients(self) -> None:
         """Average the gradients of all learners with one reduction of one flat vector."""
-        offset = 0
-        for p in self.params:
-            n = p.numel()
-            self._flat_grad[offset : offset + n] = p.grad.reshape(-1).numpy()
-            offset += n
+        grads = [p.grad for p in self.params if p.grad is not None]
+        flat = torch.from_numpy(self._flat_grad)
+        torch.cat([g.reshape(-1) for g in grads], out=flat)
         self.reducer.average_(self._flat_grad)
         offset = 0
-        for p in self.params:
-            n = p.numel()
-            p.grad.copy_(torch.from_numpy(self._flat_grad[offset : offset + n]).view_as(p))
-            offset += n
+        for g in grads:
+            g.copy_(flat[offset : offset + g.numel()].view_as(g))
+            offset += g.numel()
 
     @torch.no_grad()
     def ingest(self, replay: ReplayShard, rows: np.ndarray) -> None:
@@ -170,7 +168,8 @@ class VRacer:
         """Set the input normalisation and the reward scale 1/std(r) from the whole RM.
 
         The moments are combined over learners from their shards' sums, so every learner
-        gets the same scaling; the far-policy count is recounted with the current c_max.
+        gets the same scaling. V-tbc of the whole shard is recomputed with the new reward
+        scale, and the far-policy count is recounted with the current c_max.
         """
         sums = self.reducer.sum(replay.scaling_sums())
         d = replay.obs.shape[1]
@@ -181,4 +180,5 @@ class VRacer:
         r_std = float(np.sqrt(max(sums[-1] / m - r_mean**2, 0.0)))
         self.net.normalizer.set_stats(mean, std)
         replay.reward_scale = 1.0 / r_std if r_std > 1e-8 else 1.0
+        replay.recompute_all_vtbc()
         replay.recount_far(self.refer.c_max)

@@ -1,0 +1,68 @@
+"""Bad input gets one clear line naming the key and the allowed values, exit code 2, and no
+run directory is created."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpc_refer.config import ConfigError, build_config
+from hpc_refer.run import main
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--refer.C", "0"], "refer.C = 0.0 is invalid: allowed values are C > 0"),
+        (["--refer.D", "1.5"], "refer.D = 1.5 is invalid: allowed values are 0 < D < 1"),
+        (["--vracer.batch", "512", "--replay.size", "600"], "vracer.batch = 512 is invalid"),
+        (["--steps", "-3"], "run.steps = -3 is invalid"),
+        (["--vracer.lr", "abc"], "vracer.lr = 'abc' is not a valid float"),
+        (["--env", "NoSuchEnv-v9"], "run.env = 'NoSuchEnv-v9' is not a registered gymnasium id"),
+        (["--env", "CartPole-v1"], "Discrete action space: allowed are environments with a "
+                                   "continuous (Box) action space"),
+    ],
+)
+def test_bad_values_are_one_clear_line(argv, needle, in_tmp, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err
+    assert err.count("\n") == 0
+    assert not (in_tmp / "runs").exists(), "nothing is written for a rejected config"
+
+
+def test_unknown_keys_in_toml_name_the_allowed_ones(in_tmp, capsys):
+    (in_tmp / "c.toml").write_text("[refer]\nmode = 'refer'\ncmax = 3\n")
+    assert main(["--config", "c.toml"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown config key refer.cmax: allowed keys are mode, C, D, A" in err
+    (in_tmp / "d.toml").write_text("[optimizer]\nlr = 3\n")
+    assert main(["--config", "d.toml"]) == 2
+    assert "unknown config section [optimizer]: allowed are run, vracer" in capsys.readouterr().err
+
+
+def test_mode_choices_are_listed(in_tmp, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--refer.mode", "per"])
+    assert exc.value.code == 2
+    assert "choose from 'refer', 'er', 'refer1', 'refer2'" in capsys.readouterr().err
+
+
+def test_toml_then_flags_override_defaults(tmp_path):
+    from hpc_refer.config import load_toml
+
+    path = tmp_path / "c.toml"
+    path.write_text("[run]\nsteps = 500\nseed = 4\n[vracer]\nhidden = [32, 16]\n")
+    cfg = build_config(load_toml(path))
+    assert cfg.run.steps == 500 and cfg.run.seed == 4 and cfg.vracer.hidden == (32, 16)
+    assert cfg.run.env == "HalfCheetah-v5"
+    with pytest.raises(ConfigError, match=r"run\.seed"):
+        build_config({"run": {"seed": 1.5}})
+
+
+def test_existing_run_dir_is_never_overwritten(in_tmp, capsys):
+    d = in_tmp / "old"
+    d.mkdir()
+    (d / "episodes.csv").write_text("precious\n")
+    assert main(["--env", "Pendulum-v1", "--run-dir", str(d), "--steps", "10"]) == 2
+    assert "already holds files" in capsys.readouterr().err
+    assert (d / "episodes.csv").read_text() == "precious\n"
