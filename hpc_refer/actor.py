@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from hpc_refer.envs.gym_env import GymEnv, Status
+from hpc_refer.envs import TeamDriver
+from hpc_refer.envs.gym_env import Status
 from hpc_refer.networks import GaussianPolicyValueNet, load_flat_state
 from hpc_refer.replay import OPEN, TERMINATED, TRUNCATED, Chunk
 
@@ -43,7 +44,7 @@ class _Pending:
 class Actor:
     """Steps one environment, returning chunks of at most ``chunk_len`` transitions."""
 
-    def __init__(self, env: GymEnv, net: GaussianPolicyValueNet, action_bounds: str,
+    def __init__(self, env: TeamDriver, net: GaussianPolicyValueNet, action_bounds: str,
                  seed: int, chunk_len: int, source: int = 0) -> None:
         self.env = env
         self.net = net
@@ -58,7 +59,7 @@ class Actor:
         self._pending = _Pending()
         self._return = 0.0
         self._length = 0
-        self._obs = env.reset(seed=seed)
+        self._obs: np.ndarray | None = env.reset(seed)
 
     def load(self, flat: np.ndarray) -> None:
         """Replace the policy copy by the learner's parameters."""
@@ -75,7 +76,14 @@ class Actor:
         return mean[0].numpy(), std.numpy()
 
     def step(self) -> tuple[Chunk | None, EpisodeRecord | None]:
-        """One environment step; returns a chunk when one is complete, and a finished episode."""
+        """One environment step; returns a chunk when one is complete, and a finished episode.
+
+        A new episode starts (``reset``) at the first step after the previous one ended, so an
+        environment that raises :class:`~hpc_refer.envs.EnvironmentFinished` from ``reset``
+        does it after its last chunk was returned.
+        """
+        if self._obs is None:
+            self._obs = self.env.reset()
         mean, std = self._policy(self._obs)
         u = (mean + std * self.rng.standard_normal(mean.shape)).astype(np.float32)
         nxt, reward, status = self.env.step(self.to_env(u))
@@ -95,7 +103,7 @@ class Actor:
         record = EpisodeRecord(self._return, self._length)
         chunk = self._flush(TERMINATED if status == Status.TERMINAL else TRUNCATED, nxt)
         self._return, self._length = 0.0, 0
-        self._obs = self.env.reset()
+        self._obs = None
         return chunk, record
 
     def _flush(self, end: int, final_obs: np.ndarray | None) -> Chunk:

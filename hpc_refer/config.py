@@ -53,18 +53,36 @@ ACTION_BOUNDS = ("clip", "tanh")
 class RunConfig:
     """What to train, for how long, and where to write."""
 
-    env: str = _opt("HalfCheetah-v5", "gymnasium id of a continuous-action environment")
+    env: str = _opt(
+        "HalfCheetah-v5",
+        "environment: a continuous-action gymnasium id, a built-in solver (Diffusion1D), or "
+        "package.module:Class",
+    )
     steps: int = _opt(1_000_000, "total environment steps over all actors")
     seed: int = _opt(0, "random seed (environment, networks, sampling)")
     run_dir: str = _opt("", "run directory; empty: runs/<env>-<algo>-<mode>-seed<seed>[-k]")
     log_every: int = _opt(10_000, "environment steps between metric records and progress lines")
     threads: int = _opt(1, "torch threads per process (1 is fastest for these network sizes)")
+    learners: int = _opt(1, "MPI: number L of learner ranks (world = L + E x ranks_per_env)")
+    ranks_per_env: int = _opt(1, "MPI: ranks K of each environment team (actor + K-1 solver)")
+    chunk_len: int = _opt(
+        1000, "steps per message from actor to learner (episodes end a chunk earlier)"
+    )
+    checksum_every: int = _opt(
+        0, "MPI debug: compare the learners' weight checksums every k gradient steps (0: off)"
+    )
 
     def __post_init__(self) -> None:
         _require(self.steps > 0, "run.steps", self.steps, "integers > 0")
         _require(self.log_every > 0, "run.log_every", self.log_every, "integers > 0")
         _require(self.threads > 0, "run.threads", self.threads, "integers > 0")
         _require(self.seed >= 0, "run.seed", self.seed, "integers >= 0")
+        _require(self.learners >= 1, "run.learners", self.learners, "integers >= 1")
+        _require(self.ranks_per_env >= 1, "run.ranks_per_env", self.ranks_per_env,
+                 "integers >= 1")
+        _require(self.chunk_len >= 1, "run.chunk_len", self.chunk_len, "integers >= 1")
+        _require(self.checksum_every >= 0, "run.checksum_every", self.checksum_every,
+                 "integers >= 0")
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,7 @@ class RunDirectory:
 def progress_line(step: int, total: int, rate: float, recent: float | None, beta: float,
                   far: float, c_max: float) -> str:
     """``steps 120000/1000000 (12.0%) | 510 steps/s | return 1234.5 | beta ... | ETA 28m``."""
-    eta_s = (total - step) / rate if rate > 0 else float("inf")
+    eta_s = max(total - step, 0) / rate if rate > 0 else float("inf")
     eta = f"{eta_s / 60:.0f}m" if eta_s < float("inf") else "?"
     ret = f"{recent:.1f}" if recent is not None else "-"
     return (

@@ -10,7 +10,7 @@ initialises MPI.
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -60,3 +60,228 @@ class SerialReducer:
     def sum(self, values: np.ndarray) -> np.ndarray:
         """Element-wise sum of ``values`` over all learners."""
         return values
+
+    def gather(self, obj: Any) -> list[Any] | None:
+        """Every learner's ``obj``, as a list on learner 0 (None on the others)."""
+        return [obj]
+
+    def checksums_agree(self, checksum: float) -> bool:
+        """True when every learner reports the same checksum of its weights."""
+        return True
+
+
+class MpiReducer:
+    """Reductions over the learner communicator (L > 1 learners).
+
+    Notes
+    -----
+    ``average_`` is one in-place Allreduce (sum) of a float32 vector followed by a division
+    by L: every learner receives the same bits, so identical optimiser steps keep the weights
+    bitwise identical (checked by :func:`checksums_agree`).
+    """
+
+    def __init__(self, comm: Any) -> None:
+        self.comm = comm
+        self.size = comm.Get_size()
+        self.rank = comm.Get_rank()
+
+    def average_(self, flat: np.ndarray) -> None:
+        self.comm.Allreduce(_mpi().IN_PLACE, flat, op=_mpi().SUM)
+        flat /= self.size
+
+    def sum(self, values: np.ndarray) -> np.ndarray:
+        out = np.asarray(values, np.float64).copy()
+        self.comm.Allreduce(_mpi().IN_PLACE, out, op=_mpi().SUM)
+        return out
+
+    def gather(self, obj: Any) -> list[Any] | None:
+        """Pickled gather onto learner 0 (metrics and episode records, once per interval)."""
+        return self.comm.gather(obj, root=0)
+
+    def checksums_agree(self, checksum: float) -> bool:
+        """True when every learner reports the same checksum of its weights."""
+        values = self.comm.allgather(checksum)
+        return all(v == values[0] for v in values)
+
+
+TAG_HEADER, TAG_DATA, TAG_PARAMS, TAG_STOP, TAG_DONE, TAG_TEAM = 11, 12, 13, 14, 15, 16
+HEADER_LEN = 6
+"""Chunk header, float64: n_states, n_actions, end, has_episode, episode_length, return."""
+
+
+class Fabric:
+    """The communicators of one rank: world, learners, and its environment team.
+
+    Notes
+    -----
+    Built collectively by every rank from the same :class:`~hpc_refer.layout.Layout`:
+    ``learners`` is a communicator over the L learner ranks (None elsewhere) and ``team`` one
+    over the K ranks of this rank's environment team (None on learners).
+    """
+
+    def __init__(self, layout: Any) -> None:
+        mpi = _mpi()
+        world = mpi.COMM_WORLD
+        self.world = world
+        self.rank = world.Get_rank()
+        self.size = world.Get_size()
+        learner = self.rank < layout.learners
+        self.learners = world.Split(0 if learner else mpi.UNDEFINED, self.rank)
+        color = mpi.UNDEFINED if learner else layout.team(self.rank)
+        self.team = world.Split(color, self.rank)
+        if self.learners == mpi.COMM_NULL:
+            self.learners = None
+        if self.team == mpi.COMM_NULL:
+            self.team = None
+
+    def reducer(self) -> MpiReducer | SerialReducer:
+        """The learners' reducer (serial when L = 1)."""
+        if self.learners is None or self.learners.Get_size() == 1:
+            return SerialReducer()
+        return MpiReducer(self.learners)
+
+    def abort(self, code: int = 1) -> None:
+        """Stop every rank of the job (after a fatal error on this one)."""
+        self.world.Abort(code)
+
+    def agree(self, ok: bool) -> bool:
+        """True on every rank when ``ok`` holds on every rank."""
+        return bool(self.world.allreduce(int(ok), op=_mpi().MIN))
+
+    def bcast(self, obj: Any) -> Any:
+        return self.world.bcast(obj, root=0)
+
+
+class ActorChannel:
+    """The actor's side of the actor <-> learner messages (buffer-based).
+
+    Actor to learner: a header (float64[6]) then one float32 payload with the chunk's columns
+    (obs, act, rew, mu_mean, mu_std); TAG_DONE (empty) when the actor's environment ended its
+    work early. Learner to actor: the flat parameter vector (TAG_PARAMS) or TAG_STOP.
+    """
+
+    def __init__(self, world: Any, learner: int, n_params: int) -> None:
+        self.world = world
+        self.learner = learner
+        self.params = np.empty(n_params, np.float32)
+        self._status = _mpi().Status()
+
+    def send_chunk(self, chunk: Any, episode: tuple[float, int] | None) -> None:
+        ret, length = episode if episode is not None else (0.0, 0)
+        header = np.array([chunk.obs.shape[0], chunk.act.shape[0], chunk.end,
+                           episode is not None, length, ret], np.float64)
+        payload = np.concatenate([chunk.obs.ravel(), chunk.act.ravel(), chunk.rew,
+                                  chunk.mu_mean.ravel(), chunk.mu_std.ravel()])
+        self.world.Send(header, dest=self.learner, tag=TAG_HEADER)
+        self.world.Send(payload.astype(np.float32, copy=False), dest=self.learner,
+                        tag=TAG_DATA)
+
+    def send_done(self) -> None:
+        self.world.Send(np.empty(0, np.float32), dest=self.learner, tag=TAG_DONE)
+
+    def recv_reply(self) -> bool:
+        """Wait for the learner: True with new parameters in ``self.params``, False on stop."""
+        self.world.Probe(source=self.learner, tag=_mpi().ANY_TAG, status=self._status)
+        if self._status.Get_tag() == TAG_STOP:
+            self.world.Recv(np.empty(0, np.float32), source=self.learner, tag=TAG_STOP)
+            return False
+        self.world.Recv(self.params, source=self.learner, tag=TAG_PARAMS)
+        return True
+
+
+class LearnerChannel:
+    """The learner's side of the actor <-> learner messages."""
+
+    def __init__(self, world: Any, obs_dim: int, act_dim: int) -> None:
+        self.world = world
+        self.obs_dim = obs_dim
+        self.act_dim = act_dim
+        self._status = _mpi().Status()
+        self._header = np.empty(HEADER_LEN, np.float64)
+
+    def poll(self, block: bool) -> tuple[int, Any, tuple[float, int] | None] | None:
+        """Receive one message from any actor: (actor, chunk or None if done, episode).
+
+        Returns None when nothing is pending and ``block`` is False.
+        """
+        mpi = _mpi()
+        if block:
+            self.world.Probe(source=mpi.ANY_SOURCE, tag=mpi.ANY_TAG, status=self._status)
+        elif not self.world.Iprobe(source=mpi.ANY_SOURCE, tag=mpi.ANY_TAG, status=self._status):
+            return None
+        source, tag = self._status.Get_source(), self._status.Get_tag()
+        if tag == TAG_DONE:
+            self.world.Recv(np.empty(0, np.float32), source=source, tag=TAG_DONE)
+            return source, None, None
+        if tag != TAG_HEADER:
+            raise RuntimeError(f"learner: unexpected message tag {tag} from rank {source}")
+        self.world.Recv(self._header, source=source, tag=TAG_HEADER)
+        return source, *self._recv_chunk(source)
+
+    def _recv_chunk(self, source: int) -> tuple[Any, tuple[float, int] | None]:
+        from hpc_refer.replay import Chunk
+
+        n, m, end, has_ep, length = (int(x) for x in self._header[:5])
+        ds, da = self.obs_dim, self.act_dim
+        sizes = [n * ds, m * da, m, m * da, m * da]
+        payload = np.empty(sum(sizes), np.float32)
+        self.world.Recv(payload, source=source, tag=TAG_DATA)
+        obs, act, rew, mean, std = np.split(payload, np.cumsum(sizes)[:-1])
+        chunk = Chunk(obs.reshape(n, ds), act.reshape(m, da), rew, mean.reshape(m, da),
+                      std.reshape(m, da), end, source)
+        return chunk, ((float(self._header[5]), length) if has_ep else None)
+
+    def send_params(self, actor: int, flat: np.ndarray) -> None:
+        self.world.Send(flat, dest=actor, tag=TAG_PARAMS)
+
+    def send_stop(self, actor: int) -> None:
+        self.world.Send(np.empty(0, np.float32), dest=actor, tag=TAG_STOP)
+
+
+class Team:
+    """An environment team's communicator, as a solver receives it.
+
+    ``comm`` is the mpi4py communicator itself, for users' solvers that do their own MPI;
+    hpc_refer's built-in solvers use the helpers below. Rank 0 of the team is the actor.
+    """
+
+    COMMANDS: ClassVar[tuple[str, ...]] = ("reset", "step", "stop")
+
+    def __init__(self, comm: Any) -> None:
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+
+    def send_command(self, name: str, payload: np.ndarray) -> None:
+        """Team rank 0: broadcast a command and its float64 payload to the solver ranks."""
+        self.comm.Bcast(np.array([self.COMMANDS.index(name), payload.size], np.int64), root=0)
+        self.comm.Bcast(np.ascontiguousarray(payload, np.float64), root=0)
+
+    def receive_command(self) -> tuple[str, np.ndarray]:
+        """Solver ranks: the next command of team rank 0."""
+        head = np.empty(2, np.int64)
+        self.comm.Bcast(head, root=0)
+        payload = np.empty(int(head[1]), np.float64)
+        self.comm.Bcast(payload, root=0)
+        return self.COMMANDS[int(head[0])], payload
+
+    def sum(self, value: float) -> float:
+        """Sum of a scalar over the team."""
+        return float(self.comm.allreduce(value, op=_mpi().SUM))
+
+    def gather_rows(self, local: np.ndarray) -> np.ndarray | None:
+        """Concatenate every rank's float64 vector on team rank 0 (None elsewhere)."""
+        counts = np.array(self.comm.allgather(local.size), np.int64)
+        out = np.empty(int(counts.sum()), np.float64) if self.rank == 0 else None
+        self.comm.Gatherv(np.ascontiguousarray(local, np.float64),
+                          [out, counts] if self.rank == 0 else None, root=0)
+        return out
+
+    def halo(self, left_edge: float, right_edge: float) -> tuple[float, float]:
+        """Periodic neighbour exchange: returns (right edge of left rank, left edge of right)."""
+        left, right = (self.rank - 1) % self.size, (self.rank + 1) % self.size
+        from_left = np.empty(1)
+        from_right = np.empty(1)
+        self.comm.Sendrecv(np.array([right_edge]), dest=right, recvbuf=from_left, source=left)
+        self.comm.Sendrecv(np.array([left_edge]), dest=left, recvbuf=from_right, source=right)
+        return float(from_left[0]), float(from_right[0])

@@ -1,31 +1,48 @@
-"""Entry point: ``python -m hpc_refer.run [--config FILE] [--env ID] [--steps N] ...``.
+"""Entry point: ``[mpirun -n N] python -m hpc_refer.run [--config FILE] [--env ID] ...``.
 
 Trains V-RACER with ReF-ER (defaults: HalfCheetah-v5, the paper's hyper-parameters) and writes
 config, metrics and log to a run directory. Every flag is a config key (see ``--help``).
+Under mpirun the ranks split into learners and environment teams (``--learners``,
+``--ranks-per-env``); one rank runs learner and actor in one process.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import sys
-
-import torch
+import traceback
 
 from hpc_refer.config import Config, ConfigError, add_arguments, config_from_args
-from hpc_refer.envs.gym_env import GymEnv
+from hpc_refer.envs import env_dims
+from hpc_refer.layout import Layout, LayoutError, Role, compute_layout
 from hpc_refer.metrics import RunDirectory, new_run_dir
-from hpc_refer.training import train_in_one_process
+from hpc_refer.parallel import Fabric, world_rank_size
+from hpc_refer.training import (
+    ActorResult,
+    LearnerResult,
+    actor_main,
+    learner_main,
+    set_threads,
+    solver_main,
+    train_in_one_process,
+)
 
 DESCRIPTION = """\
 Train an off-policy agent (V-RACER) with Remember-and-Forget Experience Replay (ReF-ER,
 Novati & Koumoutsakos, ICML 2019). Values come from the defaults below, then the TOML file
-given by --config ([run], [vracer], [refer], [replay] tables), then these flags."""
+given by --config ([run], [vracer], [refer], [replay] tables), then these flags.
+Under mpirun, the world splits into --learners learner ranks and environment teams of
+--ranks-per-env ranks: world size = learners + teams x ranks-per-env."""
 
 EPILOG = """\
 examples:
   python -m hpc_refer.run                                   # HalfCheetah-v5, 10^6 steps
   python -m hpc_refer.run --env Hopper-v5 --refer.mode er --seed 3
   python -m hpc_refer.run --config my.toml --steps 20000 --run-dir runs/try
+  mpirun -n 64 python -m hpc_refer.run --learners 8         # 8 learners, 56 actors
+  mpirun -n 9 python -m hpc_refer.run --env Diffusion1D --ranks-per-env 4   # 2 teams of 4
 the run directory holds config.toml, episodes.csv, train.jsonl and log.txt;
 plot learning curves with: python -m hpc_refer.plot RUN_DIR [RUN_DIR ...] --out curves.png"""
 
@@ -40,24 +57,85 @@ def parse_args(argv: list[str] | None) -> Config:
     return config_from_args(parser.parse_args(argv))
 
 
+def _parse_quietly(argv: list[str] | None, rank: int) -> Config:
+    """Parse on every rank; only rank 0 prints argparse's help or usage errors."""
+    if rank == 0:
+        return parse_args(argv)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        return parse_args(argv)
+
+
+def _validate(argv: list[str] | None, rank: int, world: int) -> tuple[Config, Layout]:
+    config = _parse_quietly(argv, rank)
+    layout = compute_layout(world, config.run.learners, config.run.ranks_per_env)
+    env_dims(config.run.env, config.run.ranks_per_env)
+    return config, layout
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Validate everything, then create the run directory and train."""
+    """Validate everything on every rank, then create the run directory (rank 0) and train."""
+    rank, world = world_rank_size()
     try:
-        config = parse_args(argv)
-        env = GymEnv(config.run.env)
-        path = new_run_dir(config)
-    except (ConfigError, FileExistsError) as err:
-        print(f"hpc_refer.run: error: {err}", file=sys.stderr)
+        config, layout = _validate(argv, rank, world)
+        if world == 1:
+            path = new_run_dir(config)
+            set_threads(config)
+            run = RunDirectory(path, config)
+            run.log(f"run directory {path} (one process: learner and actor)")
+            try:
+                train_in_one_process(config, run)
+            finally:
+                run.close()
+            return 0
+    except (ConfigError, LayoutError, FileExistsError) as err:
+        if rank == 0:
+            print(f"hpc_refer.run: error: {err}", file=sys.stderr)
         return 2
-    torch.set_num_threads(config.run.threads)
-    run = RunDirectory(path, config)
-    run.log(f"run directory {path}")
+    return _main_mpi(config, layout, rank)
+
+
+def _main_mpi(config: Config, layout: Layout, rank: int) -> int:
+    fabric = Fabric(layout)
+    path = None
+    error = ""
+    if rank == 0:
+        try:
+            path = new_run_dir(config)
+        except FileExistsError as err:
+            error = str(err)
+    error = fabric.bcast(error)
+    if error:
+        if rank == 0:
+            print(f"hpc_refer.run: error: {error}", file=sys.stderr)
+        return 2
+    set_threads(config)
+    run = RunDirectory(path, config) if rank == 0 and path is not None else None
     try:
-        train_in_one_process(config, env, run)
+        if run is not None:
+            run.log(f"run directory {path} ({layout.learners} learners, {layout.envs} "
+                    f"environment teams of {layout.ranks_per_env} ranks)")
+        run_role(config, layout, fabric, run)
+    except Exception:  # any failure on one rank must stop the whole job, not hang it
+        role = layout.role(rank).value
+        print(f"hpc_refer.run: rank {rank} ({role}) failed:\n{traceback.format_exc()}",
+              file=sys.stderr, flush=True)
+        fabric.abort(1)
     finally:
-        env.close()
-        run.close()
+        if run is not None:
+            run.close()
     return 0
+
+
+def run_role(config: Config, layout: Layout, fabric: Fabric,
+             run: RunDirectory | None) -> LearnerResult | ActorResult | None:
+    """Run this rank's role to the end; returns what a learner or actor rank ends with."""
+    role = layout.role(fabric.rank)
+    if role is Role.LEARNER:
+        return learner_main(config, layout, fabric, run)
+    if role is Role.ACTOR:
+        return actor_main(config, layout, fabric)
+    solver_main(config, fabric)
+    return None
 
 
 if __name__ == "__main__":
