@@ -102,6 +102,9 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 MpiDefault=none
 ReturnToService=2
+# sbatch --wait polls every 2 s only while that is below MinJobAge/2 (else 2, 8, 32 s: a 15 s job
+# returns after 42 s). 4 s keeps the 2 s poll and still outlives one poll after the job ends.
+MinJobAge=4
 SlurmdParameters=config_overrides
 NodeName=$host NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=4000 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
