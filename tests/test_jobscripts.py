@@ -182,10 +182,10 @@ def sbatch(tmp_path, ntasks, *args, **env):
     """``sbatch --wait`` the generic script from tmp_path; returns (CompletedProcess, job name)."""
     name = f"hpc_refer_test_{uuid.uuid4().hex[:8]}"
     cmd = ["sbatch", "--wait", f"--job-name={name}", "--nodes=1", f"--ntasks={ntasks}",
-           f"--ntasks-per-node={ntasks}", "--time=5", str(SBATCH), *args]
+           f"--ntasks-per-node={ntasks}", "--time=3", str(SBATCH), *args]
     try:
         proc = subprocess.run(cmd, cwd=tmp_path, text=True, capture_output=True,
-                              env=mpi_env(**env), timeout=240, check=False)
+                              env=mpi_env(**env), timeout=210, check=False)
     except subprocess.TimeoutExpired:
         subprocess.run(["scancel", f"--name={name}"], check=False)
         raise
