@@ -101,6 +101,16 @@ def sensitivity_curves(result: SweepResult, path: Path) -> None:
     plt.close(fig)
 
 
+def widths(result: SweepResult, name: str) -> list[int]:
+    """Sensitivity-curve width per placement (:func:`analysis.half_depth_width`), measured against
+    the algorithm's best mean AUC over all placements."""
+    res, rerun = result.algorithms[name], _rerun(result, name)
+    curves = [sensitivity(res.auc[k], int(rerun.best[k, 0]))[0]
+              for k in range(len(result.config.placements))]
+    best = min(float(c.min()) for c in curves)
+    return [half_depth_width(c, best) for c in curves]
+
+
 def table(result: SweepResult) -> str:
     """Markdown: one row per algorithm and placement, the best setting's re-run summaries."""
     config = result.config
@@ -116,18 +126,41 @@ def table(result: SweepResult) -> str:
     ]
     for name, res in result.algorithms.items():
         rerun = _rerun(result, name)
-        curves = [sensitivity(res.auc[k], int(rerun.best[k, 0]))[0]
-                  for k in range(len(config.placements))]
-        best = min(float(c.min()) for c in curves)
         auc, auc_se = mean_se(rerun.auc)
         final, final_se = mean_se(rerun.final)
-        for k, placement in enumerate(config.placements):
+        for k, (placement, width) in enumerate(zip(config.placements, widths(result, name),
+                                                   strict=True)):
             e, a = rerun.best[k]
             lines.append(
                 f"| {learner_class(name).label} | {placement.name} | "
                 f"{best_parameters(config, name, rerun.best[k])} | {auc[k]:.4f} | "
                 f"{auc_se[k]:.4f} | {final[k]:.4f} | {final_se[k]:.4f} | "
-                f"{mean_se(res.auc[k, e, a])[0]:.4f} | {half_depth_width(curves[k], best)} |")
+                f"{mean_se(res.auc[k, e, a])[0]:.4f} | {width} |")
+    return "\n".join(lines) + "\n"
+
+
+def comparison(result: SweepResult) -> str:
+    """Markdown: per algorithm, TARGET minus WHOLE in re-run AUC and final error, paired over
+    the same seeds (mean and SE of the per-run differences), the widths and a verdict
+    (a difference beyond two standard errors decides; otherwise "no clear difference")."""
+    order = [p.name for p in result.config.placements]
+    if sorted(order) != ["TARGET", "WHOLE"]:
+        return ""
+    k_w, k_t = order.index("WHOLE"), order.index("TARGET")
+    lines = ["| algorithm | AUC WHOLE | AUC TARGET | TARGET - WHOLE (AUC) | "
+             "TARGET - WHOLE (final) | width WHOLE / TARGET | lower AUC |",
+             "|---|---|---|---|---|---|---|"]
+    for name in result.algorithms:
+        rerun = _rerun(result, name)
+        auc = mean_se(rerun.auc)[0]
+        d_auc, se_auc = mean_se(rerun.auc[k_t] - rerun.auc[k_w])
+        d_final, se_final = mean_se(rerun.final[k_t] - rerun.final[k_w])
+        width = widths(result, name)
+        verdict = ("WHOLE" if d_auc > 2 * se_auc else "TARGET" if d_auc < -2 * se_auc
+                   else "no clear difference")
+        lines.append(f"| {learner_class(name).label} | {auc[k_w]:.4f} | {auc[k_t]:.4f} | "
+                     f"{d_auc:+.4f} ± {se_auc:.4f} | {d_final:+.4f} ± {se_final:.4f} | "
+                     f"{width[k_w]} / {width[k_t]} | {verdict} |")
     return "\n".join(lines) + "\n"
 
 
@@ -140,5 +173,8 @@ def write_report(path: str | Path, out_dir: str | Path) -> list[Path]:
     written = [out / "learning_curves.png", out / "sensitivity.png", out / "table.md"]
     learning_curves(result, written[0])
     sensitivity_curves(result, written[1])
-    written[2].write_text(table(result), encoding="utf-8")
+    paired = comparison(result)
+    text = table(result) + (f"\nWHOLE vs TARGET, paired over the re-run seeds:\n\n{paired}"
+                            if paired else "")
+    written[2].write_text(text, encoding="utf-8")
     return written

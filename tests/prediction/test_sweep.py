@@ -128,9 +128,11 @@ def test_cli_sweep_and_report(small_result: SweepResult, tmp_path: Path) -> None
     assert main(["report", str(out), "--out-dir", str(tmp_path / "rep")]) == 0
     for png in ("learning_curves.png", "sensitivity.png"):
         assert (tmp_path / "rep" / png).read_bytes().startswith(b"\x89PNG")
-    rows = [line for line in (tmp_path / "rep" / "table.md").read_text().splitlines()
-            if "| WHOLE |" in line or "| TARGET |" in line]
-    assert len(rows) == 2 * len(SMALL.algorithms)
+    cells = [line.split(" | ") for line in (tmp_path / "rep" / "table.md").read_text().splitlines()
+             if line.startswith("| ") and not line.startswith("| algorithm")]
+    placements = [row[1] for row in cells if len(row) == 9]
+    assert placements == ["WHOLE", "TARGET"] * len(SMALL.algorithms)
+    assert len([row for row in cells if len(row) == 7]) == len(SMALL.algorithms)
 
 
 def test_report_rejects_other_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
