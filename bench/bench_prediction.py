@@ -4,7 +4,8 @@
 
 Each measurement launches ``mpirun -n N python -m hpc_refer.prediction sweep --out ...`` (the
 full protocol unless extra sweep arguments follow ``--``), records the wall time of the whole
-command and the per-algorithm seconds that rank 0 stores in the HDF5 file.
+command, the per-algorithm seconds that rank 0 stores in the HDF5 file, and the 1-minute load
+average before and after (the machine may be shared: a load above the core count inflates times).
 """
 
 from __future__ import annotations
@@ -38,9 +39,11 @@ def measure(ranks: int, out: Path, sweep_args: list[str]) -> dict[str, object]:
     mpirun = shutil.which("mpirun") or "mpirun"
     command = [mpirun, "-n", str(ranks), sys.executable, "-m", "hpc_refer.prediction", "sweep",
                "--out", str(out), "--quiet", *sweep_args]
+    load_before = os.getloadavg()[0]
     start = time.perf_counter()
     subprocess.run(command, check=True)
     wall = time.perf_counter() - start
+    load_after = os.getloadavg()[0]
     with h5py.File(out) as fh:
         per_algorithm = {name: round(float(fh[name].attrs["seconds"]), 2) for name in fh}
         in_process = float(fh.attrs["seconds"])
@@ -48,6 +51,7 @@ def measure(ranks: int, out: Path, sweep_args: list[str]) -> dict[str, object]:
                                                  "hpc_refer.prediction", "sweep", "--out",
                                                  out.name, *sweep_args]),
             "wall_seconds": round(wall, 1), "sweep_seconds_rank0": round(in_process, 1),
+            "load_average_1min_before_after": [round(load_before, 2), round(load_after, 2)],
             "sweep_seconds_per_algorithm": per_algorithm}
 
 
