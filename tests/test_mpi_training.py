@@ -1,0 +1,186 @@
+"""MPI training invariants that hold at any rank count (run under mpirun -n 1, 2, 3, 4).
+
+The layout adapts to the world size W: one process for W = 1, otherwise L = 2 learners when
+W >= 4 else 1, and the remaining ranks as one-rank teams.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from mpi4py import MPI
+
+import hpc_refer.parallel as parallel
+from hpc_refer.algorithms.vracer import VRacer
+from hpc_refer.config import build_config
+from hpc_refer.layout import Role, compute_layout
+from hpc_refer.learner import Learner
+from hpc_refer.metrics import RunDirectory
+from hpc_refer.networks import flat_state
+from hpc_refer.replay import HAS_ACTION, IN_USE, ReplayShard
+from hpc_refer.run import run_role
+from hpc_refer.training import LearnerResult, train_in_one_process
+
+COMM = MPI.COMM_WORLD
+W = COMM.Get_size()
+L = 2 if W >= 4 else 1
+
+
+def small_config(env="Diffusion1D", steps=600, size=4096, **run):
+    return build_config({
+        "run": {"env": env, "steps": steps, "learners": L, "chunk_len": 20, "log_every": 200,
+                "checksum_every": 5, **run},
+        "vracer": {"hidden": [16, 16], "batch": 16},
+        "replay": {"size": size, "learn_start": 100},
+    })
+
+
+def train_everywhere(config, tmp_path, monkeypatch):
+    """Run the roles on every rank; actors record each chunk they send."""
+    sent_chunks = []
+    original = parallel.ActorChannel.send_chunk
+
+    def recording(self, chunk, episode):
+        sent_chunks.append(chunk)
+        original(self, chunk, episode)
+
+    monkeypatch.setattr(parallel.ActorChannel, "send_chunk", recording)
+    run_dir = tmp_path / "run"
+    if W == 1:
+        run = RunDirectory(run_dir, config, quiet=True)
+        learner = train_in_one_process(config, run)
+        run.close()
+        return LearnerResult(learner, config.run.steps, config.run.steps), sent_chunks, run_dir
+    layout = compute_layout(W, config.run.learners, config.run.ranks_per_env)
+    fabric = parallel.Fabric(layout)
+    run = RunDirectory(run_dir, config, quiet=True) if COMM.Get_rank() == 0 else None
+    result = run_role(config, layout, fabric, run)
+    if run is not None:
+        run.close()
+    return result, sent_chunks, COMM.bcast(run_dir)
+
+
+def learner_summaries(result) -> list[dict]:
+    """Picklable facts of every learner rank, on every rank."""
+    mine = None
+    if isinstance(result, LearnerResult):
+        replay = result.learner.replay
+        mine = {"received": result.received, "stored": replay.n_transitions,
+                "removed": replay.n_removed, "env_steps": result.env_steps,
+                "rows": shard_rows(replay), "finished": result.finished_actors,
+                "obs_dim": replay.obs.shape[1], "act_dim": replay.act.shape[1]}
+    return [x for x in COMM.allgather(mine) if x is not None]
+
+
+def shard_rows(replay: ReplayShard) -> np.ndarray:
+    """The stored transitions as rows (obs, act, rew, mu), sorted, for comparison."""
+    used = np.flatnonzero((replay.flags & IN_USE) & (replay.flags & HAS_ACTION))
+    rows = np.concatenate([replay.obs[used], replay.act[used], replay.rew[used, None],
+                           replay.mu_mean[used], replay.mu_std[used]], axis=1)
+    return rows[np.lexsort(rows.T[::-1])]
+
+
+@pytest.mark.mpi
+def test_every_sent_step_is_stored_once_and_shards_equal_one_replay(tmp_path, monkeypatch):
+    config = small_config()
+    result, chunks, run_dir = train_everywhere(config, tmp_path, monkeypatch)
+    sent = sum(c.act.shape[0] for c in chunks)
+    learners = learner_summaries(result)
+    all_sent = COMM.allreduce(sent) if W > 1 else result.received
+    # Counted: every sent step arrived, and is stored or was forgotten by FIFO.
+    assert sum(r["received"] for r in learners) == all_sent
+    for r in learners:
+        assert r["stored"] + r["removed"] == r["received"]
+        assert r["env_steps"] == all_sent, "the global counter is the sum of the local ones"
+    assert all_sent >= config.run.steps
+    # Shards together hold exactly what one replay fed the same chunks holds.
+    all_chunks = [c for part in COMM.allgather(chunks) for c in part]
+    if W > 1:
+        single = ReplayShard(config.replay.size, learners[0]["obs_dim"], learners[0]["act_dim"],
+                             config.vracer.gamma)
+        for c in all_chunks:
+            single.add(c, 5.0)
+        together = np.concatenate([r["rows"] for r in learners])
+        np.testing.assert_array_equal(together[np.lexsort(together.T[::-1])],
+                                      shard_rows(single))
+    # Rank 0 logged every actor's episodes with its rank.
+    if COMM.Get_rank() == 0:
+        lines = (run_dir / "episodes.csv").read_text().splitlines()[1:]
+        ranks = {int(line.split(",")[1]) for line in lines}
+        expected = {0} if W == 1 else {a for a in range(W)
+                                       if compute_layout(W, L, 1).role(a) is Role.ACTOR}
+        assert ranks == expected
+        assert (run_dir / "train.jsonl").read_text().count("\n") >= 3
+
+
+@pytest.mark.mpi
+def test_learner_weights_stay_identical_and_ratio_holds(tmp_path, monkeypatch):
+    config = small_config(steps=800)
+    result, _, _ = train_everywhere(config, tmp_path, monkeypatch)
+    learner = result.learner if isinstance(result, LearnerResult) else None
+    weights = COMM.allgather(None if learner is None else flat_state(learner.algo.net))
+    weights = [w for w in weights if w is not None]
+    assert len(weights) == L
+    for w in weights[1:]:
+        np.testing.assert_array_equal(w, weights[0])
+    if learner is not None:
+        assert learner.grad_steps > 0
+        expected = learner.steps_due(0)  # nothing more owed at the end ...
+        assert expected == 0
+        start = learner.start_env_steps
+        assert learner.grad_steps == int(config.replay.grad_ratio * (result.env_steps - start))
+
+
+@pytest.mark.mpi
+def test_clean_shutdown_when_some_actors_finish_early(tmp_path, monkeypatch):
+    if W == 1:
+        pytest.skip("needs actor ranks")
+    config = small_config(env="mpi_envs:FiniteOnOddRanks", steps=1500)
+    result, _, _ = train_everywhere(config, tmp_path, monkeypatch)
+    finished = COMM.allgather(getattr(result, "finished_early", None))
+    layout = compute_layout(W, L, 1)
+    actors = [a for a in range(W) if layout.role(a) is Role.ACTOR]
+    assert [finished[a] for a in actors] == [a % 2 == 1 for a in actors]
+    learners = learner_summaries(result)
+    assert sorted(a for r in learners for a in r["finished"]) == [a for a in actors if a % 2]
+
+
+@pytest.mark.mpi(min_size=2)
+def test_two_learners_average_to_the_full_batch_gradient():
+    """L = 2 with B/2 each gives the gradient of L = 1 with the same B rows."""
+    comm = COMM.Split(0 if COMM.Get_rank() < 2 else MPI.UNDEFINED, COMM.Get_rank())
+    if comm == MPI.COMM_NULL:
+        return
+    rng = np.random.default_rng(0)
+    from hpc_refer.replay import TRUNCATED, Chunk
+
+    def filled(reducer):
+        # Same shard content for both: capacity N / L = 256 rows.
+        cfg = build_config({"vracer": {"hidden": [16, 16], "batch": 32},
+                            "replay": {"size": 256 * reducer.size, "learn_start": 64}})
+        algo = VRacer(3, 2, cfg.vracer, cfg.refer, 7, reducer)
+        learner = Learner(algo, cfg, 3, 2, 1)
+        local = np.random.default_rng(0)
+        for _ in range(4):
+            n = 40
+            learner.store(Chunk(local.standard_normal((n + 1, 3)).astype(np.float32),
+                                local.standard_normal((n, 2)).astype(np.float32),
+                                local.standard_normal(n).astype(np.float32),
+                                (0.3 * local.standard_normal((n, 2))).astype(np.float32),
+                                np.full((n, 2), 0.5, np.float32), TRUNCATED, 0))
+        return algo, learner
+
+    reference, learner_1 = filled(parallel.SerialReducer())
+    rows = learner_1.replay.sample_rows(32, rng)
+    loss, *_ = reference.losses(learner_1.replay.batch(rows))
+    loss.backward()
+    full = [p.grad.clone() for p in reference.net.parameters()]
+    split, learner_2 = filled(parallel.MpiReducer(comm))
+    half = rows[comm.Get_rank() * 16 : (comm.Get_rank() + 1) * 16]
+    loss, *_ = split.losses(learner_2.replay.batch(half))
+    loss.backward()
+    split._average_gradients()
+    for g_full, p in zip(full, split.net.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, g_full, rtol=1e-5, atol=1e-6)
+    comm.Free()
