@@ -1,0 +1,162 @@
+"""MPI benchmark (issue: MPI-parallel training): ``python bench/bench_mpi.py [--quick]``.
+
+(a) L = 1, 2 learners with a fixed global batch B = 256 (B / L each), full shards: gradient
+    steps/s, and the time of the per-step reductions (gradient Allreduce, counter Allreduce).
+(b) Environment steps/s with E = 1, 2, 4, 8 actors on HalfCheetah-v5 through the real entry
+    point (``mpirun -n 1+E python -m hpc_refer.run``, training not started: acting, chunk
+    messages and parameter replies only).
+(c) A cost model from (a) and (b) that predicts the steps/s of 64 ranks (8 learners + 56
+    actors) on a cluster node of such cores; a prediction, not a measurement.
+
+The driver starts the MPI parts with ``mpirun`` (the one next to this Python). Writes
+bench/results/mpi.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from common import median, write
+
+OBS, ACT, T = 17, 6, 1000
+MPI_ENV = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe", "OMPI_MCA_btl": "^ofi"}
+
+
+def mpirun(n: int, args: list[str], cwd: str | None = None) -> str:
+    exe = shutil.which("mpirun", path=str(Path(sys.executable).parent)) or "mpirun"
+    proc = subprocess.run([exe, "-n", str(n), sys.executable, *args], capture_output=True,
+                          text=True, env=MPI_ENV, cwd=cwd, timeout=1800, check=True)
+    return proc.stdout
+
+
+def learners_part(n: int, repeats: int) -> None:
+    """Run under mpirun -n L: time train_step and the reductions; rank 0 prints JSON."""
+    import torch
+    from bench_learner import fill
+    from mpi4py import MPI
+
+    from hpc_refer.algorithms.vracer import VRacer
+    from hpc_refer.config import build_config
+    from hpc_refer.learner import Learner
+    from hpc_refer.parallel import MpiReducer, SerialReducer
+
+    torch.set_num_threads(1)
+    comm = MPI.COMM_WORLD
+    size = comm.Get_size()
+    reducer = MpiReducer(comm) if size > 1 else SerialReducer()
+    cfg = build_config({"replay": {"size": 2**18}})
+    learner = Learner(VRacer(OBS, ACT, cfg.vracer, cfg.refer, 0, reducer), cfg, OBS, ACT,
+                      1 + comm.Get_rank())
+    fill(learner, np.random.default_rng(comm.Get_rank()), learner.replay.capacity)
+    learner.update_start(learner.replay.size * size, 0)
+    for _ in range(30):
+        learner.train_step()
+    flat = np.zeros(sum(p.numel() for p in learner.algo.params), np.float32)
+    counts = np.zeros(2)
+    steps, grad_ar, count_ar = [], [], []
+    for _ in range(repeats):
+        comm.Barrier()
+        t = time.perf_counter()
+        for _ in range(n):
+            learner.train_step()
+        steps.append(n / (time.perf_counter() - t))
+        comm.Barrier()
+        t = time.perf_counter()
+        for _ in range(n):
+            reducer.average_(flat)
+        grad_ar.append((time.perf_counter() - t) / n)
+        comm.Barrier()
+        t = time.perf_counter()
+        for _ in range(n):
+            reducer.sum(counts)
+        count_ar.append((time.perf_counter() - t) / n)
+    if comm.Get_rank() == 0:
+        print(json.dumps({"learners": size, "local_batch": learner.algo.local_batch,
+                          "steps_per_s": steps, "grad_allreduce_s": grad_ar,
+                          "count_allreduce_s": count_ar, "grad_floats": int(flat.size)}))
+
+
+def actors_part(e: int, steps: int, tmp: str) -> dict:
+    run_dir = Path(tmp) / f"actors{e}"
+    t = time.perf_counter()
+    mpirun(1 + e, ["-m", "hpc_refer.run", "--env", "HalfCheetah-v5", "--steps", str(steps),
+                   "--replay.learn-start", str(2**18), "--log-every", str(steps),
+                   "--run-dir", str(run_dir)], cwd=tmp)
+    wall = time.perf_counter() - t
+    record = json.loads((run_dir / "train.jsonl").read_text().splitlines()[-1])
+    return {"actors": e, "env_steps": record["env_step"], "wall_s_with_launch": wall,
+            "env_steps_per_s": record["env_steps_per_s"]}
+
+
+def cost_model(learn: dict[int, dict], act: list[dict], ranks: int = 64, n_learners: int = 8,
+               batch: int = 256) -> dict:
+    """Predicted steps/s of ``n_learners`` + ``ranks - n_learners`` actors, one core each.
+
+    Learner side (gradient steps/s = environment steps/s at ratio 1):
+        t_step(L) = t_compute(B / L) + t_allreduce(L)
+    t_compute(B/L) is interpolated linearly in the local batch between the measured B = 256
+    (L = 1) and B = 128 (L = 2) compute times (compute = step time minus measured reductions);
+    t_allreduce(L) = t_allreduce(2) * log2(L) (latency-bound recursive doubling of ~20k floats).
+    Actor side: E actors give E * r_1 steps/s, r_1 the one-actor rate measured in (b).
+    """
+    t1 = 1 / median(learn[1]["steps_per_s"])
+    t2_total = 1 / median(learn[2]["steps_per_s"])
+    ar2 = median(learn[2]["grad_allreduce_s"]) + median(learn[2]["count_allreduce_s"])
+    t2 = t2_total - ar2
+    local = batch / n_learners
+    slope = (t1 - t2) / (batch - batch / 2)
+    t_compute = max(t2 - slope * (batch / 2 - local), 0.25 * t2)
+    t_ar = ar2 * math.log2(n_learners)
+    learner_rate = 1 / (t_compute + t_ar)
+    r1 = next(a["env_steps_per_s"] for a in act if a["actors"] == 1)
+    actor_rate = (ranks - n_learners) * r1
+    return {"ranks": ranks, "learners": n_learners, "actors": ranks - n_learners,
+            "t_compute_s": t_compute, "t_allreduce_s": t_ar,
+            "learner_bound_steps_per_s": learner_rate, "actor_bound_steps_per_s": actor_rate,
+            "predicted_steps_per_s": min(learner_rate, actor_rate),
+            "mpi_fraction_of_step_at_L2": ar2 / t2_total}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short runs (a smoke run)")
+    parser.add_argument("--part", choices=["learners"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    n, repeats, env_steps = (50, 3, 4000) if args.quick else (300, 5, 40000)
+    if args.part == "learners":
+        learners_part(n, repeats)
+        return
+    here = str(Path(__file__).resolve())
+    learn = {}
+    for size in (1, 2):
+        out = mpirun(size, [here, "--part", "learners"] + (["--quick"] if args.quick else []))
+        learn[size] = json.loads(out.strip().splitlines()[-1])
+    with tempfile.TemporaryDirectory() as tmp:
+        act = [actors_part(e, env_steps, tmp) for e in (1, 2, 4, 8)]
+    model = cost_model(learn, act)
+    path = write("mpi", {"learners": learn, "actors": act, "cost_model_64_ranks": model})
+    for size, r in learn.items():
+        ar = median(r["grad_allreduce_s"]) + median(r["count_allreduce_s"])
+        print(f"L={size}: {median(r['steps_per_s']):.0f} gradient steps/s "
+              f"(B/L={r['local_batch']}), reductions {ar * 1e6:.0f} us per step")
+    for a in act:
+        print(f"E={a['actors']}: {a['env_steps_per_s']:.0f} env steps/s")
+    print(f"MPI share of a gradient step at L=2: {100 * model['mpi_fraction_of_step_at_L2']:.1f}%"
+          f"; predicted 64 ranks (8 learners + 56 actors): "
+          f"{model['predicted_steps_per_s']:.0f} steps/s")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
