@@ -4,7 +4,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 ARGS ?=
-MPI_RANKS ?= 2 3 4
+MPI_RANKS ?= 1 2 3 4
 
 # Open MPI 5 as root and with more ranks than cores (see INSTALL.md).
 export OMPI_ALLOW_RUN_AS_ROOT := 1
