@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from hpc_refer.prediction.algorithms import STUDY, Placement
+from hpc_refer.prediction.algorithms import STUDY, Corrections, FollowOn, Placement
 from hpc_refer.prediction.sweep import BETAS, ZETAS, SweepConfig
 
 DESCRIPTION = """\
@@ -83,6 +83,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="skip the re-run of the best settings on seeds runs..2 runs-1")
     sweep.add_argument("--d-mu", choices=("stored", "exact"), default="stored",
                        help="RMSVE state weighting: the stored estimate or (2,4,6,8,8,4,2,1)/35")
+    sweep.add_argument("--target-corrections", default=Corrections.KEEP_RHO.option,
+                       help="ambiguity A1, TARGET only: the ratio in the gradient-correction terms "
+                       "of GTD, GTD2, HTD, PGTD2: keep-rho (as in WHOLE, spec table 2.3), "
+                       "target-only (moved onto x' as in the TD error; changes HTD only) or no-rho "
+                       "(dropped)")
+    sweep.add_argument("--followon-discount", default=FollowOn.BETA.option,
+                       help="ambiguity A5: Emphatic TD(lambda, beta)'s follow-on trace decays by "
+                       "beta ([R]) or beta-gamma (beta * gamma_t)")
     sweep.add_argument("--quiet", action="store_true", help="no progress lines")
     report = sub.add_parser("report", help="figures and table from a sweep file",
                             formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -102,6 +110,7 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
         eta_exponents=int_grid("eta-exponents", args.eta_exponents),
         betas=float_grid("betas", args.betas), zetas=float_grid("zetas", args.zetas),
         lam=args.lam, runs=args.runs, steps=args.steps, rerun=not args.no_rerun, d_mu=args.d_mu,
+        target_corrections=args.target_corrections, followon_discount=args.followon_discount,
     )
 
 

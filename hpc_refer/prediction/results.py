@@ -1,11 +1,13 @@
 """HDF5 storage of a sweep.
 
 Layout: root attributes ``format``, ``config`` (JSON of :class:`SweepConfig`), ``ranks``,
-``seconds``, ``command``; one group per algorithm with attributes ``label``, ``extra`` (name of
-the third parameter or ""), ``seconds`` and datasets ``alpha`` (A,), ``extra_values`` (E,) when
-there is a third parameter, ``auc`` and ``final`` (placement, E, A, run); subgroup ``rerun`` holds
-``best`` (placement, 2: extra index, alpha index), ``auc``, ``final`` (placement, run) and
-``curve_mean``, ``curve_se`` (placement, step), all on seeds ``runs .. 2 runs - 1``.
+``seconds``, ``command``, ``target_corrections`` and ``followon_discount`` (the options of
+ambiguities A1 and A5, also in ``config``; files without them used the defaults); one group per
+algorithm with attributes ``label``, ``extra`` (name of the third parameter or ""), ``seconds`` and
+datasets ``alpha`` (A,), ``extra_values`` (E,) when there is a third parameter, ``auc`` and
+``final`` (placement, E, A, run); subgroup ``rerun`` holds ``best`` (placement, 2: extra index,
+alpha index), ``auc``, ``final`` (placement, run) and ``curve_mean``, ``curve_se`` (placement,
+step), all on seeds ``runs .. 2 runs - 1``.
 """
 
 from __future__ import annotations
@@ -46,7 +48,9 @@ def write(result: SweepResult, path: str | Path) -> None:
     config = result.config
     with h5py.File(path, "w") as fh:
         fh.attrs.update(format=FORMAT, config=config_to_json(config), ranks=result.ranks,
-                        seconds=result.seconds, command=" ".join(sys.argv))
+                        seconds=result.seconds, command=" ".join(sys.argv),
+                        target_corrections=config.target_corrections,
+                        followon_discount=config.followon_discount)
         for name, res in result.algorithms.items():
             cls = learner_class(name)
             grp = fh.create_group(name)

@@ -15,7 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from hpc_refer.prediction.algorithms import STUDY, Learner, Placement, learner_class
+from hpc_refer.prediction.algorithms import (
+    STUDY,
+    Choices,
+    Corrections,
+    FollowOn,
+    Learner,
+    Placement,
+    learner_class,
+)
 from hpc_refer.prediction.analysis import mean_se, select_best
 from hpc_refer.prediction.engine import Errors, make_batch, run_learner
 from hpc_refer.prediction.task import N_STORED_RUNS, DMuChoice, state_weighting
@@ -39,7 +47,11 @@ def _check_grid(name: str, values: Sequence[float], low: float, high: float) -> 
 
 @dataclass(frozen=True)
 class SweepConfig:
-    """Everything that defines a sweep; defaults are the study's full protocol."""
+    """Everything that defines a sweep; defaults are the study's full protocol.
+
+    ``target_corrections`` (ambiguity A1, :class:`Corrections`: keep-rho, target-only, no-rho) and
+    ``followon_discount`` (A5, :class:`FollowOn`: beta, beta-gamma) hold the command-line names.
+    """
 
     algorithms: tuple[str, ...] = tuple(cls.name for cls in STUDY)
     placements: tuple[Placement, ...] = (Placement.WHOLE, Placement.TARGET)
@@ -52,6 +64,8 @@ class SweepConfig:
     steps: int = 20_000
     rerun: bool = True
     d_mu: DMuChoice = "stored"
+    target_corrections: str = Corrections.KEEP_RHO.option
+    followon_discount: str = FollowOn.BETA.option
 
     def __post_init__(self) -> None:
         if not self.algorithms:
@@ -72,6 +86,12 @@ class SweepConfig:
         if self.steps < 1:
             raise ValueError(f"steps: {self.steps}; must be a positive integer")
         state_weighting(self.d_mu)
+        self.choices()
+
+    def choices(self) -> Choices:
+        """The ambiguity options every learner of the sweep gets (the same for all settings)."""
+        return Choices(Corrections.parse(self.target_corrections),
+                       FollowOn.parse(self.followon_discount))
 
     def alphas(self) -> np.ndarray:
         """alpha = 2^-x, in ascending order (the tie-break order of the selection)."""
@@ -175,7 +195,8 @@ def _learn(cls: type[Learner], config: SweepConfig, runs: np.ndarray, seed_offse
            progress: Callable[[int], None]) -> Errors:
     batch = make_batch(runs, config.steps, seed_offset)
     alpha, kappa, extra = settings
-    learner = cls(len(runs), batch.features.shape[2], alpha, kappa, extra, lam=config.lam)
+    learner = cls(len(runs), batch.features.shape[2], alpha, kappa, extra, lam=config.lam,
+                  choices=config.choices())
     return run_learner(learner, batch, state_weighting(config.d_mu), record_curves, progress)
 
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from hpc_refer.prediction.algorithms import STUDY, Learner, learner_class
+from hpc_refer.prediction.algorithms import STUDY, Choices, Learner, learner_class
 from hpc_refer.prediction.engine import Errors, final_window, make_batch, run_learner
 from hpc_refer.prediction.task import state_weighting
 
@@ -11,9 +11,10 @@ D_MU = state_weighting()
 
 
 def run(cls: type[Learner], runs: list[int], steps: int, alpha: np.ndarray, kappa: np.ndarray,
-        extra: np.ndarray | None = None, lam: float = 0.0, curves: bool = True) -> Errors:
+        extra: np.ndarray | None = None, lam: float = 0.0, curves: bool = True,
+        choices: Choices | None = None) -> Errors:
     batch = make_batch(runs, steps)
-    learner = cls(len(runs), 6, alpha, kappa, extra, lam=lam)
+    learner = cls(len(runs), 6, alpha, kappa, extra, lam=lam, choices=choices)
     return run_learner(learner, batch, D_MU, record_curves=curves)
 
 
@@ -61,3 +62,21 @@ def test_vectorised_equals_single_runs(cls: type[Learner], lam: float) -> None:
             np.testing.assert_allclose(batch.curves[:, i, p], single.curves[:, 0, 0],
                                        rtol=1e-12, atol=0)
             np.testing.assert_allclose(batch.auc[i, p], single.auc[0, 0], rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("name", ["gtd", "gtd2", "pgtd2", "htd", "etdlb"])
+def test_mixed_options_equal_single_runs(name: str) -> None:
+    """Lanes with different A1 / A5 options in one batch: each equals its single run."""
+    cls, runs, steps = learner_class(name), [0, 1], 200
+    kappa = np.repeat([0.0, 1.0], 3)
+    codes = np.tile([0, 1, 2], 2)
+    alpha, extra = np.full(6, 2.0**-3), np.full(6, 0.6 if cls.extra == "beta" else 2.0)
+    choices = Choices(corrections=codes, followon=codes % 2)
+    batch = run(cls, runs, steps, alpha, kappa, extra, 0.6, choices=choices)
+    assert batch.curves is not None
+    for p in range(alpha.size):
+        single = run(cls, runs, steps, alpha[p:p + 1], kappa[p:p + 1], extra[p:p + 1], 0.6,
+                     choices=Choices(corrections=codes[p], followon=codes[p] % 2))
+        assert single.curves is not None
+        np.testing.assert_allclose(batch.curves[:, :, p], single.curves[:, :, 0], rtol=1e-12,
+                                   atol=0)

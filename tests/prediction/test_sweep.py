@@ -79,6 +79,8 @@ def test_rerun_uses_best_and_fresh_seeds(small_result: SweepResult) -> None:
     ({"algorithms": ("td", "sarsa")}, "algorithm"), ({"alpha_exponents": ()}, "alpha-exponents"),
     ({"betas": (0.0, 1.5)}, "betas"), ({"zetas": (0.5, 0.5)}, "zetas"), ({"runs": 51}, "runs"),
     ({"steps": 0}, "steps"), ({"lam": -0.1}, "lambda"), ({"placements": ()}, "placements"),
+    ({"target_corrections": "drop"}, "target-corrections"),
+    ({"followon_discount": "gamma"}, "followon-discount"),
 ])
 def test_config_errors_name_the_field(change: dict, field: str) -> None:
     with pytest.raises(ValueError, match=f"^{field}"):
@@ -95,6 +97,9 @@ def test_more_ranks_than_runs_is_an_error() -> None:
     (["--placements", "whole,both"], "placement: unknown 'both'; allowed: WHOLE, TARGET"),
     (["--alpha-exponents", "5:1"], "alpha-exponents"),
     (["--betas", "0,x"], "betas"),
+    (["--target-corrections", "drop"],
+     "target-corrections: unknown 'drop'; allowed: keep-rho, target-only, no-rho"),
+    (["--followon-discount", "gamma"], "followon-discount: unknown 'gamma'; allowed: beta, beta-"),
 ])
 def test_cli_bad_input_one_line(args: list[str], field: str, tmp_path: Path,
                                 capsys: pytest.CaptureFixture[str]) -> None:
@@ -104,12 +109,40 @@ def test_cli_bad_input_one_line(args: list[str], field: str, tmp_path: Path,
     assert not (tmp_path / "r.h5").exists()
 
 
+def test_ambiguity_options_stored_and_used(small_result: SweepResult, tmp_path: Path) -> None:
+    """A1 / A5 alternatives reach the learners and the HDF5 metadata; WHOLE lanes and the other
+    algorithms are unchanged, TARGET lanes of HTD and Emphatic TD(lambda, beta) change."""
+    config = SweepConfig(**{**SMALL.__dict__, "algorithms": ("htd", "etdlb"), "rerun": False,
+                            "target_corrections": "target-only",
+                            "followon_discount": "beta-gamma"})
+    default = run_sweep(SweepConfig(**{**config.__dict__, "target_corrections": "keep-rho",
+                                       "followon_discount": "beta"}))
+    result = run_sweep(config)
+    assert result is not None and default is not None
+    htd, htd0 = result.algorithms["htd"].auc, default.algorithms["htd"].auc
+    np.testing.assert_array_equal(htd[0], htd0[0])
+    assert not np.array_equal(htd[1], htd0[1])
+    etd, etd0 = result.algorithms["etdlb"].auc, default.algorithms["etdlb"].auc
+    np.testing.assert_array_equal(etd[:, 0], etd0[:, 0])  # beta = 0: F = 1 either way
+    assert not np.array_equal(etd[:, 1], etd0[:, 1])
+    results.write(result, tmp_path / "r.h5")
+    assert results.read(tmp_path / "r.h5").config == config
+    with h5py.File(tmp_path / "r.h5") as fh:
+        assert fh.attrs["target_corrections"] == "target-only"
+        assert fh.attrs["followon_discount"] == "beta-gamma"
+    assert results.config_from_json('{"placements": ["WHOLE"]}').target_corrections == "keep-rho"
+
+
 def test_cli_help(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert "sweep" in out and "report" in out and "mpirun" in out
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    out = capsys.readouterr().out
+    assert "--target-corrections" in out and "--followon-discount" in out
 
 
 @pytest.mark.mpi_skip  # the CLI sweep is collective under mpirun: see test_mpi.py

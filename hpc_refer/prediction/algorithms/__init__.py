@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from hpc_refer.prediction.algorithms.base import Learner, Placement, Step
+from hpc_refer.prediction.algorithms.base import (
+    Choices,
+    Corrections,
+    FollowOn,
+    Learner,
+    Placement,
+    Step,
+)
 from hpc_refer.prediction.algorithms.gradient import GTD, GTD2, HTD, ProximalGTD2
 from hpc_refer.prediction.algorithms.td import EmphaticTD, EmphaticTDBeta, OffPolicyTD
 from hpc_refer.prediction.algorithms.traces import ABTD, TreeBackup, Vtrace, VtraceClipped
@@ -31,8 +38,11 @@ __all__ = [
     "GTD2",
     "HTD",
     "STUDY",
+    "Choices",
+    "Corrections",
     "EmphaticTD",
     "EmphaticTDBeta",
+    "FollowOn",
     "Learner",
     "OffPolicyTD",
     "Placement",

@@ -4,7 +4,8 @@ Array layout (everything vectorised over runs and settings):
 
 * per run and feature: ``(R, d, 1)`` -- feature vectors ``x = x(S_t)``, ``x' = x(S_{t+1})``;
 * per run: ``(R, 1)`` -- reward ``R``, ``rho_t``, ``pi_t``, ``mu_t``, the episode flag ``cont``;
-* per setting: ``(P,)`` -- step size ``alpha``, placement ``kappa``, eta / beta / zeta;
+* per setting: ``(P,)`` -- step size ``alpha``, placement ``kappa``, eta / beta / zeta, the
+  ambiguity options of :class:`Choices`;
 * per run and setting: ``(R, P)`` -- values, TD errors; ``(R, d, P)`` -- weights and traces.
 
 ``R = P = 1`` is a single run with a single setting; the same code serves both.
@@ -15,7 +16,7 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import numpy as np
 
@@ -41,6 +42,93 @@ class Placement(enum.IntEnum):
         except KeyError:
             allowed = ", ".join(p.name for p in cls)
             raise ValueError(f"placement: unknown {name!r}; allowed: {allowed}") from None
+
+
+_E = TypeVar("_E", bound=enum.Enum)
+
+
+class Corrections(enum.IntEnum):
+    """Ambiguity A1: the ratio in the gradient-correction terms of GTD, GTD2, HTD, Proximal GTD2.
+
+    Notation of spec 2.1-2.3: ``e_t = g lambda z_{t-1} + x_t`` is the trace before this step's
+    ratio, ``z_t = rho_t e_t``, ``zb_t = g lambda zb_{t-1} + x_t`` HTD's trace without IS. Only
+    TARGET settings (kappa = 1) are affected; WHOLE settings always use [R]'s corrections.
+
+    KEEP_RHO (``keep-rho``, the spec's table 2.3, default): the corrections of WHOLE,
+      GTD / GTD2 / PGTD2 ``g (1-lambda) (z_t^T h) x'``, HTD ``(x - g x') ((z_t - zb_t)^T h)``;
+      at lambda = 0: ``g rho (h^T x) x'`` and ``(rho - 1) (h^T x) (x - g x')``.
+    TARGET_ONLY (``target-only``): the ratio is moved onto the target in the corrections exactly as
+      in the TD error, ``rho_t (x - g x') -> (x - g rho_t x')``. HTD's w-correction becomes
+      ``(x - g rho_t x') (e_t^T h) - (x - g x') (zb_t^T h)``, at lambda = 0
+      ``-g (rho - 1) (h^T x) x'``: the sample of ``(A_T - A_mu)^T h`` with the TARGET error's
+      matrix ``A_T = E[e (x - g rho x')^T]``, as [R]'s is of ``(A_W - A_mu)^T h``,
+      ``A_W = E[z (x - g x')^T]``. The GTD / GTD2 / PGTD2 correction
+      ``g (1-lambda) rho_t (e_t^T h) x'`` already has its ratio on the target feature x' only; it
+      is also the x' part of ``A_T^T h = C h - g (1-lambda) E[rho x' e^T] h``, so it is unchanged.
+    NO_RHO (``no-rho``): the ratio appears in the TD target only, none in the corrections:
+      ``z_t -> e_t`` there, GTD / GTD2 / PGTD2 ``g (1-lambda) (e_t^T h) x'`` (lambda = 0:
+      ``g (h^T x) x'``), HTD ``(x - g x') ((e_t - zb_t)^T h)`` (lambda = 0: zero, so HTD(0)'s w
+      update is TD(0)'s).
+    """
+
+    KEEP_RHO = 0
+    TARGET_ONLY = 1
+    NO_RHO = 2
+
+    @property
+    def option(self) -> str:
+        """The command-line name (``keep-rho``, ``target-only``, ``no-rho``)."""
+        return option_name(self)
+
+    @classmethod
+    def parse(cls, text: str) -> Corrections:
+        return parse_option(cls, "target-corrections", text)
+
+
+class FollowOn(enum.IntEnum):
+    """Ambiguity A5: the decay of Emphatic TD(lambda, beta)'s follow-on trace.
+
+    BETA (``beta``, the spec's choice, [R], default): ``F_t = beta rho_{t-1} F_{t-1} + 1``.
+    BETA_GAMMA (``beta-gamma``): ``F_t = beta g_t rho_{t-1} F_{t-1} + 1`` with the transition
+      discount ``g_t = g = 0.9`` of the non-terminating step S_{t-1} -> S_t (after a terminating one
+      F restarts at 1 in both).
+    Emphatic TD(lambda) is unaffected: its ``F_t = g rho_{t-1} F_{t-1} + 1`` is beta = g under BETA
+    and beta = 1 under BETA_GAMMA.
+    """
+
+    BETA = 0
+    BETA_GAMMA = 1
+
+    @property
+    def option(self) -> str:
+        """The command-line name (``beta``, ``beta-gamma``)."""
+        return option_name(self)
+
+    @classmethod
+    def parse(cls, text: str) -> FollowOn:
+        return parse_option(cls, "followon-discount", text)
+
+
+def option_name(member: enum.Enum) -> str:
+    """``KEEP_RHO -> keep-rho``."""
+    return member.name.lower().replace("_", "-")
+
+
+def parse_option(cls: type[_E], field: str, text: str) -> _E:
+    """The member of ``cls`` named ``text`` (:func:`option_name`); a ValueError naming ``field``."""
+    for member in cls:
+        if option_name(member) == text:
+            return member
+    allowed = ", ".join(option_name(m) for m in cls)
+    raise ValueError(f"{field}: unknown {text!r}; allowed: {allowed}")
+
+
+@dataclass(frozen=True)
+class Choices:
+    """The options of the spec's ambiguities, one code per setting (``(P,)``) or one for all."""
+
+    corrections: np.ndarray | int = Corrections.KEEP_RHO
+    followon: np.ndarray | int = FollowOn.BETA
 
 
 @dataclass(frozen=True)
@@ -81,7 +169,8 @@ class Learner(ABC):
 
     Subclasses define ``name`` (CLI key), ``label`` (for tables and plots), ``extra`` (the name of
     their third parameter, or None) and :meth:`update`. ``w`` is the main weight vector, shape
-    ``(R, d, P)``, starting at zero.
+    ``(R, d, P)``, starting at zero. ``corrections`` and ``followon`` are the per-setting codes of
+    :class:`Corrections` and :class:`FollowOn` (used by the learners they concern).
     """
 
     name: ClassVar[str]
@@ -89,7 +178,8 @@ class Learner(ABC):
     extra: ClassVar[str | None] = None
 
     def __init__(self, n_runs: int, n_features: int, alpha: np.ndarray, kappa: np.ndarray,
-                 extra: np.ndarray | None = None, lam: float = 0.0) -> None:
+                 extra: np.ndarray | None = None, lam: float = 0.0,
+                 choices: Choices | None = None) -> None:
         self.alpha = np.asarray(alpha, dtype=float)
         self.kappa = np.asarray(kappa, dtype=float)
         if self.alpha.shape != self.kappa.shape or self.alpha.ndim != 1:
@@ -100,7 +190,18 @@ class Learner(ABC):
         if self.param is not None and self.param.shape != self.alpha.shape:
             raise ValueError(f"{self.name}: {self.extra} must have the shape of alpha")
         self.lam = float(lam)
+        choices = choices or Choices()
+        self.corrections = self._codes(Corrections, choices.corrections)
+        self.followon = self._codes(FollowOn, choices.followon)
         self.w = np.zeros((n_runs, n_features, self.alpha.size))
+
+    def _codes(self, kind: type[enum.IntEnum], codes: np.ndarray | int) -> np.ndarray:
+        """``codes`` as a ``(P,)`` int array; a ValueError unless all are members of ``kind``."""
+        array = np.broadcast_to(np.asarray(codes, dtype=int), self.alpha.shape)
+        if not np.isin(array, [int(m) for m in kind]).all():
+            raise ValueError(f"{kind.__name__}: codes {np.unique(array).tolist()} not all in "
+                             f"{[int(m) for m in kind]}")
+        return array
 
     def zeros(self) -> np.ndarray:
         """A new zero vector per run and setting, shaped like ``w``."""

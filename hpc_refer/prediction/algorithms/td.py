@@ -13,7 +13,14 @@ from typing import ClassVar
 
 import numpy as np
 
-from hpc_refer.prediction.algorithms.base import Learner, Step, is_error, td_error
+from hpc_refer.prediction.algorithms.base import (
+    Choices,
+    FollowOn,
+    Learner,
+    Step,
+    is_error,
+    td_error,
+)
 from hpc_refer.prediction.task import GAMMA
 
 
@@ -56,8 +63,9 @@ class OffPolicyTD(Learner):
     label = "Off-policy TD"
 
     def __init__(self, n_runs: int, n_features: int, alpha: np.ndarray, kappa: np.ndarray,
-                 extra: np.ndarray | None = None, lam: float = 0.0) -> None:
-        super().__init__(n_runs, n_features, alpha, kappa, extra, lam)
+                 extra: np.ndarray | None = None, lam: float = 0.0,
+                 choices: Choices | None = None) -> None:
+        super().__init__(n_runs, n_features, alpha, kappa, extra, lam, choices)
         self.trace = RatioTrace(lam, self.w)
 
     def ratio(self, step: Step) -> np.ndarray:
@@ -71,10 +79,10 @@ class OffPolicyTD(Learner):
         semi_gradient_step(self.w, self.alpha, psi, e)
 
 
-def follow_on(F: np.ndarray, beta: np.ndarray, cont: np.ndarray,
+def follow_on(F: np.ndarray, decay: np.ndarray, cont: np.ndarray,
               rho_prev: np.ndarray) -> np.ndarray:
-    """F_t = beta c_t rho_{t-1} F_{t-1} + 1 (interest 1; F_0 = 1 at every episode start)."""
-    return beta * (cont * rho_prev) * F + 1.0
+    """F_t = decay c_t rho_{t-1} F_{t-1} + 1 (interest 1; F_0 = 1 at every episode start)."""
+    return decay * (cont * rho_prev) * F + 1.0
 
 
 def emphasis(F: np.ndarray, lam: float) -> np.ndarray:
@@ -86,7 +94,8 @@ class EmphaticTDBeta(Learner):
     """Emphatic TD(lambda, beta): F_t = beta rho_{t-1} F_{t-1} + 1, M_t = lambda + (1-lambda) F_t,
     z_t = rho_t (M_t x_t + g lambda z_{t-1}), w += alpha delta_t z_t (WHOLE); psi_t e_t in general.
 
-    beta = 0 gives F = 1, i.e. exactly Off-policy TD(lambda).
+    beta = 0 gives F = 1, i.e. exactly Off-policy TD(lambda). Ambiguity A5 (:class:`base.FollowOn`):
+    settings with ``followon = BETA_GAMMA`` decay F by beta g_t = 0.9 beta instead of beta.
     """
 
     name = "etdlb"
@@ -94,19 +103,20 @@ class EmphaticTDBeta(Learner):
     extra: ClassVar[str | None] = "beta"
 
     def __init__(self, n_runs: int, n_features: int, alpha: np.ndarray, kappa: np.ndarray,
-                 extra: np.ndarray | None = None, lam: float = 0.0) -> None:
-        super().__init__(n_runs, n_features, alpha, kappa, extra, lam)
+                 extra: np.ndarray | None = None, lam: float = 0.0,
+                 choices: Choices | None = None) -> None:
+        super().__init__(n_runs, n_features, alpha, kappa, extra, lam, choices)
         self.F = np.ones((n_runs, self.alpha.size))
         self.rho_prev = np.zeros((n_runs, 1))
         self.trace = RatioTrace(lam, self.w)
 
-    def beta(self) -> np.ndarray:
-        """The follow-on decay beta of each setting."""
+    def decay(self) -> np.ndarray:
+        """The follow-on decay of each setting: beta (BETA) or beta g_t = 0.9 beta (BETA_GAMMA)."""
         assert self.param is not None
-        return self.param
+        return np.where(self.followon == FollowOn.BETA_GAMMA, self.param * GAMMA, self.param)
 
     def update(self, step: Step, v: np.ndarray, v_next: np.ndarray) -> None:
-        self.F = follow_on(self.F, self.beta(), step.cont, self.rho_prev)
+        self.F = follow_on(self.F, self.decay(), step.cont, self.rho_prev)
         self.rho_prev = step.rho
         psi = is_error(td_error(step.reward, v, v_next), step.rho, v, self.kappa)
         e = self.trace.pre_ratio(step.x, step.cont, step.rho, scale=emphasis(self.F, self.lam))
@@ -114,11 +124,13 @@ class EmphaticTDBeta(Learner):
 
 
 class EmphaticTD(EmphaticTDBeta):
-    """Emphatic TD(lambda): Emphatic TD(lambda, beta) with beta fixed to g = 0.9."""
+    """Emphatic TD(lambda): Emphatic TD(lambda, beta) with the follow-on decay fixed to g = 0.9,
+    F_t = g rho_{t-1} F_{t-1} + 1, under either :class:`base.FollowOn` reading (beta = g, or
+    beta = 1 times g_t)."""
 
     name = "etd"
     label = "Emphatic TD(λ)"
     extra = None
 
-    def beta(self) -> np.ndarray:
+    def decay(self) -> np.ndarray:
         return np.full_like(self.alpha, GAMMA)

@@ -11,7 +11,7 @@ from abc import abstractmethod
 
 import numpy as np
 
-from hpc_refer.prediction.algorithms.base import Learner, Step, is_error, td_error
+from hpc_refer.prediction.algorithms.base import Choices, Learner, Step, is_error, td_error
 from hpc_refer.prediction.algorithms.td import OffPolicyTD, semi_gradient_step
 from hpc_refer.prediction.task import GAMMA
 
@@ -29,8 +29,9 @@ class _ErrorTraceLearner(Learner):
     """w += alpha psi_t z_t with z_t = g c_t k_t z_{t-1} + x_t; subclasses give the factor k_t."""
 
     def __init__(self, n_runs: int, n_features: int, alpha: np.ndarray, kappa: np.ndarray,
-                 extra: np.ndarray | None = None, lam: float = 0.0) -> None:
-        super().__init__(n_runs, n_features, alpha, kappa, extra, lam)
+                 extra: np.ndarray | None = None, lam: float = 0.0,
+                 choices: Choices | None = None) -> None:
+        super().__init__(n_runs, n_features, alpha, kappa, extra, lam, choices)
         self.z = np.zeros((n_runs, n_features, 1))
 
     @abstractmethod
@@ -51,8 +52,9 @@ class TreeBackup(_ErrorTraceLearner):
     label = "Tree Backup"
 
     def __init__(self, n_runs: int, n_features: int, alpha: np.ndarray, kappa: np.ndarray,
-                 extra: np.ndarray | None = None, lam: float = 0.0) -> None:
-        super().__init__(n_runs, n_features, alpha, kappa, extra, lam)
+                 extra: np.ndarray | None = None, lam: float = 0.0,
+                 choices: Choices | None = None) -> None:
+        super().__init__(n_runs, n_features, alpha, kappa, extra, lam, choices)
         self.pi_prev = np.zeros((n_runs, 1))
 
     def trace_factor(self, step: Step) -> np.ndarray:
@@ -69,8 +71,9 @@ class Vtrace(_ErrorTraceLearner):
     label = "V-trace"
 
     def __init__(self, n_runs: int, n_features: int, alpha: np.ndarray, kappa: np.ndarray,
-                 extra: np.ndarray | None = None, lam: float = 0.0) -> None:
-        super().__init__(n_runs, n_features, alpha, kappa, extra, lam)
+                 extra: np.ndarray | None = None, lam: float = 0.0,
+                 choices: Choices | None = None) -> None:
+        super().__init__(n_runs, n_features, alpha, kappa, extra, lam, choices)
         self.rho_prev = np.zeros((n_runs, 1))
 
     def trace_factor(self, step: Step) -> np.ndarray:
@@ -110,8 +113,9 @@ class ABTD(Learner):
     extra = "zeta"
 
     def __init__(self, n_runs: int, n_features: int, alpha: np.ndarray, kappa: np.ndarray,
-                 extra: np.ndarray | None = None, lam: float = 0.0) -> None:
-        super().__init__(n_runs, n_features, alpha, kappa, extra, lam)
+                 extra: np.ndarray | None = None, lam: float = 0.0,
+                 choices: Choices | None = None) -> None:
+        super().__init__(n_runs, n_features, alpha, kappa, extra, lam, choices)
         assert self.param is not None
         self.xi = abtd_xi(self.param)
         self.nu_pi_prev = np.zeros((n_runs, self.alpha.size))
