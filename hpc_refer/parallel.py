@@ -10,7 +10,7 @@ initialises MPI.
 from __future__ import annotations
 
 from functools import cache
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -42,6 +42,21 @@ def bcast_object(obj: Any, root: int = 0) -> Any:
 def barrier() -> None:
     """Synchronise all ranks of COMM_WORLD."""
     _mpi().COMM_WORLD.Barrier()
+
+
+class Reducer(Protocol):
+    """Reductions over the learners, as algorithms see them (serial or MPI)."""
+
+    size: int
+    rank: int
+
+    def average_(self, flat: np.ndarray) -> None: ...
+
+    def sum(self, values: np.ndarray) -> np.ndarray: ...
+
+    def gather(self, obj: Any) -> list[Any] | None: ...
+
+    def checksums_agree(self, checksum: float) -> bool: ...
 
 
 class SerialReducer:
@@ -134,7 +149,7 @@ class Fabric:
         if self.team == mpi.COMM_NULL:
             self.team = None
 
-    def reducer(self) -> MpiReducer | SerialReducer:
+    def reducer(self) -> Reducer:
         """The learners' reducer (serial when L = 1)."""
         if self.learners is None or self.learners.Get_size() == 1:
             return SerialReducer()

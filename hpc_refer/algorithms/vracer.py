@@ -24,7 +24,7 @@ import torch
 
 from hpc_refer.config import ReferConfig, VRacerConfig
 from hpc_refer.networks import GaussianPolicyValueNet, gaussian_kl, gaussian_log_prob
-from hpc_refer.parallel import SerialReducer
+from hpc_refer.parallel import Reducer, SerialReducer
 from hpc_refer.refer import ReferState, importance_ratio, near_policy, refer_loss
 from hpc_refer.replay import HAS_ACTION, Batch, ReplayShard
 
@@ -82,11 +82,11 @@ class VRacer:
 
     def __init__(
         self, obs_dim: int, act_dim: int, config: VRacerConfig, refer: ReferConfig,
-        seed: int, reducer: SerialReducer | None = None,
+        seed: int, reducer: Reducer | None = None,
     ) -> None:
         self.config = config
         self.refer_config = refer
-        self.reducer = reducer or SerialReducer()
+        self.reducer: Reducer = reducer or SerialReducer()
         torch.manual_seed(seed)
         self.net = GaussianPolicyValueNet(obs_dim, act_dim, config.hidden, config.sigma_init)
         self.params = list(self.net.parameters())
@@ -118,7 +118,7 @@ class VRacer:
         """One gradient step on a minibatch of ``replay``, then the refresh of sampled rows."""
         rows = replay.sample_rows(self.local_batch, rng)
         loss, stats, value, rho = self.losses(replay.batch(rows))
-        self.optimizer.zero_grad(set_to_none=False)
+        self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.reducer.size > 1:
             self._average_gradients()

@@ -32,7 +32,7 @@ class EnvironmentFinished(Exception):  # noqa: N818 (a signal, not an error)
     its learner and stops; training goes on with the other actors."""
 
 
-def _load_class(spec: str) -> type:
+def _load_class(spec: str) -> Any:
     module, _, name = spec.partition(":")
     try:
         return getattr(importlib.import_module(module), name)
