@@ -9,16 +9,24 @@ Bounded action spaces: the policy acts in a normalised space where [-1, 1] maps 
 [low, high]; the sample u is either clipped to [-1, 1] (``clip``, the paper) or squashed by
 tanh (``tanh``, the reference code) before scaling. The stored action is always u itself, so
 rho and the KL are those of the Gaussian.
+
+Solver faults (:class:`~hpc_refer.envs.external.SolverFault`, raised by an environment whose
+message fails validation) end the episode: the faulty step is dropped, the fault is counted
+(``Actor.faults``) and logged on stderr with the actor's rank, the episode's valid steps not
+yet sent go to the learner as a truncated chunk (this also closes the episode's chunks already
+sent), no episode record is made, and the environment is reset at the next step.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from hpc_refer.envs import TeamDriver
+from hpc_refer.envs.external import SolverFault
 from hpc_refer.envs.gym_env import Status
 from hpc_refer.networks import GaussianPolicyValueNet, load_flat_state
 from hpc_refer.replay import OPEN, TERMINATED, TRUNCATED, Chunk
@@ -41,6 +49,10 @@ class _Pending:
     std: list[np.ndarray] = field(default_factory=list)
 
 
+MAX_FAULTS_IN_A_ROW = 20
+"""More solver faults than this without one valid step in between stop the run."""
+
+
 class Actor:
     """Steps one environment, returning chunks of at most ``chunk_len`` transitions."""
 
@@ -59,7 +71,12 @@ class Actor:
         self._pending = _Pending()
         self._return = 0.0
         self._length = 0
-        self._obs: np.ndarray | None = env.reset(seed)
+        self._sent = False
+        """Whether chunks of the current episode went to the learner already."""
+        self.faults = 0
+        self._faults_in_a_row = 0
+        self._obs: np.ndarray | None = None
+        self._seed: int | None = seed
 
     def load(self, flat: np.ndarray) -> None:
         """Replace the policy copy by the learner's parameters."""
@@ -82,11 +99,16 @@ class Actor:
         environment that raises :class:`~hpc_refer.envs.EnvironmentFinished` from ``reset``
         does it after its last chunk was returned.
         """
-        if self._obs is None:
-            self._obs = self.env.reset()
-        mean, std = self._policy(self._obs)
-        u = (mean + std * self.rng.standard_normal(mean.shape)).astype(np.float32)
-        nxt, reward, status = self.env.step(self.to_env(u))
+        try:
+            if self._obs is None:
+                self._obs = self.env.reset(self._seed)
+                self._seed = None
+            mean, std = self._policy(self._obs)
+            u = (mean + std * self.rng.standard_normal(mean.shape)).astype(np.float32)
+            nxt, reward, status = self.env.step(self.to_env(u))
+        except SolverFault as fault:
+            return self._fault(fault), None
+        self._faults_in_a_row = 0
         p = self._pending
         p.obs.append(self._obs)
         p.act.append(u)
@@ -99,22 +121,47 @@ class Actor:
         if status == Status.CONTINUE:
             if len(p.act) < self.chunk_len:
                 return None, None
+            self._sent = True
             return self._flush(OPEN, None), None
         record = EpisodeRecord(self._return, self._length)
         chunk = self._flush(TERMINATED if status == Status.TERMINAL else TRUNCATED, nxt)
         self._return, self._length = 0.0, 0
         self._obs = None
+        self._sent = False
         return chunk, record
+
+    def _fault(self, fault: SolverFault) -> Chunk | None:
+        """End the episode after a solver fault; the chunk that closes it, if one is due."""
+        self.faults += 1
+        self._faults_in_a_row += 1
+        print(f"hpc_refer: actor rank {self.source}: solver fault {self.faults}, episode "
+              f"ended and environment reset: {fault}", file=sys.stderr, flush=True)
+        if self._faults_in_a_row > MAX_FAULTS_IN_A_ROW:
+            raise RuntimeError(f"{MAX_FAULTS_IN_A_ROW + 1} solver faults in a row on actor "
+                               f"rank {self.source}, the last: {fault}") from fault
+        chunk = None
+        if self._obs is not None and (self._pending.act or self._sent):
+            chunk = self._flush(TRUNCATED, self._obs)
+        self._pending = _Pending()
+        self._return, self._length = 0.0, 0
+        self._obs = None
+        self._sent = False
+        return chunk
 
     def _flush(self, end: int, final_obs: np.ndarray | None) -> Chunk:
         p = self._pending
         obs = p.obs + ([final_obs] if end == TRUNCATED and final_obs is not None else [])
+        a = self.env.act_dim  # a chunk may hold no action: the closing one after a fault
+
+        def rows(x: list[np.ndarray]) -> np.ndarray:
+            return np.stack(x).astype(np.float32) if x else np.empty((0, a), np.float32)
+
         chunk = Chunk(
             obs=np.stack(obs).astype(np.float32),
-            act=np.stack(p.act),
+            act=rows(p.act),
             rew=np.asarray(p.rew, np.float32),
-            mu_mean=np.stack(p.mean).astype(np.float32),
-            mu_std=np.stack(p.std).astype(np.float32),
+            mu_mean=rows(p.mean),
+            mu_std=rows(p.std),
             end=end,
             source=self.source,
         )

@@ -23,25 +23,67 @@ def _mpi() -> Any:
     return MPI
 
 
+@cache
+def _appnums() -> tuple[int, ...]:
+    """MPI_APPNUM of every rank of COMM_WORLD (one Allgather, on every process of the job).
+
+    Under an MPMD launch (``mpirun ... : ...``) COMM_WORLD spans every app; an external
+    solver's ``hpc_refer_init`` makes the same Allgather (then the same Split, see
+    :func:`_app_comm`), so both apps call the same collectives in the same order.
+    """
+    mpi = _mpi()
+    world = mpi.COMM_WORLD
+    mine = world.Get_attr(mpi.APPNUM)
+    out = np.empty(world.Get_size(), np.int32)
+    world.Allgather(np.array([0 if mine is None else mine], np.int32), out)
+    return tuple(int(a) for a in out)
+
+
+@cache
+def _app_comm() -> Any:
+    """hpc_refer's own communicator: COMM_WORLD, or the ranks of its app under MPMD.
+
+    With several apps every process of the job splits COMM_WORLD by APPNUM exactly once
+    (``MPI_Comm_split(COMM_WORLD, appnum, world rank)``, also inside ``hpc_refer_init``).
+    """
+    world = _mpi().COMM_WORLD
+    apps = _appnums()
+    if len(set(apps)) == 1:
+        return world
+    return world.Split(apps[world.Get_rank()], world.Get_rank())
+
+
+def app_count() -> int:
+    """Number of apps in this mpirun (2 when an external solver runs beside hpc_refer)."""
+    return len(set(_appnums()))
+
+
+def abort_job(code: int) -> None:
+    """MPI_Abort on COMM_WORLD: ends every app of the job (an external solver waiting for
+    hpc_refer would otherwise wait forever)."""
+    _mpi().COMM_WORLD.Abort(code)
+
+
 def world_rank_size() -> tuple[int, int]:
-    """Rank of this process in COMM_WORLD and the world size."""
-    comm = _mpi().COMM_WORLD
+    """Rank of this process in hpc_refer's communicator (COMM_WORLD, or its MPMD app) and
+    that communicator's size."""
+    comm = _app_comm()
     return comm.Get_rank(), comm.Get_size()
 
 
 def gather_object(obj: Any, root: int = 0) -> list[Any] | None:
-    """Gather one pickled object per rank of COMM_WORLD onto ``root`` (rare control data)."""
-    return _mpi().COMM_WORLD.gather(obj, root=root)
+    """Gather one pickled object per rank of hpc_refer's communicator onto ``root``."""
+    return _app_comm().gather(obj, root=root)
 
 
 def bcast_object(obj: Any, root: int = 0) -> Any:
-    """Broadcast one pickled object from ``root`` to every rank of COMM_WORLD."""
-    return _mpi().COMM_WORLD.bcast(obj, root=root)
+    """Broadcast one pickled object from ``root`` to every rank of hpc_refer's communicator."""
+    return _app_comm().bcast(obj, root=root)
 
 
 def barrier() -> None:
-    """Synchronise all ranks of COMM_WORLD."""
-    _mpi().COMM_WORLD.Barrier()
+    """Synchronise all ranks of hpc_refer's communicator."""
+    _app_comm().Barrier()
 
 
 class Reducer(Protocol):
@@ -120,8 +162,9 @@ class MpiReducer:
 
 
 TAG_HEADER, TAG_DATA, TAG_PARAMS, TAG_STOP, TAG_DONE, TAG_TEAM = 11, 12, 13, 14, 15, 16
-HEADER_LEN = 6
-"""Chunk header, float64: n_states, n_actions, end, has_episode, episode_length, return."""
+HEADER_LEN = 7
+"""Chunk header, float64: n_states, n_actions, end, has_episode, episode_length, return,
+solver faults of the actor so far."""
 
 
 class Fabric:
@@ -130,13 +173,14 @@ class Fabric:
     Notes
     -----
     Built collectively by every rank from the same :class:`~hpc_refer.layout.Layout`:
-    ``learners`` is a communicator over the L learner ranks (None elsewhere) and ``team`` one
+    ``world`` is hpc_refer's communicator (COMM_WORLD, or hpc_refer's app under MPMD),
+    ``learners`` a communicator over the L learner ranks (None elsewhere) and ``team`` one
     over the K ranks of this rank's environment team (None on learners).
     """
 
     def __init__(self, layout: Any) -> None:
         mpi = _mpi()
-        world = mpi.COMM_WORLD
+        world = _app_comm()
         self.world = world
         self.rank = world.Get_rank()
         self.size = world.Get_size()
@@ -166,25 +210,31 @@ class Fabric:
     def bcast(self, obj: Any) -> Any:
         return self.world.bcast(obj, root=0)
 
+    def allgather(self, obj: Any) -> list[Any]:
+        """Every rank's pickled ``obj``, on every rank (rare control data)."""
+        return self.world.allgather(obj)
+
 
 class ActorChannel:
     """The actor's side of the actor <-> learner messages (buffer-based).
 
-    Actor to learner: a header (float64[6]) then one float32 payload with the chunk's columns
+    Actor to learner: a header (float64[7]) then one float32 payload with the chunk's columns
     (obs, act, rew, mu_mean, mu_std); TAG_DONE (empty) when the actor's environment ended its
     work early. Learner to actor: the flat parameter vector (TAG_PARAMS) or TAG_STOP.
+    ``faults`` (the actor's solver faults so far) travels in every header.
     """
 
     def __init__(self, world: Any, learner: int, n_params: int) -> None:
         self.world = world
         self.learner = learner
         self.params = np.empty(n_params, np.float32)
+        self.faults = 0
         self._status = _mpi().Status()
 
     def send_chunk(self, chunk: Any, episode: tuple[float, int] | None) -> None:
         ret, length = episode if episode is not None else (0.0, 0)
         header = np.array([chunk.obs.shape[0], chunk.act.shape[0], chunk.end,
-                           episode is not None, length, ret], np.float64)
+                           episode is not None, length, ret, self.faults], np.float64)
         payload = np.concatenate([chunk.obs.ravel(), chunk.act.ravel(), chunk.rew,
                                   chunk.mu_mean.ravel(), chunk.mu_std.ravel()])
         self.world.Send(header, dest=self.learner, tag=TAG_HEADER)
@@ -213,6 +263,8 @@ class LearnerChannel:
         self.act_dim = act_dim
         self._status = _mpi().Status()
         self._header = np.empty(HEADER_LEN, np.float64)
+        self.faults: dict[int, int] = {}
+        """Solver faults of each actor so far (from the latest header of each)."""
 
     def poll(self, block: bool) -> tuple[int, Any, tuple[float, int] | None] | None:
         """Receive one message from any actor: (actor, chunk or None if done, episode).
@@ -231,6 +283,7 @@ class LearnerChannel:
         if tag != TAG_HEADER:
             raise RuntimeError(f"learner: unexpected message tag {tag} from rank {source}")
         self.world.Recv(self._header, source=source, tag=TAG_HEADER)
+        self.faults[source] = int(self._header[6])
         return source, *self._recv_chunk(source)
 
     def _recv_chunk(self, source: int) -> tuple[Any, tuple[float, int] | None]:
@@ -251,6 +304,109 @@ class LearnerChannel:
 
     def send_stop(self, actor: int) -> None:
         self.world.Send(np.empty(0, np.float32), dest=actor, tag=TAG_STOP)
+
+
+TAG_ASSIGN, TAG_HELLO, TAG_BOUNDS, TAG_STATE, TAG_ACTION, TAG_RESET, TAG_SOLVER_STOP = range(
+    101, 108)
+"""Tags of the external-solver wire protocol (see :class:`SolverLink`)."""
+PROTOCOL_VERSION = 1
+
+
+class SolverLink:
+    """The actor's end of the wire protocol with one external solver group.
+
+    The solver group (any number of ranks of a C/Fortran/... code using
+    ``solvers/coupling/hpc_refer_client.h``) is reached over COMM_WORLD when it was started
+    in the same mpirun (MPMD), or over the intercommunicator of ``MPI_Comm_spawn``. Only the
+    group's rank 0 (the *leader*) exchanges messages with the actor:
+
+    ====== ========== ================ ====================================================
+    tag    direction  type[count]      content
+    ====== ========== ================ ====================================================
+    101    A -> S     int32[2]         ASSIGN: environment index e, number of envs E
+    102    S -> A     int32[4]         HELLO: protocol version (1), obs_dim, act_dim, ranks
+    103    S -> A     float64[2 a]     BOUNDS: action low[a], then high[a]
+    106    A -> S     int32[1]         RESET: seed (-1: none); solver answers with a STATE
+    105    A -> S     float64[a]       ACTION: one step; solver answers with a STATE
+    104    S -> A     float64[3 + d]   STATE: status, step index, reward, state[d]
+    107    A -> S     int32[0]         STOP: no more work; the solver finalises
+    ====== ========== ================ ====================================================
+
+    (A = actor, S = solver leader; d = obs_dim, a = act_dim; status 0 continue, 1 terminal,
+    2 truncated; step index 0 after RESET, k after the k-th ACTION of the episode.)
+    Messages are received with whatever size they have (probe first), so a message of the
+    wrong size is drained and reported instead of truncating.
+    """
+
+    def __init__(self, comm: Any, peer: int, spawned: bool) -> None:
+        self.comm = comm
+        self.peer = peer
+        self.spawned = spawned
+        self._status = _mpi().Status()
+
+    @classmethod
+    def mpmd(cls, index: int, envs: int) -> SolverLink:
+        """Environment ``index`` of ``envs``, solver launched in the same mpirun (MPMD).
+
+        Sends ASSIGN to the leader of the other app (its lowest COMM_WORLD rank), which
+        splits its ranks into ``envs`` equal groups; group ``index``'s leader says HELLO.
+        """
+        apps = _appnums()
+        mine = apps[_mpi().COMM_WORLD.Get_rank()]
+        others = sorted(set(apps) - {mine})
+        if len(others) != 1:
+            raise RuntimeError(
+                f"run.env = 'external' needs exactly one solver app beside hpc_refer in the "
+                f"same mpirun (mpirun -n N python -m hpc_refer.run --env external ... : "
+                f"-n M ./solver); this job has {len(set(apps))} app(s)"
+            )
+        leader = apps.index(others[0])
+        world = _mpi().COMM_WORLD
+        world.Send(np.array([index, envs], np.int32), dest=leader, tag=TAG_ASSIGN)
+        link = cls(world, -1, spawned=False)
+        link.peer = link._probe(TAG_HELLO)
+        return link
+
+    @classmethod
+    def spawn(cls, program: str, args: list[str], ranks: int, index: int,
+              envs: int) -> SolverLink:
+        """Start ``ranks`` processes of ``program`` with MPI_Comm_spawn (they find this actor
+        with MPI_Comm_get_parent) and send them ASSIGN."""
+        inter = _mpi().COMM_SELF.Spawn(program, args=args, maxprocs=ranks)
+        inter.Send(np.array([index, envs], np.int32), dest=0, tag=TAG_ASSIGN)
+        return cls(inter, 0, spawned=True)
+
+    def _probe(self, tag: int) -> int:
+        mpi = _mpi()
+        self.comm.Probe(source=mpi.ANY_SOURCE, tag=tag, status=self._status)
+        return int(self._status.Get_source())
+
+    def recv(self) -> tuple[int, np.ndarray]:
+        """The leader's next message, whatever its tag and size: (tag, values).
+
+        HELLO arrives as int32; every other tag as float64 (never truncated: the buffer has
+        the size the message has).
+        """
+        mpi = _mpi()
+        self.comm.Probe(source=self.peer, tag=mpi.ANY_TAG, status=self._status)
+        tag = int(self._status.Get_tag())
+        hello = tag == TAG_HELLO
+        count = self._status.Get_count(mpi.INT32_T if hello else mpi.DOUBLE)
+        out = np.empty(max(count, 0), np.int32 if hello else np.float64)
+        self.comm.Recv(out, source=self.peer, tag=tag)
+        return tag, out
+
+    def send_reset(self, seed: int) -> None:
+        self.comm.Send(np.array([seed], np.int32), dest=self.peer, tag=TAG_RESET)
+
+    def send_action(self, action: np.ndarray) -> None:
+        self.comm.Send(np.ascontiguousarray(action, np.float64), dest=self.peer, tag=TAG_ACTION)
+
+    def close(self) -> None:
+        """Send STOP; a spawned group is then disconnected."""
+        self.comm.Send(np.empty(0, np.int32), dest=self.peer, tag=TAG_SOLVER_STOP)
+        if self.spawned:
+            self.comm.Disconnect()
 
 
 class Team:
@@ -300,9 +456,3 @@ class Team:
         self.comm.Sendrecv(np.array([right_edge]), dest=right, recvbuf=from_left, source=left)
         self.comm.Sendrecv(np.array([left_edge]), dest=left, recvbuf=from_right, source=right)
         return float(from_left[0]), float(from_right[0])
-
-    def sum_array(self, local: np.ndarray) -> np.ndarray:
-        """Element-wise sum of a float64 array over the team, on every rank (one Allreduce)."""
-        out = np.array(local, np.float64)
-        self.comm.Allreduce(_mpi().IN_PLACE, out, op=_mpi().SUM)
-        return out

@@ -18,7 +18,7 @@ from hpc_refer.config import Config, ConfigError, add_arguments, config_from_arg
 from hpc_refer.envs import env_dims
 from hpc_refer.layout import Layout, LayoutError, Role, compute_layout
 from hpc_refer.metrics import RunDirectory, new_run_dir
-from hpc_refer.parallel import Fabric, world_rank_size
+from hpc_refer.parallel import Fabric, abort_job, app_count, world_rank_size
 from hpc_refer.training import (
     ActorResult,
     LearnerResult,
@@ -43,6 +43,8 @@ examples:
   python -m hpc_refer.run --config my.toml --steps 20000 --run-dir runs/try
   mpirun -n 64 python -m hpc_refer.run --learners 8         # 8 learners, 56 actors
   mpirun -n 9 python -m hpc_refer.run --env Diffusion1D --ranks-per-env 4   # 2 teams of 4
+  mpirun -n 3 python -m hpc_refer.run --env external : -n 4 ./heat1d  # C solver, 2 groups of 2
+  python -m hpc_refer.run --env "external:-n 2 ./heat1d"    # the actor spawns the C solver
 the run directory holds config.toml, episodes.csv, train.jsonl and log.txt;
 plot learning curves with: python -m hpc_refer.plot RUN_DIR [RUN_DIR ...] --out curves.png"""
 
@@ -88,10 +90,21 @@ def main(argv: list[str] | None = None) -> int:
                 run.close()
             return 0
     except (ConfigError, LayoutError, FileExistsError) as err:
-        if rank == 0:
-            print(f"hpc_refer.run: error: {err}", file=sys.stderr)
-        return 2
+        return _error(str(err), rank)
+    except SystemExit as done:  # argparse's --help or usage error
+        if done.code and app_count() > 1:
+            abort_job(2)
+        raise
     return _main_mpi(config, layout, rank)
+
+
+def _error(message: str, rank: int) -> int:
+    """Report a start-up error on rank 0 and return 2; under MPMD end the solver app too."""
+    if rank == 0:
+        print(f"hpc_refer.run: error: {message}", file=sys.stderr, flush=True)
+        if app_count() > 1:
+            abort_job(2)
+    return 2
 
 
 def _main_mpi(config: Config, layout: Layout, rank: int) -> int:
@@ -105,9 +118,7 @@ def _main_mpi(config: Config, layout: Layout, rank: int) -> int:
             error = str(err)
     error = fabric.bcast(error)
     if error:
-        if rank == 0:
-            print(f"hpc_refer.run: error: {error}", file=sys.stderr)
-        return 2
+        return _error(error, rank)
     set_threads(config)
     run = RunDirectory(path, config) if rank == 0 and path is not None else None
     try:

@@ -24,7 +24,15 @@ import torch
 from hpc_refer.actor import Actor
 from hpc_refer.algorithms.vracer import StepStats, VRacer
 from hpc_refer.config import Config
-from hpc_refer.envs import EnvironmentFinished, TeamDriver, env_dims, env_factory, serve_team
+from hpc_refer.envs import (
+    EnvironmentFinished,
+    TeamDriver,
+    env_dims,
+    env_factory,
+    is_external,
+    make_env,
+    serve_team,
+)
 from hpc_refer.layout import Layout
 from hpc_refer.learner import Learner
 from hpc_refer.metrics import RunDirectory, progress_line
@@ -49,9 +57,10 @@ class IntervalStats:
             self.sums[k] = self.sums.get(k, 0.0) + v
         self.count += 1
 
-    def record(self, learner: Learner, env_steps: int, n_far: int,
-               n_stored: int) -> dict[str, float | int]:
-        """The interval's metrics; far-policy fraction from the global counts."""
+    def record(self, learner: Learner, env_steps: int, n_far: int, n_stored: int,
+               faults: int = 0) -> dict[str, float | int]:
+        """The interval's metrics; far-policy fraction from the global counts; ``faults``:
+        solver faults of all actors so far."""
         dt = max(time.perf_counter() - self.t0, 1e-9)
         refer = learner.algo.refer
         out: dict[str, float | int] = {
@@ -65,6 +74,7 @@ class IntervalStats:
             "far_fraction": n_far / max(n_stored, 1),
             "stored": n_stored,
             "reward_scale": learner.replay.reward_scale,
+            "solver_faults": faults,
         }
         out.update({k: v / self.count for k, v in self.sums.items()} if self.count else {})
         return out
@@ -85,7 +95,7 @@ def _policy_net(config: Config, obs_dim: int, act_dim: int) -> GaussianPolicyVal
 
 def train_in_one_process(config: Config, run: RunDirectory) -> Learner:
     """Train V-RACER + ReF-ER with one actor and one learner in this process."""
-    env = TeamDriver(env_factory(config.run.env, 1)(None), None)
+    env = TeamDriver(make_env(config.run.env, 1, None), None)
     algo = VRacer(env.obs_dim, env.act_dim, config.vracer, config.refer, config.run.seed)
     learner = Learner(algo, config, env.obs_dim, env.act_dim, config.run.seed + 1)
     actor = Actor(env, _policy_net(config, env.obs_dim, env.act_dim),
@@ -107,7 +117,7 @@ def train_in_one_process(config: Config, run: RunDirectory) -> Learner:
             if env_steps % every == 0 or env_steps == total:
                 replay = learner.replay
                 _log_interval(run, interval.record(learner, env_steps, replay.n_far,
-                                                   replay.n_transitions), total)
+                                                   replay.n_transitions, actor.faults), total)
                 interval.reset(env_steps, learner.grad_steps)
     finally:
         env.close()
@@ -125,6 +135,18 @@ class LearnerResult:
     episodes: list[tuple[int, int, float, int]] = field(default_factory=list)
     """(env_step, actor rank, return, length) of every episode received."""
     finished_actors: list[int] = field(default_factory=list)
+    faults: int = 0
+    """Solver faults of all actors, as last reported in their chunks."""
+
+
+def _agreed_dims(fabric: Fabric, mine: tuple[int, int] | None) -> tuple[int, int]:
+    """(obs_dim, act_dim) declared by every actor's external solver (collective; learners
+    pass None)."""
+    dims = {d for d in fabric.allgather(mine) if d is not None}
+    if len(dims) != 1:
+        raise RuntimeError(f"the external solvers declare different (obs_dim, act_dim): "
+                           f"{sorted(dims)}; every environment must declare the same sizes")
+    return dims.pop()
 
 
 class _LearnerLoop:
@@ -132,7 +154,8 @@ class _LearnerLoop:
 
     def __init__(self, config: Config, layout: Layout, fabric: Fabric,
                  run: RunDirectory | None) -> None:
-        obs_dim, act_dim = env_dims(config.run.env, config.run.ranks_per_env)
+        dims = env_dims(config.run.env, config.run.ranks_per_env)
+        obs_dim, act_dim = dims if dims is not None else _agreed_dims(fabric, None)
         self.config = config
         self.fabric = fabric
         self.reducer = fabric.reducer()
@@ -174,8 +197,10 @@ class _LearnerLoop:
     def reduce_counters(self) -> tuple[int, int]:
         """Allreduce (new env steps, stored states, active actors); returns the last two."""
         tot = self.reducer.sum(np.array([self.new_steps, self.learner.replay.size,
-                                         len(self.running) + len(self.waiting)]))
+                                         len(self.running) + len(self.waiting),
+                                         sum(self.channel.faults.values())]))
         self.result.env_steps += int(tot[0])
+        self.result.faults = int(tot[3])
         self.new_steps = 0
         step = self.result.env_steps
         self.result.episodes += [(step, a, r, n) for a, r, n in self.new_episodes]
@@ -194,7 +219,7 @@ class _LearnerLoop:
         replay = self.learner.replay
         n_far, n_stored = self.reducer.sum(np.array([replay.n_far, replay.n_transitions]))
         record = self.interval.record(self.learner, self.result.env_steps, int(n_far),
-                                      int(n_stored))
+                                      int(n_stored), self.result.faults)
         gathered = self.reducer.gather((record, self.result.episodes[self.logged_episodes:]))
         self.logged_episodes = len(self.result.episodes)
         if self.run is not None and gathered is not None:
@@ -271,14 +296,19 @@ class ActorResult:
     """Transitions sent to the learner."""
     episodes: int = 0
     finished_early: bool = False
+    faults: int = 0
+    """Solver faults (episodes ended by invalid solver messages)."""
 
 
 def actor_main(config: Config, layout: Layout, fabric: Fabric) -> ActorResult:
     """An actor rank: run its team's environment with a policy copy; chunks to its learner."""
     assert fabric.team is not None
     team = Team(fabric.team)
-    env = TeamDriver(env_factory(config.run.env, config.run.ranks_per_env)(team), team)
     index = layout.team(fabric.rank)
+    env = TeamDriver(make_env(config.run.env, config.run.ranks_per_env, team, index,
+                              layout.envs), team)
+    if is_external(config.run.env):
+        _agreed_dims(fabric, (env.obs_dim, env.act_dim))
     net = _policy_net(config, env.obs_dim, env.act_dim)
     channel = ActorChannel(fabric.world, layout.learner_of(index), flat_state(net).size)
     result = ActorResult()
@@ -295,6 +325,7 @@ def actor_main(config: Config, layout: Layout, fabric: Fabric) -> ActorResult:
                 channel.send_done()
                 result.finished_early = True
                 return result
+            result.faults = channel.faults = actor.faults
             if chunk is None:
                 continue
             channel.send_chunk(chunk, (episode.ret, episode.length) if episode else None)

@@ -7,7 +7,9 @@ The interface (what the actor calls)::
 
 ``--env`` selects: a built-in solver by name (``Diffusion1D``), a user's class as
 ``package.module:Class`` (constructed with the team, see :class:`~hpc_refer.parallel.Team`),
-or any gymnasium id with a continuous action space (one rank per environment).
+an external MPI program (``external``, ``external:[-n K] PROGRAM``, see
+:mod:`hpc_refer.envs.external`), or any gymnasium id with a continuous action space (one rank
+per environment).
 A solver spanning K ranks is called collectively: team rank 0 (the actor) drives it through
 :class:`TeamDriver`, the other ranks follow in :func:`serve_team`.
 """
@@ -21,13 +23,11 @@ from typing import Any
 import numpy as np
 
 from hpc_refer.config import ConfigError
+from hpc_refer.envs.external import ExternalEnv, is_external, parse_spec
 from hpc_refer.envs.gym_env import GymEnv, Status, check_env_id
 from hpc_refer.parallel import Team
 
-BUILTIN = {
-    "Diffusion1D": "hpc_refer.envs.diffusion:Diffusion1D",
-    "KS": "hpc_refer.envs.ks:KuramotoSivashinsky",
-}
+BUILTIN = {"Diffusion1D": "hpc_refer.envs.diffusion:Diffusion1D"}
 
 
 class EnvironmentFinished(Exception):  # noqa: N818 (a signal, not an error)
@@ -60,8 +60,22 @@ def env_factory(env_id: str, ranks_per_env: int) -> Callable[[Team | None], Any]
     return lambda team: GymEnv(env_id)
 
 
-def env_dims(env_id: str, ranks_per_env: int) -> tuple[int, int]:
-    """(obs_dim, act_dim) of ``env_id`` without a team (learners need only the sizes)."""
+def make_env(env_id: str, ranks_per_env: int, team: Team | None, index: int = 0,
+             envs: int = 1) -> Any:
+    """The environment of team ``index`` (of ``envs``), on its actor or solver ranks."""
+    if is_external(env_id):
+        return ExternalEnv(env_id, index, envs)
+    return env_factory(env_id, ranks_per_env)(team)
+
+
+def env_dims(env_id: str, ranks_per_env: int) -> tuple[int, int] | None:
+    """(obs_dim, act_dim) of ``env_id`` without a team (learners need only the sizes).
+
+    None for an external solver, whose sizes arrive in its HELLO (the id is validated).
+    """
+    if is_external(env_id):
+        parse_spec(env_id, ranks_per_env)
+        return None
     factory = env_factory(env_id, ranks_per_env)
     if ":" in env_id or env_id in BUILTIN:
         cls = _load_class(BUILTIN.get(env_id, env_id))

@@ -1,0 +1,173 @@
+"""External solvers: an environment whose dynamics run in another MPI program.
+
+``--env`` selects one of two ways to reach it (the program uses
+``solvers/coupling/hpc_refer_client.h`` or ``hpc_refer_client.f90``; guide and launch lines in
+``solvers/README.md``)::
+
+    --env external                       the solver runs in the same mpirun (MPMD):
+        mpirun -n 3 python -m hpc_refer.run --env external ... : -n 4 ./heat1d
+        (E actors; the solver's ranks split into E equal groups, one per actor)
+    --env "external:[-n K] PROGRAM [ARGS...]"
+        each actor starts K ranks of PROGRAM with MPI_Comm_spawn (default K = 1)
+
+Both need ``--ranks-per-env 1``: an environment's ranks are the solver's, not hpc_refer's.
+
+The wire protocol (tags, layouts) is in :class:`hpc_refer.parallel.SolverLink`. Every STATE
+message is checked here: size 3 + obs_dim, status 0/1/2, the expected step index, finite
+reward and state. A failed check raises :class:`SolverFault`, which names the environment,
+the solver's rank and the field; the actor then drops the faulty step, counts and logs the
+fault, and resets the environment.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+
+import numpy as np
+
+from hpc_refer.config import ConfigError
+from hpc_refer.envs.gym_env import Status
+from hpc_refer.parallel import (
+    PROTOCOL_VERSION,
+    TAG_BOUNDS,
+    TAG_HELLO,
+    TAG_STATE,
+    SolverLink,
+    app_count,
+)
+
+PREFIX = "external"
+USAGE = ("allowed are 'external' (solver in the same mpirun: mpirun -n N python -m "
+         "hpc_refer.run --env external ... : -n M ./solver) or 'external:[-n K] PROGRAM "
+         "[ARGS...]' (each actor spawns K ranks of PROGRAM)")
+
+
+class SolverFault(ValueError):  # noqa: N818 (a recoverable fault, not a fatal error)
+    """A solver sent a message that fails validation: the episode is ended as a fault."""
+
+
+class ExternalSolverError(RuntimeError):
+    """The solver's HELLO is unusable (sizes, bounds, protocol version): training stops."""
+
+
+def is_external(env_id: str) -> bool:
+    return env_id == PREFIX or env_id.startswith(PREFIX + ":")
+
+
+def parse_spec(env_id: str, ranks_per_env: int) -> tuple[str, list[str], int] | None:
+    """Validate an ``external`` env id: None for MPMD, else (program path, args, ranks).
+
+    Raises ConfigError with the allowed forms.
+    """
+    if ranks_per_env != 1:
+        raise ConfigError(f"run.env = {env_id!r} runs the solver outside hpc_refer's ranks: "
+                          f"run.ranks_per_env = {ranks_per_env} is invalid, allowed is 1")
+    if env_id == PREFIX:
+        if app_count() != 2:
+            raise ConfigError(f"run.env = 'external' but this mpirun has {app_count()} app(s), "
+                              f"not hpc_refer and one solver; {USAGE}")
+        return None
+    try:
+        words = shlex.split(env_id[len(PREFIX) + 1 :])
+    except ValueError as err:
+        raise ConfigError(f"run.env = {env_id!r}: {err}; {USAGE}") from None
+    ranks = 1
+    if words[:1] == ["-n"]:
+        if len(words) < 2 or not words[1].isdigit() or int(words[1]) < 1:
+            raise ConfigError(f"run.env = {env_id!r}: -n needs an integer >= 1; {USAGE}")
+        ranks, words = int(words[1]), words[2:]
+    if not words:
+        raise ConfigError(f"run.env = {env_id!r} names no program; {USAGE}")
+    program = shutil.which(words[0]) if os.sep not in words[0] else words[0]
+    if program is None or not (os.path.isfile(program) and os.access(program, os.X_OK)):
+        raise ConfigError(f"run.env = {env_id!r}: program {words[0]!r} is not an executable "
+                          f"file; {USAGE}")
+    return os.path.abspath(program), words[1:], ranks
+
+
+class ExternalEnv:
+    """Environment ``index`` of ``envs``, run by an external solver group (actor side)."""
+
+    def __init__(self, env_id: str, index: int, envs: int) -> None:
+        spec = parse_spec(env_id, 1)
+        if spec is None:
+            self.link = SolverLink.mpmd(index, envs)
+            where = f"world rank {self.link.peer}"
+        else:
+            program, args, ranks = spec
+            self.link = SolverLink.spawn(program, args, ranks, index, envs)
+            where = f"spawned rank 0 of {os.path.basename(program)}"
+        self.name = f"external env {index} ({where})"
+        self.obs_dim, self.act_dim = self._hello()
+        self.low, self.high = self._bounds()
+        self.t = 0
+
+    def _hello(self) -> tuple[int, int]:
+        tag, hello = self.link.recv()
+        if tag != TAG_HELLO or hello.size != 4:
+            raise ExternalSolverError(f"{self.name}: first message must be HELLO (tag "
+                                      f"{TAG_HELLO}, int32[4]), got tag {tag} with "
+                                      f"{hello.size} values")
+        version, obs_dim, act_dim, _ = (int(x) for x in hello)
+        if version != PROTOCOL_VERSION or obs_dim < 1 or act_dim < 1:
+            raise ExternalSolverError(f"{self.name}: HELLO declares protocol {version}, "
+                                      f"obs_dim {obs_dim}, act_dim {act_dim}; allowed: "
+                                      f"protocol {PROTOCOL_VERSION}, sizes >= 1")
+        return obs_dim, act_dim
+
+    def _bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        tag, bounds = self.link.recv()
+        a = self.act_dim
+        if tag != TAG_BOUNDS or bounds.size != 2 * a:
+            raise ExternalSolverError(f"{self.name}: second message must be BOUNDS (tag "
+                                      f"{TAG_BOUNDS}, float64[{2 * a}]), got tag {tag} with "
+                                      f"{bounds.size} values")
+        low, high = bounds[:a], bounds[a:]
+        if np.isnan(bounds).any() or not (low < high).all():
+            raise ExternalSolverError(f"{self.name}: BOUNDS need low < high (+-inf allowed), "
+                                      f"got low {low}, high {high}")
+        return low, high
+
+    def _fault(self, field: str, problem: str) -> SolverFault:
+        return SolverFault(f"{self.name}: field '{field}' {problem}")
+
+    def _receive(self) -> tuple[np.ndarray, float, Status]:
+        """The next STATE, validated: (state, reward, status)."""
+        tag, msg = self.link.recv()
+        if tag != TAG_STATE:
+            raise self._fault("tag", f"= {tag}, expected STATE ({TAG_STATE})")
+        if msg.size != 3 + self.obs_dim:
+            raise self._fault("size", f"= {msg.size} values, expected 3 + obs_dim = "
+                                      f"{3 + self.obs_dim}")
+        status, step, reward = msg[:3]
+        if status not in (0, 1, 2):
+            raise self._fault("status", f"= {status} is unknown (0 continue, 1 terminal, "
+                                        f"2 truncated)")
+        if step != self.t:
+            raise self._fault("step", f"= {step}, expected {self.t}")
+        if not np.isfinite(reward):
+            raise self._fault("reward", f"= {reward} is not finite")
+        state = msg[3:]
+        bad = np.flatnonzero(~np.isfinite(state))
+        if bad.size:
+            raise self._fault(f"state[{bad[0]}]", f"= {state[bad[0]]} is not finite "
+                                                  f"({bad.size} such values)")
+        return state, float(reward), Status(int(status))
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        self.t = 0
+        self.link.send_reset(-1 if seed is None else seed % 2**31)
+        state, _, status = self._receive()
+        if status != Status.CONTINUE:
+            raise self._fault("status", f"= {int(status)} after RESET, expected 0 (continue)")
+        return state
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, Status]:
+        self.t += 1
+        self.link.send_action(np.asarray(action, np.float64))
+        return self._receive()
+
+    def close(self) -> None:
+        self.link.close()

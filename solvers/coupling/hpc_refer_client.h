@@ -1,0 +1,222 @@
+/* hpc_refer_client.h: couple an MPI solver (C or C++) to hpc_refer as an external environment.
+ *
+ * Header only (static inline), MPI C API only. Four calls, made by EVERY rank of the solver:
+ *
+ *   hpc_refer_client c;
+ *   hpc_refer_init(&c, &argc, &argv, obs_dim, act_dim, low, high);  // MPI_Init if needed
+ *   for (;;) {
+ *     int seed, cmd = hpc_refer_recv_action(&c, action, &seed);     // action on all ranks
+ *     if (cmd == HPC_REFER_STOP) break;
+ *     if (cmd == HPC_REFER_RESET) { ...new episode...; status = HPC_REFER_CONTINUE; step = 0; }
+ *     else                        { ...advance with action...; step += 1; }
+ *     hpc_refer_send_state(&c, status, step, reward, state);         // read on group rank 0
+ *   }
+ *   hpc_refer_finalize(&c);                                          // MPI_Finalize if ours
+ *
+ * Use c.comm (the ranks of this environment, c.rank / c.size) for the solver's own MPI
+ * traffic instead of MPI_COMM_WORLD. Launch (see solvers/README.md):
+ *   MPMD:  mpirun -n 2 python -m hpc_refer.run --env external ... : -n 4 ./solver
+ *          (the solver's ranks split into E equal groups, one per hpc_refer actor)
+ *   spawn: [mpirun -n 2] python -m hpc_refer.run --env "external:-n 4 ./solver" ...
+ *          (each actor starts its own group with MPI_Comm_spawn)
+ *
+ * Wire protocol (between the actor and the group's rank 0; A = actor, S = solver):
+ *   tag  dir     type[count]      content
+ *   101  A -> S  int[2]           ASSIGN: environment index e, number of environments E
+ *   102  S -> A  int[4]           HELLO: protocol version 1, obs_dim, act_dim, group ranks
+ *   103  S -> A  double[2 a]      BOUNDS: action low[a] then high[a]
+ *   106  A -> S  int[1]           RESET: seed (-1: none); S answers with STATE
+ *   105  A -> S  double[a]        ACTION; S answers with STATE
+ *   104  S -> A  double[3 + d]    STATE: status, step index, reward, state[d]
+ *   107  A -> S  int[0]           STOP
+ * status: 0 continue, 1 terminal, 2 truncated; step index: 0 after RESET, k after the k-th
+ * ACTION. Messages travel on MPI_COMM_WORLD (MPMD) or the parent intercommunicator (spawn).
+ * A STATE of the wrong size, an unknown status, a wrong step index or a non-finite value is a
+ * solver fault: hpc_refer drops the episode's faulty step, logs it and sends RESET.
+ */
+#ifndef HPC_REFER_CLIENT_H
+#define HPC_REFER_CLIENT_H
+
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HPC_REFER_PROTOCOL 1
+
+enum {
+  HPC_REFER_TAG_ASSIGN = 101, HPC_REFER_TAG_HELLO = 102, HPC_REFER_TAG_BOUNDS = 103,
+  HPC_REFER_TAG_STATE = 104, HPC_REFER_TAG_ACTION = 105, HPC_REFER_TAG_RESET = 106,
+  HPC_REFER_TAG_STOP = 107
+};
+enum { HPC_REFER_CONTINUE = 0, HPC_REFER_TERMINAL = 1, HPC_REFER_TRUNCATED = 2 };
+enum { HPC_REFER_RESET = 0, HPC_REFER_STEP = 1, HPC_REFER_STOP = 2 };
+
+typedef struct {
+  MPI_Comm comm;  /* this environment's ranks: use it for the solver's own communication */
+  int rank, size; /* in comm */
+  int env, envs;  /* environment index e and number E of environments */
+  int obs_dim, act_dim;
+  MPI_Comm peer;  /* MPI_COMM_WORLD (MPMD) or the parent intercommunicator (spawn) */
+  int actor;      /* the actor's rank in peer */
+  MPI_Comm app;   /* this program's ranks (MPI_COMM_WORLD unless MPMD) */
+  int spawned, owns_mpi;
+  double *buf;    /* 3 + obs_dim doubles (rank 0) */
+} hpc_refer_client;
+
+/* Print "hpc_refer_client: <msg>" and abort the whole job (both apps). */
+static inline void hpc_refer_fail(const char *msg) {
+  int rank;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  fprintf(stderr, "hpc_refer_client: error on world rank %d: %s\n", rank, msg);
+  fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 2);
+}
+
+/* The ASSIGN messages of the E actors (MPMD), received by the leader of the solver app:
+ * returns the actors' world ranks (malloc'd, E entries) and sets c->envs. */
+static inline int *hpc_refer_assign_(hpc_refer_client *c) {
+  int got = 0, msg[2], *actors = NULL, i;
+  char text[200];
+  MPI_Status st;
+  do {
+    MPI_Recv(msg, 2, MPI_INT, MPI_ANY_SOURCE, HPC_REFER_TAG_ASSIGN, MPI_COMM_WORLD, &st);
+    if (got == 0 && msg[1] > 0) {
+      c->envs = msg[1];
+      actors = (int *)malloc((size_t)c->envs * sizeof(int));
+      for (i = 0; i < c->envs; ++i) actors[i] = -1;
+    }
+    if (actors == NULL || msg[1] != c->envs || msg[0] < 0 || msg[0] >= c->envs ||
+        actors[msg[0]] >= 0) {
+      snprintf(text, sizeof text, "bad ASSIGN (env %d of %d) from world rank %d", msg[0],
+               msg[1], st.MPI_SOURCE);
+      hpc_refer_fail(text);
+    }
+    actors[msg[0]] = st.MPI_SOURCE;
+  } while (++got < c->envs);
+  return actors;
+}
+
+/* Join hpc_refer: split the ranks into environments and declare the sizes (collective over
+ * every rank of the solver; in MPMD also the Allgather + Split that hpc_refer makes). */
+static inline int hpc_refer_init(hpc_refer_client *c, int *argc, char ***argv, int obs_dim,
+                                 int act_dim, const double *low, const double *high) {
+  int flag, wrank, wsize, found, *attr, mine, several = 0, i;
+  MPI_Comm parent;
+  memset(c, 0, sizeof *c);
+  MPI_Initialized(&flag);
+  c->owns_mpi = !flag;
+  if (!flag) MPI_Init(argc, argv);
+  c->obs_dim = obs_dim;
+  c->act_dim = act_dim;
+  MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
+  MPI_Comm_size(MPI_COMM_WORLD, &wsize);
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_APPNUM, &attr, &found);
+  mine = found ? *attr : 0;
+  int *apps = (int *)malloc((size_t)wsize * sizeof(int));
+  MPI_Allgather(&mine, 1, MPI_INT, apps, 1, MPI_INT, MPI_COMM_WORLD);
+  for (i = 0; i < wsize; ++i) several |= apps[i] != apps[0];
+  c->app = MPI_COMM_WORLD;
+  if (several) MPI_Comm_split(MPI_COMM_WORLD, mine, wrank, &c->app);
+  free(apps);
+  int arank, asize;
+  MPI_Comm_rank(c->app, &arank);
+  MPI_Comm_size(c->app, &asize);
+  MPI_Comm_get_parent(&parent);
+  int head[2] = {0, 1}; /* env, envs */
+  if (parent != MPI_COMM_NULL) {
+    c->spawned = 1;
+    c->peer = parent;
+    c->actor = 0;
+    if (arank == 0)
+      MPI_Recv(head, 2, MPI_INT, 0, HPC_REFER_TAG_ASSIGN, parent, MPI_STATUS_IGNORE);
+    MPI_Bcast(head, 2, MPI_INT, 0, c->app);
+    c->env = head[0];
+    c->envs = head[1];
+    MPI_Comm_dup(c->app, &c->comm);
+  } else if (several) {
+    c->peer = MPI_COMM_WORLD;
+    int *actors = arank == 0 ? hpc_refer_assign_(c) : NULL;
+    MPI_Bcast(&c->envs, 1, MPI_INT, 0, c->app);
+    if (asize % c->envs != 0) {
+      char text[200];
+      snprintf(text, sizeof text, "%d solver ranks cannot be split into %d environments of "
+               "equal size: launch a multiple of %d solver ranks", asize, c->envs, c->envs);
+      if (arank == 0) hpc_refer_fail(text);
+    }
+    if (arank != 0) actors = (int *)malloc((size_t)c->envs * sizeof(int));
+    MPI_Bcast(actors, c->envs, MPI_INT, 0, c->app);
+    c->env = arank / (asize / c->envs);
+    c->actor = actors[c->env];
+    free(actors);
+    MPI_Comm_split(c->app, c->env, arank, &c->comm);
+  } else {
+    hpc_refer_fail("not started by hpc_refer: launch it beside hpc_refer in one mpirun "
+                   "(mpirun -n N python -m hpc_refer.run --env external ... : -n M ./solver) "
+                   "or let hpc_refer spawn it (--env \"external:-n M ./solver\")");
+  }
+  MPI_Comm_rank(c->comm, &c->rank);
+  MPI_Comm_size(c->comm, &c->size);
+  if (c->rank == 0) {
+    int hello[4] = {HPC_REFER_PROTOCOL, obs_dim, act_dim, c->size};
+    double *bounds = (double *)malloc(2 * (size_t)act_dim * sizeof(double));
+    memcpy(bounds, low, (size_t)act_dim * sizeof(double));
+    memcpy(bounds + act_dim, high, (size_t)act_dim * sizeof(double));
+    MPI_Send(hello, 4, MPI_INT, c->actor, HPC_REFER_TAG_HELLO, c->peer);
+    MPI_Send(bounds, 2 * act_dim, MPI_DOUBLE, c->actor, HPC_REFER_TAG_BOUNDS, c->peer);
+    free(bounds);
+    c->buf = (double *)malloc((3 + (size_t)obs_dim) * sizeof(double));
+  }
+  return MPI_SUCCESS;
+}
+
+/* Wait for the actor's next command (collective over c->comm). Returns HPC_REFER_RESET
+ * (*seed set, -1: none), HPC_REFER_STEP (action[act_dim] set on every rank) or
+ * HPC_REFER_STOP. */
+static inline int hpc_refer_recv_action(hpc_refer_client *c, double *action, int *seed) {
+  int head[2] = {HPC_REFER_STOP, -1};
+  if (c->rank == 0) {
+    MPI_Status st;
+    MPI_Probe(c->actor, MPI_ANY_TAG, c->peer, &st);
+    if (st.MPI_TAG == HPC_REFER_TAG_ACTION) {
+      MPI_Recv(action, c->act_dim, MPI_DOUBLE, c->actor, st.MPI_TAG, c->peer, MPI_STATUS_IGNORE);
+      head[0] = HPC_REFER_STEP;
+    } else if (st.MPI_TAG == HPC_REFER_TAG_RESET) {
+      MPI_Recv(&head[1], 1, MPI_INT, c->actor, st.MPI_TAG, c->peer, MPI_STATUS_IGNORE);
+      head[0] = HPC_REFER_RESET;
+    } else if (st.MPI_TAG == HPC_REFER_TAG_STOP) {
+      MPI_Recv(NULL, 0, MPI_INT, c->actor, st.MPI_TAG, c->peer, MPI_STATUS_IGNORE);
+    } else {
+      hpc_refer_fail("unexpected message tag from the actor");
+    }
+  }
+  MPI_Bcast(head, 2, MPI_INT, 0, c->comm);
+  if (head[0] == HPC_REFER_STEP) MPI_Bcast(action, c->act_dim, MPI_DOUBLE, 0, c->comm);
+  if (seed) *seed = head[1];
+  return head[0];
+}
+
+/* Answer a RESET or an ACTION: called on every rank, state[obs_dim] is read on rank 0 only. */
+static inline int hpc_refer_send_state(hpc_refer_client *c, int status, int step,
+                                       double reward, const double *state) {
+  if (c->rank != 0) return MPI_SUCCESS;
+  c->buf[0] = status;
+  c->buf[1] = step;
+  c->buf[2] = reward;
+  memcpy(c->buf + 3, state, (size_t)c->obs_dim * sizeof(double));
+  return MPI_Send(c->buf, 3 + c->obs_dim, MPI_DOUBLE, c->actor, HPC_REFER_TAG_STATE, c->peer);
+}
+
+/* After HPC_REFER_STOP: free the communicators (disconnect from a spawning actor) and
+ * MPI_Finalize when hpc_refer_init called MPI_Init. */
+static inline int hpc_refer_finalize(hpc_refer_client *c) {
+  free(c->buf);
+  c->buf = NULL;
+  MPI_Comm_free(&c->comm);
+  if (c->spawned) MPI_Comm_disconnect(&c->peer);
+  if (c->app != MPI_COMM_WORLD) MPI_Comm_free(&c->app);
+  if (c->owns_mpi) MPI_Finalize();
+  return MPI_SUCCESS;
+}
+
+#endif /* HPC_REFER_CLIENT_H */
