@@ -456,3 +456,9 @@ class Team:
         self.comm.Sendrecv(np.array([right_edge]), dest=right, recvbuf=from_left, source=left)
         self.comm.Sendrecv(np.array([left_edge]), dest=left, recvbuf=from_right, source=right)
         return float(from_left[0]), float(from_right[0])
+
+    def sum_array(self, local: np.ndarray) -> np.ndarray:
+        """Element-wise sum of a float64 array over the team, on every rank (one Allreduce)."""
+        out = np.array(local, np.float64)
+        self.comm.Allreduce(_mpi().IN_PLACE, out, op=_mpi().SUM)
+        return out

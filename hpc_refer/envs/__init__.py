@@ -27,7 +27,10 @@ from hpc_refer.envs.external import ExternalEnv, is_external, parse_spec
 from hpc_refer.envs.gym_env import GymEnv, Status, check_env_id
 from hpc_refer.parallel import Team
 
-BUILTIN = {"Diffusion1D": "hpc_refer.envs.diffusion:Diffusion1D"}
+BUILTIN = {
+    "Diffusion1D": "hpc_refer.envs.diffusion:Diffusion1D",
+    "KS": "hpc_refer.envs.ks:KuramotoSivashinsky",
+}
 
 
 class EnvironmentFinished(Exception):  # noqa: N818 (a signal, not an error)
