@@ -79,3 +79,14 @@ def test_mpirun_8_ranks_two_learners_finishes(tmp_path):
     ranks = {int(x.split(",")[1]) for x in (run / "episodes.csv").read_text().splitlines()[1:]}
     assert ranks == set(range(2, 8)), "episodes of all six actors, recorded with their rank"
     assert "2 learners, 6 environment teams of 1 ranks" in (run / "log.txt").read_text()
+
+
+def test_teams_of_two_ranks_train_end_to_end(tmp_path):
+    proc = mpirun(5, "--env", "Diffusion1D", "--ranks-per-env", "2", "--steps", "600",
+                  "--replay.size", "1000", "--replay.learn-start", "200", "--vracer.batch", "32",
+                  "--vracer.hidden", "16,16", "--chunk-len", "25", "--log-every", "200",
+                  "--run-dir", "teams", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = (tmp_path / "teams" / "episodes.csv").read_text().splitlines()[1:]
+    assert {int(x.split(",")[1]) for x in lines} == {1, 3}, "actors are team ranks 0 only"
+    assert all(int(x.split(",")[3]) == 50 for x in lines)

@@ -184,3 +184,28 @@ def test_two_learners_average_to_the_full_batch_gradient():
     for g_full, p in zip(full, split.net.parameters(), strict=True):
         torch.testing.assert_close(p.grad, g_full, rtol=1e-5, atol=1e-6)
     comm.Free()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_diffusion_split_over_a_team_equals_one_rank():
+    """The multi-rank test environment really splits its state: every rank holds only its
+    cells, and the team's trajectory equals the one-rank trajectory."""
+    from hpc_refer.envs.diffusion import N_CELLS, Diffusion1D
+    from hpc_refer.parallel import Team
+
+    team_env = Diffusion1D(Team(COMM))
+    alone = Diffusion1D(None)
+    assert team_env.cells.size < N_CELLS
+    assert COMM.allreduce(team_env.cells.size) == N_CELLS
+    obs_team, obs_alone = team_env.reset(5), alone.reset(5)
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        a = rng.uniform(-1, 1, 4)
+        obs_team, r_team, s_team = team_env.step(a)
+        obs_alone, r_alone, s_alone = alone.step(a)
+        assert r_team == pytest.approx(r_alone, rel=1e-12, abs=1e-14)
+        assert s_team == s_alone
+        if COMM.Get_rank() == 0:
+            np.testing.assert_allclose(obs_team, obs_alone, rtol=1e-6)
+        else:
+            assert obs_team.size == 0
