@@ -38,6 +38,6 @@ test: lint
 	for n in $(MPI_RANKS); do \
 	  echo "== pytest --only-mpi under mpirun -n $$n =="; \
 	  timeout 900 mpirun -n $$n $(PY) -m pytest -q -p no:cacheprovider --color=no \
-	    --with-mpi --only-mpi tests; rc=$$?; \
+	    --only-mpi tests; rc=$$?; \
 	  if [ $$rc -ne 0 ] && [ $$rc -ne 5 ]; then exit $$rc; fi; \
 	done
