@@ -69,24 +69,27 @@ def test_bad_layout_stops_every_rank_with_one_message(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
-def test_mpirun_8_ranks_two_learners_finishes(tmp_path):
-    proc = mpirun(8, "--learners", "2", "--env", "Pendulum-v1", "--steps", "1600",
-                  "--replay.size", "2000", "--replay.learn-start", "400", "--vracer.batch", "32",
-                  "--vracer.hidden", "16,16", "--chunk-len", "50", "--log-every", "400",
-                  "--run-dir", "r8", cwd=tmp_path)
+def train(n: int, env: str, steps: int, chunk: int, run_dir: str, *extra: str,
+          cwd: Path) -> list[list[str]]:
+    """A small training under ``mpirun -n n``; returns the rows of its episodes.csv."""
+    proc = mpirun(n, "--env", env, "--steps", str(steps), "--replay.size", str(steps),
+                  "--replay.learn-start", str(steps // 4), "--vracer.batch", "32",
+                  "--vracer.hidden", "16,16", "--chunk-len", str(chunk),
+                  "--log-every", str(steps // 4), "--run-dir", run_dir, *extra, cwd=cwd)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = (cwd / run_dir / "episodes.csv").read_text().splitlines()[1:]
+    return [x.split(",") for x in lines]
+
+
+def test_mpirun_8_ranks_two_learners_finishes(tmp_path):
+    rows = train(8, "Pendulum-v1", 1600, 50, "r8", "--learners", "2", cwd=tmp_path)
     run = tmp_path / "r8"
-    ranks = {int(x.split(",")[1]) for x in (run / "episodes.csv").read_text().splitlines()[1:]}
+    ranks = {int(r[1]) for r in rows}
     assert ranks == set(range(2, 8)), "episodes of all six actors, recorded with their rank"
     assert "2 learners, 6 environment teams of 1 ranks" in (run / "log.txt").read_text()
 
 
 def test_teams_of_two_ranks_train_end_to_end(tmp_path):
-    proc = mpirun(5, "--env", "Diffusion1D", "--ranks-per-env", "2", "--steps", "600",
-                  "--replay.size", "1000", "--replay.learn-start", "200", "--vracer.batch", "32",
-                  "--vracer.hidden", "16,16", "--chunk-len", "25", "--log-every", "200",
-                  "--run-dir", "teams", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = (tmp_path / "teams" / "episodes.csv").read_text().splitlines()[1:]
-    assert {int(x.split(",")[1]) for x in lines} == {1, 3}, "actors are team ranks 0 only"
-    assert all(int(x.split(",")[3]) == 50 for x in lines)
+    rows = train(5, "Diffusion1D", 600, 25, "teams", "--ranks-per-env", "2", cwd=tmp_path)
+    assert {int(r[1]) for r in rows} == {1, 3}, "actors are team ranks 0 only"
+    assert all(int(r[3]) == 50 for r in rows)
