@@ -214,8 +214,9 @@ class _LearnerLoop:
             self.running.add(actor)
         self.waiting = []
 
-    def log(self, final: bool) -> None:
-        """Collective over learners: gather interval stats and episodes onto learner 0."""
+    def log(self) -> None:
+        """Collective over learners: gather interval stats and episodes onto learner 0, which
+        writes them and prints the progress line."""
         replay = self.learner.replay
         n_far, n_stored = self.reducer.sum(np.array([replay.n_far, replay.n_transitions]))
         record = self.interval.record(self.learner, self.result.env_steps, int(n_far),
@@ -226,8 +227,7 @@ class _LearnerLoop:
             for _, episodes in gathered:
                 for step, actor, ret, length in sorted(episodes):
                     self.run.episode(step, actor, ret, length)
-            if self.interval.count or final:
-                _log_interval(self.run, record, self.config.run.steps)
+            _log_interval(self.run, record, self.config.run.steps)
         self.interval.reset(self.result.env_steps, self.learner.grad_steps)
 
     def loop(self) -> LearnerResult:
@@ -248,7 +248,7 @@ class _LearnerLoop:
             if self.learner.steps_due(self.result.env_steps) <= self.slack:
                 self.release()
             while self.result.env_steps >= self.next_log:
-                self.log(final=False)
+                self.log()
                 self.next_log += self.config.run.log_every
         self.shutdown()
         return self.result
@@ -279,7 +279,7 @@ class _LearnerLoop:
         while self.learner.steps_due(self.result.env_steps) > 0:
             self.interval.add(self.learner.train_step())
             self.check_weights()
-        self.log(final=True)
+        self.log()
 
 
 def learner_main(config: Config, layout: Layout, fabric: Fabric,
