@@ -10,9 +10,10 @@ never saw (reset seeds 10^6 + k):
 * the trained policy's mean m_w(s) (deterministic), and the trained stochastic policy.
 
 The figure of merit is the time-averaged energy <E> = mean_t E_t over each evaluation
-episode (HORIZON control steps). Results go to ``bench/results/ks_control.json``; the figure
-``ks_control.png`` shows <E> per episode for each controller and the space-time diagram
-u(x, t) of one evaluation episode, uncontrolled and under the trained policy.
+episode (HORIZON control steps). Results go to ``bench/results/<name>.json`` (``--name``,
+default ``ks_control``); the figure ``<name>.png`` shows <E> per episode for each controller
+and the space-time diagram u(x, t) of one evaluation episode, uncontrolled and under the
+trained policy.
 """
 
 from __future__ import annotations
@@ -116,6 +117,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20_000, help="training steps per seed")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--eval", type=int, default=20, help="evaluation episodes")
+    parser.add_argument("--name", default="ks_control", help="results file stem")
     args = parser.parse_args()
 
     per_controller: dict[str, list[float]] = {}
@@ -139,13 +141,13 @@ def main() -> None:
             print(f"seed {seed}: trained {args.steps} steps in {wall:.0f} s; <E> mean policy "
                   f"{np.mean(mean_e):.3f}, sampled {np.mean(sampled_e):.3f}")
     reference = float(np.mean(per_controller["uncontrolled"]))
-    png = RESULTS / "ks_control.png"
+    png = RESULTS / f"{args.name}.png"
     RESULTS.mkdir(parents=True, exist_ok=True)
     draw(png, per_controller, fields)
     summary = {name: {"mean": float(np.mean(v)), "std": float(np.std(v, ddof=1)),
                       "ratio_to_uncontrolled": float(np.mean(v)) / reference}
                for name, v in per_controller.items()}
-    path = write("ks_control", {"steps": args.steps, "settings": load_toml(SETTINGS),
+    path = write(args.name, {"steps": args.steps, "settings": load_toml(SETTINGS),
                                 "eval_episodes": args.eval, "runs": runs,
                                 "energy": summary, "figure": png.name})
     for name, s in summary.items():
