@@ -55,8 +55,9 @@ class RunConfig:
 
     env: str = _opt(
         "HalfCheetah-v5",
-        "environment: a continuous-action gymnasium id, a built-in solver (Diffusion1D), or "
-        "package.module:Class",
+        "environment: a continuous-action gymnasium id, a built-in solver (Diffusion1D, KS), "
+        "package.module:Class, or an external MPI solver: external, 'external:[-n K] PROGRAM "
+        "[ARGS]', 'external:--connect DIR' (solvers/README.md)",
     )
     steps: int = _opt(1_000_000, "total environment steps over all actors")
     seed: int = _opt(0, "random seed (environment, networks, sampling)")

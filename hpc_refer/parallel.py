@@ -9,6 +9,7 @@ initialises MPI.
 
 from __future__ import annotations
 
+import os
 from functools import cache
 from typing import Any, ClassVar, Protocol
 
@@ -317,8 +318,10 @@ class SolverLink:
 
     The solver group (any number of ranks of a C/Fortran/... code using
     ``solvers/coupling/hpc_refer_client.h``) is reached over COMM_WORLD when it was started
-    in the same mpirun (MPMD), or over the intercommunicator of ``MPI_Comm_spawn``. Only the
-    group's rank 0 (the *leader*) exchanges messages with the actor:
+    in the same mpirun (MPMD), or over an intercommunicator: that of ``MPI_Comm_spawn``, or
+    that of ``MPI_Comm_accept`` when the solver is a separate MPI job that connects to a port
+    (see :meth:`accept`). Only the group's rank 0 (the *leader*) exchanges messages with the
+    actor:
 
     ====== ========== ================ ====================================================
     tag    direction  type[count]      content
@@ -338,10 +341,11 @@ class SolverLink:
     wrong size is drained and reported instead of truncating.
     """
 
-    def __init__(self, comm: Any, peer: int, spawned: bool) -> None:
+    def __init__(self, comm: Any, peer: int, intercomm: bool) -> None:
         self.comm = comm
         self.peer = peer
-        self.spawned = spawned
+        self.intercomm = intercomm
+        """Whether ``comm`` is an intercommunicator to the group (disconnected at close)."""
         self._status = _mpi().Status()
 
     @classmethod
@@ -363,7 +367,7 @@ class SolverLink:
         leader = apps.index(others[0])
         world = _mpi().COMM_WORLD
         world.Send(np.array([index, envs], np.int32), dest=leader, tag=TAG_ASSIGN)
-        link = cls(world, -1, spawned=False)
+        link = cls(world, -1, intercomm=False)
         link.peer = link._probe(TAG_HELLO)
         return link
 
@@ -372,9 +376,36 @@ class SolverLink:
               envs: int) -> SolverLink:
         """Start ``ranks`` processes of ``program`` with MPI_Comm_spawn (they find this actor
         with MPI_Comm_get_parent) and send them ASSIGN."""
-        inter = _mpi().COMM_SELF.Spawn(program, args=args, maxprocs=ranks)
+        return cls._join(_mpi().COMM_SELF.Spawn(program, args=args, maxprocs=ranks), index,
+                         envs)
+
+    @classmethod
+    def accept(cls, port_file: str, index: int, envs: int) -> SolverLink:
+        """Wait for a solver job that connects to this actor, and send it ASSIGN.
+
+        Opens an MPI port, writes its name to ``port_file`` (a temporary file renamed into
+        place, so a reader never sees a partial name) and waits in MPI_Comm_accept for one
+        group, which connects collectively over its COMM_WORLD (``hpc_refer_init`` with
+        ``HPC_REFER_PORT=port_file``). The port is closed and the file removed once the group
+        is connected: a file left behind after a run means that no solver ever came.
+        """
+        mpi = _mpi()
+        port = mpi.Open_port()
+        partial = f"{port_file}.partial"
+        with open(partial, "w") as out:
+            out.write(port + "\n")
+        os.replace(partial, port_file)
+        inter = mpi.COMM_SELF.Accept(port)
+        os.remove(port_file)
+        mpi.Close_port(port)
+        return cls._join(inter, index, envs)
+
+    @classmethod
+    def _join(cls, inter: Any, index: int, envs: int) -> SolverLink:
+        """The link over intercommunicator ``inter`` (the solver group is its remote group;
+        its rank 0 is the leader), after sending ASSIGN."""
         inter.Send(np.array([index, envs], np.int32), dest=0, tag=TAG_ASSIGN)
-        return cls(inter, 0, spawned=True)
+        return cls(inter, 0, intercomm=True)
 
     def _probe(self, tag: int) -> int:
         mpi = _mpi()
@@ -403,9 +434,9 @@ class SolverLink:
         self.comm.Send(np.ascontiguousarray(action, np.float64), dest=self.peer, tag=TAG_ACTION)
 
     def close(self) -> None:
-        """Send STOP; a spawned group is then disconnected."""
+        """Send STOP; a spawned or connected group is then disconnected."""
         self.comm.Send(np.empty(0, np.int32), dest=self.peer, tag=TAG_SOLVER_STOP)
-        if self.spawned:
+        if self.intercomm:
             self.comm.Disconnect()
 
 

@@ -15,7 +15,7 @@ import sys
 import traceback
 
 from hpc_refer.config import Config, ConfigError, add_arguments, config_from_args
-from hpc_refer.envs import env_dims
+from hpc_refer.envs import check_env
 from hpc_refer.layout import Layout, LayoutError, Role, compute_layout
 from hpc_refer.metrics import RunDirectory, new_run_dir
 from hpc_refer.parallel import Fabric, abort_job, app_count, world_rank_size
@@ -45,6 +45,8 @@ examples:
   mpirun -n 9 python -m hpc_refer.run --env Diffusion1D --ranks-per-env 4   # 2 teams of 4
   mpirun -n 3 python -m hpc_refer.run --env external : -n 4 ./heat1d  # C solver, 2 groups of 2
   python -m hpc_refer.run --env "external:-n 2 ./heat1d"    # the actor spawns the C solver
+  mpirun --ompi-server file:URI -n 2 python -m hpc_refer.run --env "external:--connect DIR"
+      # ... and the solver as a separate job: HPC_REFER_PORT=DIR/env-0.port mpirun ... ./heat1d
 the run directory holds config.toml, episodes.csv, train.jsonl and log.txt;
 plot learning curves with: python -m hpc_refer.plot RUN_DIR [RUN_DIR ...] --out curves.png"""
 
@@ -70,7 +72,7 @@ def _parse_quietly(argv: list[str] | None, rank: int) -> Config:
 def _validate(argv: list[str] | None, rank: int, world: int) -> tuple[Config, Layout]:
     config = _parse_quietly(argv, rank)
     layout = compute_layout(world, config.run.learners, config.run.ranks_per_env)
-    env_dims(config.run.env, config.run.ranks_per_env)
+    check_env(config.run.env, config.run.ranks_per_env)
     return config, layout
 
 

@@ -7,9 +7,9 @@ The interface (what the actor calls)::
 
 ``--env`` selects: a built-in solver by name (``Diffusion1D``), a user's class as
 ``package.module:Class`` (constructed with the team, see :class:`~hpc_refer.parallel.Team`),
-an external MPI program (``external``, ``external:[-n K] PROGRAM``, see
-:mod:`hpc_refer.envs.external`), or any gymnasium id with a continuous action space (one rank
-per environment).
+an external MPI program (``external``, ``external:[-n K] PROGRAM``, ``external:--connect
+DIR``, see :mod:`hpc_refer.envs.external`), or any gymnasium id with a continuous action
+space (one rank per environment).
 A solver spanning K ranks is called collectively: team rank 0 (the actor) drives it through
 :class:`TeamDriver`, the other ranks follow in :func:`serve_team`.
 """
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from hpc_refer.config import ConfigError
-from hpc_refer.envs.external import ExternalEnv, is_external, parse_spec
+from hpc_refer.envs.external import ExternalEnv, check_port_dir, is_external, parse_spec
 from hpc_refer.envs.gym_env import GymEnv, Status, check_env_id
 from hpc_refer.parallel import Team
 
@@ -88,6 +88,14 @@ def env_dims(env_id: str, ranks_per_env: int) -> tuple[int, int] | None:
         return env.obs_dim, env.act_dim
     finally:
         env.close()
+
+
+def check_env(env_id: str, ranks_per_env: int) -> None:
+    """Start-up validation of ``env_id`` on every rank, before any environment exists:
+    :func:`env_dims`, and the port directory of ``external:--connect DIR``."""
+    env_dims(env_id, ranks_per_env)
+    if is_external(env_id):
+        check_port_dir(env_id)
 
 
 class TeamDriver:

@@ -1,6 +1,6 @@
 """External solvers: an environment whose dynamics run in another MPI program.
 
-``--env`` selects one of two ways to reach it (the program uses
+``--env`` selects one of three ways to reach it (the program uses
 ``solvers/coupling/hpc_refer_client.h`` or ``hpc_refer_client.f90``; guide and launch lines in
 ``solvers/README.md``)::
 
@@ -9,8 +9,20 @@
         (E actors; the solver's ranks split into E equal groups, one per actor)
     --env "external:[-n K] PROGRAM [ARGS...]"
         each actor starts K ranks of PROGRAM with MPI_Comm_spawn (default K = 1)
+    --env "external:--connect DIR"
+        the solvers are separate MPI jobs: actor e opens an MPI port, writes its name to
+        DIR/env-<e>.port and accepts the one job started with HPC_REFER_PORT=DIR/env-<e>.port
+        (MPI_Comm_connect over that job's COMM_WORLD). All jobs need one name server; with
+        Open MPI 4 (the name server is ompi-server):
+            ompi-server --report-uri uri.txt &
+            mpirun --ompi-server file:uri.txt -n 2 python -m hpc_refer.run \\
+                --env "external:--connect ports" ... &
+            HPC_REFER_PORT=ports/env-0.port mpirun --ompi-server file:uri.txt -n 4 ./heat1d
+        Open MPI 5 needs a PRRTE DVM instead (prte --daemonize --report-uri uri.txt, then
+        mpirun --dvm file:uri.txt ...); the 5.0.11 pip wheel's mpirun --dvm crashes (see
+        solvers/README.md).
 
-Both need ``--ranks-per-env 1``: an environment's ranks are the solver's, not hpc_refer's.
+All need ``--ranks-per-env 1``: an environment's ranks are the solver's, not hpc_refer's.
 
 The wire protocol (tags, layouts) is in :class:`hpc_refer.parallel.SolverLink`. Every STATE
 message is checked here: size 3 + obs_dim, status 0/1/2, the expected step index, finite
@@ -21,9 +33,11 @@ fault, and resets the environment.
 
 from __future__ import annotations
 
+import glob
 import os
 import shlex
 import shutil
+from typing import NamedTuple
 
 import numpy as np
 
@@ -40,8 +54,27 @@ from hpc_refer.parallel import (
 
 PREFIX = "external"
 USAGE = ("allowed are 'external' (solver in the same mpirun: mpirun -n N python -m "
-         "hpc_refer.run --env external ... : -n M ./solver) or 'external:[-n K] PROGRAM "
-         "[ARGS...]' (each actor spawns K ranks of PROGRAM)")
+         "hpc_refer.run --env external ... : -n M ./solver), 'external:[-n K] PROGRAM "
+         "[ARGS...]' (each actor spawns K ranks of PROGRAM) or 'external:--connect DIR' (the "
+         "solver of env e is a separate job started with HPC_REFER_PORT=DIR/env-<e>.port)")
+MPMD, SPAWN, CONNECT = "mpmd", "spawn", "connect"
+PORT_FILE = "env-{}.port"
+"""Name of the port file of environment e in a ``--connect`` directory."""
+
+
+class Launch(NamedTuple):
+    """How the solvers of an ``external`` env id are reached."""
+
+    how: str
+    """MPMD, SPAWN or CONNECT."""
+    program: str = ""
+    """SPAWN: absolute path of the program."""
+    args: tuple[str, ...] = ()
+    """SPAWN: its arguments."""
+    ranks: int = 1
+    """SPAWN: ranks per solver group."""
+    ports: str = ""
+    """CONNECT: the directory of the port files."""
 
 
 class SolverFault(ValueError):  # noqa: N818 (a recoverable fault, not a fatal error)
@@ -53,13 +86,20 @@ class ExternalSolverError(RuntimeError):
 
 
 def is_external(env_id: str) -> bool:
+    """Whether ``env_id`` names an external solver (``external`` or ``external:...``)."""
     return env_id == PREFIX or env_id.startswith(PREFIX + ":")
 
 
-def parse_spec(env_id: str, ranks_per_env: int) -> tuple[str, list[str], int] | None:
-    """Validate an ``external`` env id: None for MPMD, else (program path, args, ranks).
+def port_file(directory: str, index: int) -> str:
+    """The file in which the actor of environment ``index`` publishes its MPI port name."""
+    return os.path.join(directory, PORT_FILE.format(index))
 
-    Raises ConfigError with the allowed forms.
+
+def parse_spec(env_id: str, ranks_per_env: int) -> Launch:
+    """Parse and validate an ``external`` env id; raises ConfigError with the allowed forms.
+
+    Checks the syntax, ``ranks_per_env``, the app count (MPMD) and the program (spawn); for
+    the state of a ``--connect`` directory see :func:`check_port_dir`.
     """
     if ranks_per_env != 1:
         raise ConfigError(f"run.env = {env_id!r} runs the solver outside hpc_refer's ranks: "
@@ -68,37 +108,66 @@ def parse_spec(env_id: str, ranks_per_env: int) -> tuple[str, list[str], int] | 
         if app_count() != 2:
             raise ConfigError(f"run.env = 'external' but this mpirun has {app_count()} app(s), "
                               f"not hpc_refer and one solver; {USAGE}")
-        return None
+        return Launch(MPMD)
     try:
         words = shlex.split(env_id[len(PREFIX) + 1 :])
     except ValueError as err:
         raise ConfigError(f"run.env = {env_id!r}: {err}; {USAGE}") from None
-    ranks = 1
+    ranks = 0  # no -n
     if words[:1] == ["-n"]:
         if len(words) < 2 or not words[1].isdigit() or int(words[1]) < 1:
             raise ConfigError(f"run.env = {env_id!r}: -n needs an integer >= 1; {USAGE}")
         ranks, words = int(words[1]), words[2:]
+    if words[:1] == ["--connect"]:
+        if len(words) != 2 or ranks:
+            raise ConfigError(f"run.env = {env_id!r}: --connect takes exactly one directory "
+                              f"(no -n, no program); {USAGE}")
+        return Launch(CONNECT, ports=os.path.abspath(words[1]))
     if not words:
         raise ConfigError(f"run.env = {env_id!r} names no program; {USAGE}")
     program = shutil.which(words[0]) if os.sep not in words[0] else words[0]
     if program is None or not (os.path.isfile(program) and os.access(program, os.X_OK)):
         raise ConfigError(f"run.env = {env_id!r}: program {words[0]!r} is not an executable "
                           f"file; {USAGE}")
-    return os.path.abspath(program), words[1:], ranks
+    return Launch(SPAWN, os.path.abspath(program), tuple(words[1:]), ranks or 1)
+
+
+def check_port_dir(env_id: str) -> None:
+    """Start-up check of an ``external:--connect DIR`` id (nothing to check for the others).
+
+    DIR must be a directory (or not exist yet: the actors create it) and hold no port file:
+    a solver could read a stale one left by an earlier run and connect to a port that is
+    gone. Run on every rank before any actor starts (actors write their files later).
+    """
+    launch = parse_spec(env_id, 1)
+    if launch.how != CONNECT:
+        return
+    if os.path.exists(launch.ports) and not os.path.isdir(launch.ports):
+        raise ConfigError(f"run.env = {env_id!r}: {launch.ports} is not a directory; {USAGE}")
+    stale = sorted(glob.glob(os.path.join(glob.escape(launch.ports), PORT_FILE.format("*"))))
+    if stale:
+        raise ConfigError(f"run.env = {env_id!r}: {launch.ports} holds port files of another "
+                          f"run ({', '.join(os.path.basename(f) for f in stale)}): delete "
+                          f"them or use an empty directory")
 
 
 class ExternalEnv:
     """Environment ``index`` of ``envs``, run by an external solver group (actor side)."""
 
     def __init__(self, env_id: str, index: int, envs: int) -> None:
-        spec = parse_spec(env_id, 1)
-        if spec is None:
+        launch = parse_spec(env_id, 1)
+        if launch.how == MPMD:
             self.link = SolverLink.mpmd(index, envs)
             where = f"world rank {self.link.peer}"
+        elif launch.how == SPAWN:
+            self.link = SolverLink.spawn(launch.program, list(launch.args), launch.ranks,
+                                         index, envs)
+            where = f"spawned rank 0 of {os.path.basename(launch.program)}"
         else:
-            program, args, ranks = spec
-            self.link = SolverLink.spawn(program, args, ranks, index, envs)
-            where = f"spawned rank 0 of {os.path.basename(program)}"
+            os.makedirs(launch.ports, exist_ok=True)
+            path = port_file(launch.ports, index)
+            self.link = SolverLink.accept(path, index, envs)
+            where = f"rank 0 of the job connected through {path}"
         self.name = f"external env {index} ({where})"
         self.obs_dim, self.act_dim = self._hello()
         self.low, self.high = self._bounds()

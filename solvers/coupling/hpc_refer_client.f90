@@ -17,6 +17,7 @@
 ! the pip Open MPI wheel ships none.
 module hpc_refer_client
   use mpi
+  use, intrinsic :: iso_c_binding, only: c_int
   implicit none
   private
   integer, parameter, public :: HPC_REFER_PROTOCOL = 1
@@ -31,13 +32,21 @@ module hpc_refer_client
      integer :: comm, rank, size      ! this environment's ranks
      integer :: env, envs
      integer :: obs_dim, act_dim
-     integer :: peer, actor           ! MPI_COMM_WORLD or the parent intercommunicator
+     integer :: peer, actor           ! MPI_COMM_WORLD or an intercommunicator to the actor
      integer :: app
-     logical :: spawned = .false., owns_mpi = .false.
+     logical :: intercomm = .false.   ! spawn or connect: peer is disconnected at the end
+     logical :: owns_mpi = .false.
      double precision, allocatable :: buf(:)
   end type hpc_refer_t
 
   public :: hpc_refer_init, hpc_refer_recv_action, hpc_refer_send_state, hpc_refer_finalize
+
+  interface
+     integer(c_int) function c_usleep(microseconds) bind(C, name='usleep')
+       import :: c_int
+       integer(c_int), value :: microseconds
+     end function c_usleep
+  end interface
 
 contains
 
@@ -49,65 +58,118 @@ contains
     call MPI_Abort(MPI_COMM_WORLD, 2, ierr)
   end subroutine fail
 
+  ! Every rank of MPI_COMM_WORLD: MPI_Comm_connect to the port named in the file that the
+  ! actor writes (rank 0, the root, polls for the file up to HPC_REFER_PORT_WAIT seconds,
+  ! default 600; the port argument of the other ranks is ignored).
+  subroutine connect_port(path, inter)
+    character(len=*), intent(in) :: path
+    integer, intent(out) :: inter
+    character(len=MPI_MAX_PORT_NAME) :: port
+    character(len=32) :: seconds
+    double precision :: limit, start
+    integer :: ierr, rank, unit, ios, length, status
+    logical :: there
+    call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
+    port = ' '
+    if (rank == 0) then
+       limit = 600d0
+       call get_environment_variable('HPC_REFER_PORT_WAIT', seconds, length, status)
+       if (status == 0 .and. length > 0) read (seconds, *, iostat=ios) limit
+       start = MPI_Wtime()
+       do
+          inquire (file=path, exist=there)
+          if (there) exit
+          if (MPI_Wtime() - start > limit) call fail('HPC_REFER_PORT=' // path // &
+               ': no port file in time (start hpc_refer with --env "external:--connect DIR"' &
+               // ' and DIR/env-<e>.port)')
+          ios = c_usleep(20000_c_int)
+       end do
+       open (newunit=unit, file=path, action='read', status='old', iostat=ios)
+       if (ios == 0) read (unit, '(a)', iostat=ios) port
+       if (ios /= 0) call fail('HPC_REFER_PORT=' // path // ': cannot read the port name')
+       close (unit)
+    end if
+    call MPI_Comm_connect(port, MPI_INFO_NULL, 0, MPI_COMM_WORLD, inter, ierr)
+  end subroutine connect_port
+
+  ! Receive the ASSIGN messages of the E actors (MPMD, leader of the solver app): sets
+  ! c%envs and returns the actors' world ranks.
+  subroutine assign_mpmd(c, actors)
+    type(hpc_refer_t), intent(inout) :: c
+    integer, allocatable, intent(out) :: actors(:)
+    integer :: msg(2), st(MPI_STATUS_SIZE), got, ierr
+    got = 0
+    do
+       call MPI_Recv(msg, 2, MPI_INTEGER, MPI_ANY_SOURCE, HPC_REFER_TAG_ASSIGN, &
+            MPI_COMM_WORLD, st, ierr)
+       if (got == 0 .and. msg(2) > 0) then
+          c%envs = msg(2)
+          allocate (actors(c%envs))
+          actors = -1
+       end if
+       if (.not. allocated(actors)) call fail('bad ASSIGN message')
+       if (msg(2) /= c%envs .or. msg(1) < 0 .or. msg(1) >= c%envs) &
+            call fail('bad ASSIGN message')
+       if (actors(msg(1) + 1) >= 0) call fail('bad ASSIGN message')
+       actors(msg(1) + 1) = st(MPI_SOURCE)
+       got = got + 1
+       if (got == c%envs) exit
+    end do
+  end subroutine assign_mpmd
+
   subroutine hpc_refer_init(c, obs_dim, act_dim, low, high)
     type(hpc_refer_t), intent(out) :: c
     integer, intent(in) :: obs_dim, act_dim
     double precision, intent(in) :: low(act_dim), high(act_dim)
-    integer :: ierr, wrank, wsize, arank, asize, mine, parent, got
-    integer :: head(2), msg(2), hello(4), st(MPI_STATUS_SIZE)
+    integer :: ierr, wrank, wsize, arank, asize, mine, parent, plen, pstat
+    integer :: head(2), hello(4)
     integer(kind=MPI_ADDRESS_KIND) :: attr
     integer, allocatable :: apps(:), actors(:)
+    character(len=:), allocatable :: port_file
     logical :: flag, found, several
     call MPI_Initialized(flag, ierr)
     c%owns_mpi = .not. flag
     if (.not. flag) call MPI_Init(ierr)
     c%obs_dim = obs_dim
     c%act_dim = act_dim
-    call MPI_Comm_rank(MPI_COMM_WORLD, wrank, ierr)
-    call MPI_Comm_size(MPI_COMM_WORLD, wsize, ierr)
-    call MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_APPNUM, attr, found, ierr)
-    mine = 0
-    if (found) mine = int(attr)
-    allocate (apps(wsize))
-    call MPI_Allgather(mine, 1, MPI_INTEGER, apps, 1, MPI_INTEGER, MPI_COMM_WORLD, ierr)
-    several = any(apps /= apps(1))
     c%app = MPI_COMM_WORLD
-    if (several) call MPI_Comm_split(MPI_COMM_WORLD, mine, wrank, c%app, ierr)
-    call MPI_Comm_rank(c%app, arank, ierr)
-    call MPI_Comm_size(c%app, asize, ierr)
+    call MPI_Comm_rank(MPI_COMM_WORLD, wrank, ierr)
     call MPI_Comm_get_parent(parent, ierr)
-    if (parent /= MPI_COMM_NULL) then
-       c%spawned = .true.
+    call get_environment_variable('HPC_REFER_PORT', length=plen, status=pstat)
+    if (pstat == 0 .and. plen > 0) then
+       allocate (character(len=plen) :: port_file)
+       call get_environment_variable('HPC_REFER_PORT', port_file)
+       c%intercomm = .true.
+       call connect_port(port_file, c%peer)
+    else if (parent /= MPI_COMM_NULL) then
+       c%intercomm = .true.
        c%peer = parent
-       c%actor = 0
+    end if
+    if (c%intercomm) then    ! the actor is rank 0 of the remote group
        head = [0, 1]
-       if (arank == 0) call MPI_Recv(head, 2, MPI_INTEGER, 0, HPC_REFER_TAG_ASSIGN, parent, &
+       if (wrank == 0) call MPI_Recv(head, 2, MPI_INTEGER, 0, HPC_REFER_TAG_ASSIGN, c%peer, &
             MPI_STATUS_IGNORE, ierr)
-       call MPI_Bcast(head, 2, MPI_INTEGER, 0, c%app, ierr)
+       call MPI_Bcast(head, 2, MPI_INTEGER, 0, MPI_COMM_WORLD, ierr)
        c%env = head(1)
        c%envs = head(2)
-       call MPI_Comm_dup(c%app, c%comm, ierr)
-    else if (several) then
+       c%actor = 0
+       call MPI_Comm_dup(MPI_COMM_WORLD, c%comm, ierr)
+    else
+       call MPI_Comm_size(MPI_COMM_WORLD, wsize, ierr)
+       call MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_APPNUM, attr, found, ierr)
+       mine = 0
+       if (found) mine = int(attr)
+       allocate (apps(wsize))
+       call MPI_Allgather(mine, 1, MPI_INTEGER, apps, 1, MPI_INTEGER, MPI_COMM_WORLD, ierr)
+       several = any(apps /= apps(1))
+       if (.not. several) call fail('not started by hpc_refer: launch it beside hpc_refer ' // &
+            'in one mpirun (MPMD), let hpc_refer spawn it, or set HPC_REFER_PORT=' // &
+            'DIR/env-<e>.port (--env "external:--connect DIR"); see solvers/README.md')
+       call MPI_Comm_split(MPI_COMM_WORLD, mine, wrank, c%app, ierr)
+       call MPI_Comm_rank(c%app, arank, ierr)
+       call MPI_Comm_size(c%app, asize, ierr)
        c%peer = MPI_COMM_WORLD
-       if (arank == 0) then
-          got = 0
-          do
-             call MPI_Recv(msg, 2, MPI_INTEGER, MPI_ANY_SOURCE, HPC_REFER_TAG_ASSIGN, &
-                  MPI_COMM_WORLD, st, ierr)
-             if (got == 0 .and. msg(2) > 0) then
-                c%envs = msg(2)
-                allocate (actors(c%envs))
-                actors = -1
-             end if
-             if (.not. allocated(actors)) call fail('bad ASSIGN message')
-             if (msg(2) /= c%envs .or. msg(1) < 0 .or. msg(1) >= c%envs) &
-                  call fail('bad ASSIGN message')
-             if (actors(msg(1) + 1) >= 0) call fail('bad ASSIGN message')
-             actors(msg(1) + 1) = st(MPI_SOURCE)
-             got = got + 1
-             if (got == c%envs) exit
-          end do
-       end if
+       if (arank == 0) call assign_mpmd(c, actors)
        call MPI_Bcast(c%envs, 1, MPI_INTEGER, 0, c%app, ierr)
        if (mod(asize, c%envs) /= 0 .and. arank == 0) &
             call fail('the solver ranks cannot be split into equal groups, one per actor')
@@ -116,8 +178,6 @@ contains
        c%env = arank / (asize / c%envs)
        c%actor = actors(c%env + 1)
        call MPI_Comm_split(c%app, c%env, arank, c%comm, ierr)
-    else
-       call fail('not started by hpc_refer (see solvers/README.md for the launch lines)')
     end if
     call MPI_Comm_rank(c%comm, c%rank, ierr)
     call MPI_Comm_size(c%comm, c%size, ierr)
@@ -180,7 +240,7 @@ contains
     integer :: ierr
     if (allocated(c%buf)) deallocate (c%buf)
     call MPI_Comm_free(c%comm, ierr)
-    if (c%spawned) call MPI_Comm_disconnect(c%peer, ierr)
+    if (c%intercomm) call MPI_Comm_disconnect(c%peer, ierr)
     if (c%app /= MPI_COMM_WORLD) call MPI_Comm_free(c%app, ierr)
     if (c%owns_mpi) call MPI_Finalize(ierr)
   end subroutine hpc_refer_finalize

@@ -15,10 +15,17 @@
  *
  * Use c.comm (the ranks of this environment, c.rank / c.size) for the solver's own MPI
  * traffic instead of MPI_COMM_WORLD. Launch (see solvers/README.md):
- *   MPMD:  mpirun -n 2 python -m hpc_refer.run --env external ... : -n 4 ./solver
- *          (the solver's ranks split into E equal groups, one per hpc_refer actor)
- *   spawn: [mpirun -n 2] python -m hpc_refer.run --env "external:-n 4 ./solver" ...
- *          (each actor starts its own group with MPI_Comm_spawn)
+ *   MPMD:    mpirun -n 2 python -m hpc_refer.run --env external ... : -n 4 ./solver
+ *            (the solver's ranks split into E equal groups, one per hpc_refer actor)
+ *   spawn:   [mpirun -n 2] python -m hpc_refer.run --env "external:-n 4 ./solver" ...
+ *            (each actor starts its own group with MPI_Comm_spawn)
+ *   connect: mpirun -n 2 python -m hpc_refer.run --env "external:--connect DIR" ...  and,
+ *            as a separate job per environment e (both jobs under one name server, e.g.
+ *            mpirun --ompi-server file:URI with Open MPI 4):
+ *            HPC_REFER_PORT=DIR/env-<e>.port mpirun -n 4 ./solver
+ *            (hpc_refer_init waits until the actor has written the port file, up to
+ *            HPC_REFER_PORT_WAIT seconds, default 600, then every rank of MPI_COMM_WORLD
+ *            joins MPI_Comm_connect)
  *
  * Wire protocol (between the actor and the group's rank 0; A = actor, S = solver):
  *   tag  dir     type[count]      content
@@ -30,7 +37,7 @@
  *   104  S -> A  double[3 + d]    STATE: status, step index, reward, state[d]
  *   107  A -> S  int[0]           STOP
  * status: 0 continue, 1 terminal, 2 truncated; step index: 0 after RESET, k after the k-th
- * ACTION. Messages travel on MPI_COMM_WORLD (MPMD) or the parent intercommunicator (spawn).
+ * ACTION. Messages travel on MPI_COMM_WORLD (MPMD) or an intercommunicator (spawn, connect).
  * A STATE of the wrong size, an unknown status, a wrong step index or a non-finite value is a
  * solver fault: hpc_refer drops the episode's faulty step, logs it and sends RESET.
  */
@@ -41,6 +48,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define HPC_REFER_PROTOCOL 1
 
@@ -57,10 +65,11 @@ typedef struct {
   int rank, size; /* in comm */
   int env, envs;  /* environment index e and number E of environments */
   int obs_dim, act_dim;
-  MPI_Comm peer;  /* MPI_COMM_WORLD (MPMD) or the parent intercommunicator (spawn) */
+  MPI_Comm peer;  /* MPI_COMM_WORLD (MPMD) or an intercommunicator to the actor */
   int actor;      /* the actor's rank in peer */
   MPI_Comm app;   /* this program's ranks (MPI_COMM_WORLD unless MPMD) */
-  int spawned, owns_mpi;
+  int intercomm;  /* peer is an intercommunicator (spawn, connect): disconnected at the end */
+  int owns_mpi;
   double *buf;    /* 3 + obs_dim doubles (rank 0) */
 } hpc_refer_client;
 
@@ -97,11 +106,42 @@ static inline int *hpc_refer_assign_(hpc_refer_client *c) {
   return actors;
 }
 
+/* Every rank of MPI_COMM_WORLD: MPI_Comm_connect to the port named in the file that the actor
+ * writes (rank 0, the root, polls for the file up to HPC_REFER_PORT_WAIT seconds, default
+ * 600; the port argument of the other ranks is ignored). */
+static inline MPI_Comm hpc_refer_connect_(const char *path) {
+  char port[MPI_MAX_PORT_NAME + 1] = {0}, text[300];
+  const char *seconds = getenv("HPC_REFER_PORT_WAIT");
+  double limit = seconds && *seconds ? atof(seconds) : 600.0, start = MPI_Wtime();
+  int rank;
+  MPI_Comm inter;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0) {
+    FILE *f;
+    struct timespec pause = {0, 20000000}; /* 20 ms */
+    while ((f = fopen(path, "r")) == NULL) {
+      if (MPI_Wtime() - start > limit) {
+        snprintf(text, sizeof text, "HPC_REFER_PORT=%s: no port file after %g s (start "
+                 "hpc_refer with --env \"external:--connect DIR\" and DIR/env-<e>.port)",
+                 path, limit);
+        hpc_refer_fail(text);
+      }
+      nanosleep(&pause, NULL);
+    }
+    if (fgets(port, sizeof port, f) == NULL) port[0] = '\0';
+    fclose(f);
+    port[strcspn(port, "\n")] = '\0';
+  }
+  MPI_Comm_connect(port, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &inter);
+  return inter;
+}
+
 /* Join hpc_refer: split the ranks into environments and declare the sizes (collective over
  * every rank of the solver; in MPMD also the Allgather + Split that hpc_refer makes). */
 static inline int hpc_refer_init(hpc_refer_client *c, int *argc, char ***argv, int obs_dim,
                                  int act_dim, const double *low, const double *high) {
   int flag, wrank, wsize, found, *attr, mine, several = 0, i;
+  const char *port_file = getenv("HPC_REFER_PORT");
   MPI_Comm parent;
   memset(c, 0, sizeof *c);
   MPI_Initialized(&flag);
@@ -109,32 +149,43 @@ static inline int hpc_refer_init(hpc_refer_client *c, int *argc, char ***argv, i
   if (!flag) MPI_Init(argc, argv);
   c->obs_dim = obs_dim;
   c->act_dim = act_dim;
-  MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
-  MPI_Comm_size(MPI_COMM_WORLD, &wsize);
-  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_APPNUM, &attr, &found);
-  mine = found ? *attr : 0;
-  int *apps = (int *)malloc((size_t)wsize * sizeof(int));
-  MPI_Allgather(&mine, 1, MPI_INT, apps, 1, MPI_INT, MPI_COMM_WORLD);
-  for (i = 0; i < wsize; ++i) several |= apps[i] != apps[0];
   c->app = MPI_COMM_WORLD;
-  if (several) MPI_Comm_split(MPI_COMM_WORLD, mine, wrank, &c->app);
-  free(apps);
-  int arank, asize;
-  MPI_Comm_rank(c->app, &arank);
-  MPI_Comm_size(c->app, &asize);
   MPI_Comm_get_parent(&parent);
-  int head[2] = {0, 1}; /* env, envs */
-  if (parent != MPI_COMM_NULL) {
-    c->spawned = 1;
+  if (port_file != NULL && *port_file) {
+    c->intercomm = 1;
+    c->peer = hpc_refer_connect_(port_file);
+  } else if (parent != MPI_COMM_NULL) {
+    c->intercomm = 1;
     c->peer = parent;
-    c->actor = 0;
-    if (arank == 0)
-      MPI_Recv(head, 2, MPI_INT, 0, HPC_REFER_TAG_ASSIGN, parent, MPI_STATUS_IGNORE);
-    MPI_Bcast(head, 2, MPI_INT, 0, c->app);
+  }
+  if (c->intercomm) { /* the actor is rank 0 of the remote group; ASSIGN goes to our rank 0 */
+    int head[2] = {0, 1}; /* env, envs */
+    MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
+    if (wrank == 0)
+      MPI_Recv(head, 2, MPI_INT, 0, HPC_REFER_TAG_ASSIGN, c->peer, MPI_STATUS_IGNORE);
+    MPI_Bcast(head, 2, MPI_INT, 0, MPI_COMM_WORLD);
     c->env = head[0];
     c->envs = head[1];
-    MPI_Comm_dup(c->app, &c->comm);
-  } else if (several) {
+    c->actor = 0;
+    MPI_Comm_dup(MPI_COMM_WORLD, &c->comm);
+  } else {
+    MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
+    MPI_Comm_size(MPI_COMM_WORLD, &wsize);
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_APPNUM, &attr, &found);
+    mine = found ? *attr : 0;
+    int *apps = (int *)malloc((size_t)wsize * sizeof(int));
+    MPI_Allgather(&mine, 1, MPI_INT, apps, 1, MPI_INT, MPI_COMM_WORLD);
+    for (i = 0; i < wsize; ++i) several |= apps[i] != apps[0];
+    free(apps);
+    if (!several)
+      hpc_refer_fail("not started by hpc_refer: launch it beside hpc_refer in one mpirun "
+                     "(mpirun -n N python -m hpc_refer.run --env external ... : -n M ./solver), "
+                     "let hpc_refer spawn it (--env \"external:-n M ./solver\") or set "
+                     "HPC_REFER_PORT=DIR/env-<e>.port (--env \"external:--connect DIR\")");
+    MPI_Comm_split(MPI_COMM_WORLD, mine, wrank, &c->app);
+    int arank, asize;
+    MPI_Comm_rank(c->app, &arank);
+    MPI_Comm_size(c->app, &asize);
     c->peer = MPI_COMM_WORLD;
     int *actors = arank == 0 ? hpc_refer_assign_(c) : NULL;
     MPI_Bcast(&c->envs, 1, MPI_INT, 0, c->app);
@@ -150,10 +201,6 @@ static inline int hpc_refer_init(hpc_refer_client *c, int *argc, char ***argv, i
     c->actor = actors[c->env];
     free(actors);
     MPI_Comm_split(c->app, c->env, arank, &c->comm);
-  } else {
-    hpc_refer_fail("not started by hpc_refer: launch it beside hpc_refer in one mpirun "
-                   "(mpirun -n N python -m hpc_refer.run --env external ... : -n M ./solver) "
-                   "or let hpc_refer spawn it (--env \"external:-n M ./solver\")");
   }
   MPI_Comm_rank(c->comm, &c->rank);
   MPI_Comm_size(c->comm, &c->size);
@@ -207,13 +254,13 @@ static inline int hpc_refer_send_state(hpc_refer_client *c, int status, int step
   return MPI_Send(c->buf, 3 + c->obs_dim, MPI_DOUBLE, c->actor, HPC_REFER_TAG_STATE, c->peer);
 }
 
-/* After HPC_REFER_STOP: free the communicators (disconnect from a spawning actor) and
- * MPI_Finalize when hpc_refer_init called MPI_Init. */
+/* After HPC_REFER_STOP: free the communicators (disconnect from a spawning or accepting
+ * actor) and MPI_Finalize when hpc_refer_init called MPI_Init. */
 static inline int hpc_refer_finalize(hpc_refer_client *c) {
   free(c->buf);
   c->buf = NULL;
   MPI_Comm_free(&c->comm);
-  if (c->spawned) MPI_Comm_disconnect(&c->peer);
+  if (c->intercomm) MPI_Comm_disconnect(&c->peer);
   if (c->app != MPI_COMM_WORLD) MPI_Comm_free(&c->app);
   if (c->owns_mpi) MPI_Finalize();
   return MPI_SUCCESS;
