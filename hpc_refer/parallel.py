@@ -444,7 +444,9 @@ class Team:
     """An environment team's communicator, as a solver receives it.
 
     ``comm`` is the mpi4py communicator itself, for users' solvers that do their own MPI;
-    hpc_refer's built-in solvers use the helpers below. Rank 0 of the team is the actor.
+    hpc_refer's built-in solvers use the helpers below. Rank 0 of the team is the actor; the
+    solver's ``state_rank`` (see :mod:`hpc_refer.envs`) sends its results with
+    :meth:`send_result` when it is not rank 0.
     """
 
     COMMANDS: ClassVar[tuple[str, ...]] = ("reset", "step", "stop")
@@ -471,12 +473,24 @@ class Team:
         """Sum of a scalar over the team."""
         return float(self.comm.allreduce(value, op=_mpi().SUM))
 
-    def gather_rows(self, local: np.ndarray) -> np.ndarray | None:
-        """Concatenate every rank's float64 vector on team rank 0 (None elsewhere)."""
+    def gather_rows(self, local: np.ndarray, root: int = 0) -> np.ndarray | None:
+        """Concatenate every rank's float64 vector on team rank ``root`` (None elsewhere)."""
         counts = np.array(self.comm.allgather(local.size), np.int64)
-        out = np.empty(int(counts.sum()), np.float64) if self.rank == 0 else None
+        out = np.empty(int(counts.sum()), np.float64) if self.rank == root else None
         self.comm.Gatherv(np.ascontiguousarray(local, np.float64),
-                          [out, counts] if self.rank == 0 else None, root=0)
+                          [out, counts] if self.rank == root else None, root=root)
+        return out
+
+    def send_result(self, values: np.ndarray) -> None:
+        """The solver's state rank: send its reset/step result (float64) to team rank 0."""
+        self.comm.Send(np.ascontiguousarray(values, np.float64), dest=0, tag=TAG_TEAM)
+
+    def receive_result(self, source: int) -> np.ndarray:
+        """Team rank 0: the result that team rank ``source`` sent, whatever its length."""
+        status = _mpi().Status()
+        self.comm.Probe(source=source, tag=TAG_TEAM, status=status)
+        out = np.empty(status.Get_count(_mpi().DOUBLE), np.float64)
+        self.comm.Recv(out, source=source, tag=TAG_TEAM)
         return out
 
     def halo(self, left_edge: float, right_edge: float) -> tuple[float, float]:

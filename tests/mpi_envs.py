@@ -21,3 +21,11 @@ class FiniteOnOddRanks(Diffusion1D):
             raise EnvironmentFinished
         self.episodes += 1
         return super().reset(seed)
+
+
+class GatheredOnLastRank(Diffusion1D):
+    """Diffusion1D whose state is gathered on the team's last rank, which says so."""
+
+    def __init__(self, team=None):
+        super().__init__(team)
+        self.state_rank = team.size - 1 if team is not None else 0

@@ -209,3 +209,42 @@ def test_diffusion_split_over_a_team_equals_one_rank():
             np.testing.assert_allclose(obs_team, obs_alone, rtol=1e-6)
         else:
             assert obs_team.size == 0
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_solver_gathering_its_state_on_another_rank():
+    """A solver whose state lives on its last rank (``state_rank``): the actor's driver gets
+    the same states, rewards and statuses as from the one-rank solver."""
+    from mpi_envs import GatheredOnLastRank
+
+    from hpc_refer.envs import TeamDriver, serve_team
+    from hpc_refer.envs.diffusion import Diffusion1D
+    from hpc_refer.parallel import Team
+
+    team = Team(COMM)
+    env = GatheredOnLastRank(team)
+    if team.rank != 0:
+        serve_team(env, team)
+        return
+    driver, alone = TeamDriver(env, team), Diffusion1D(None)
+    assert driver.state_rank == team.size - 1
+    np.testing.assert_allclose(driver.reset(3), alone.reset(3), rtol=1e-6)
+    rng = np.random.default_rng(1)
+    for _ in range(60):
+        a = rng.uniform(-1, 1, 4)
+        (obs, reward, status), want = driver.step(a), alone.step(a)
+        np.testing.assert_allclose(obs, want[0], rtol=1e-6)
+        assert reward == pytest.approx(want[1], rel=1e-12) and status == want[2]
+    driver.close()
+
+
+def test_a_state_rank_outside_the_team_is_refused():
+    from hpc_refer.config import ConfigError
+    from hpc_refer.envs import TeamDriver
+    from hpc_refer.envs.diffusion import Diffusion1D
+
+    env = Diffusion1D(None)
+    env.state_rank = 1
+    with pytest.raises(ConfigError, match=r"Diffusion1D.state_rank = 1 is invalid: allowed are "
+                                          r"the team ranks 0..0"):
+        TeamDriver(env, None)

@@ -11,7 +11,11 @@ an external MPI program (``external``, ``external:[-n K] PROGRAM``, ``external:-
 DIR``, see :mod:`hpc_refer.envs.external`), or any gymnasium id with a continuous action
 space (one rank per environment).
 A solver spanning K ranks is called collectively: team rank 0 (the actor) drives it through
-:class:`TeamDriver`, the other ranks follow in :func:`serve_team`.
+:class:`TeamDriver`, the other ranks follow in :func:`serve_team`. The state, reward and
+status are taken from the return values of team rank ``state_rank``, an optional attribute of
+the solver (default 0, the actor): a solver whose state is gathered on another rank sets it,
+and that rank's results travel to the actor in one message per call (the other ranks' return
+values are ignored).
 """
 
 from __future__ import annotations
@@ -98,12 +102,33 @@ def check_env(env_id: str, ranks_per_env: int) -> None:
         check_port_dir(env_id)
 
 
+def state_rank_of(env: Any, team: Team | None) -> int:
+    """The solver's ``state_rank`` (0 when it has none), checked against the team size."""
+    size = team.size if team is not None else 1
+    rank = getattr(env, "state_rank", 0)
+    if isinstance(rank, bool) or not isinstance(rank, int | np.integer) or not 0 <= rank < size:
+        raise ConfigError(f"{type(env).__name__}.state_rank = {rank!r} is invalid: allowed are "
+                          f"the team ranks 0..{size - 1}")
+    return int(rank)
+
+
+def pack_step(obs: Any, reward: float, status: Status) -> np.ndarray:
+    """A step result as one float64 vector [reward, status, state...] (see :func:`unpack_step`)."""
+    return np.concatenate([[float(reward), int(status)], np.asarray(obs, np.float64).ravel()])
+
+
+def unpack_step(packed: np.ndarray) -> tuple[np.ndarray, float, Status]:
+    return packed[2:], float(packed[0]), Status(int(packed[1]))
+
+
 class TeamDriver:
-    """Team rank 0's view of a collective environment: each call is broadcast first."""
+    """Team rank 0's view of a collective environment: each call is broadcast first, and the
+    result comes from the solver's ``state_rank``."""
 
     def __init__(self, env: Any, team: Team | None) -> None:
         self.env = env
         self.team = team if team is not None and team.size > 1 else None
+        self.state_rank = state_rank_of(env, team)
         self.obs_dim, self.act_dim = int(env.obs_dim), int(env.act_dim)
         self.low = np.asarray(env.low, np.float64).reshape(-1)
         self.high = np.asarray(env.high, np.float64).reshape(-1)
@@ -111,12 +136,17 @@ class TeamDriver:
     def reset(self, seed: int | None = None) -> np.ndarray:
         if self.team is not None:
             self.team.send_command("reset", np.array([-1 if seed is None else seed]))
-        return np.asarray(self.env.reset(seed), np.float32)
+        obs = self.env.reset(seed)
+        if self.team is not None and self.state_rank:
+            obs = self.team.receive_result(self.state_rank)
+        return np.asarray(obs, np.float32)
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, Status]:
         if self.team is not None:
             self.team.send_command("step", np.asarray(action, np.float64))
         obs, reward, status = self.env.step(action)
+        if self.team is not None and self.state_rank:
+            obs, reward, status = unpack_step(self.team.receive_result(self.state_rank))
         return np.asarray(obs, np.float32), float(reward), Status(status)
 
     def close(self) -> None:
@@ -126,16 +156,22 @@ class TeamDriver:
 
 
 def serve_team(env: Any, team: Team) -> None:
-    """Solver ranks 1..K-1: follow team rank 0's reset/step calls until it says stop."""
+    """Solver ranks 1..K-1: follow team rank 0's reset/step calls until it says stop; the
+    solver's ``state_rank`` also sends each result to team rank 0."""
+    sends = team.rank == state_rank_of(env, team)
     while True:
         name, payload = team.receive_command()
         if name == "reset":
             try:
-                env.reset(None if payload[0] < 0 else int(payload[0]))
+                obs = env.reset(None if payload[0] < 0 else int(payload[0]))
             except EnvironmentFinished:
                 continue
+            if sends:
+                team.send_result(np.asarray(obs, np.float64).ravel())
         elif name == "step":
-            env.step(payload)
+            result = env.step(payload)
+            if sends:
+                team.send_result(pack_step(*result))
         else:
             env.close()
             return

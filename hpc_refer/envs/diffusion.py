@@ -7,8 +7,9 @@ with a steady heat source and ``N_ACT`` Gaussian heaters/coolers driven by the a
 
 The cells are split over the K ranks of the team (np.array_split): every rank advances its
 own cells and exchanges one halo value with each neighbour per step; the reward
-r = -mean_i u_i^2 is a team sum; the observation (the whole field) is gathered on team rank 0,
-the actor. Episodes are truncated after ``HORIZON`` steps. With K = 1 it runs on one rank.
+r = -mean_i u_i^2 is a team sum; the observation (the whole field) is gathered on team rank
+``state_rank``: 0, the actor, here. Episodes are truncated after ``HORIZON`` steps. With K = 1
+it runs on one rank.
 """
 
 from __future__ import annotations
@@ -45,8 +46,10 @@ class Diffusion1D:
         self.u = np.zeros(self.cells.size)
         self.t = 0
 
+    state_rank = 0  # the team rank that gathers the observation (a subclass may choose another)
+
     def _observe(self) -> np.ndarray:
-        full = self.team.gather_rows(self.u) if self.team is not None else self.u
+        full = self.team.gather_rows(self.u, self.state_rank) if self.team is not None else self.u
         return np.asarray(full if full is not None else np.zeros(0), np.float32)
 
     def reset(self, seed: int | None = None) -> np.ndarray:
