@@ -34,10 +34,11 @@ from hpc_refer.replay import OPEN, TERMINATED, TRUNCATED, Chunk
 
 @dataclass
 class EpisodeRecord:
-    """A finished episode: undiscounted return and number of steps."""
+    """A finished episode: undiscounted return, number of steps, the solver's metric values."""
 
     ret: float
     length: int
+    values: tuple[float, ...] = ()
 
 
 @dataclass
@@ -123,7 +124,7 @@ class Actor:
                 return None, None
             self._sent = True
             return self._flush(OPEN, None), None
-        record = EpisodeRecord(self._return, self._length)
+        record = EpisodeRecord(self._return, self._length, self.env.episode_values())
         chunk = self._flush(TERMINATED if status == Status.TERMINAL else TRUNCATED, nxt)
         self._return, self._length = 0.0, 0
         self._obs = None

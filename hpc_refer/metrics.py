@@ -3,7 +3,8 @@
 Layout of ``runs/<name>/``::
 
     config.toml       the resolved configuration (defaults < TOML file < flags)
-    episodes.csv      env_step, rank, return, length, wall_s: one line per finished episode
+    episodes.csv      env_step, rank, return, length, wall_s, then the solver's episode
+                      metrics (e.g. KS: energy): one line per finished episode
     train.jsonl       one JSON object per interval of ``run.log_every`` environment steps
     log.txt           the progress lines and messages of rank 0
 """
@@ -19,9 +20,20 @@ from collections import deque
 from pathlib import Path
 from typing import Any, TextIO
 
-from hpc_refer.config import Config
+from hpc_refer.config import Config, ConfigError
+from hpc_refer.envs import episode_metric_names
 
 EPISODE_FIELDS = ("env_step", "rank", "return", "length", "wall_s")
+
+
+def episode_columns(env_id: str) -> tuple[str, ...]:
+    """The columns of ``episodes.csv``: the fixed ones, then the solver's episode metrics."""
+    names = episode_metric_names(env_id)
+    clash = sorted(set(names) & set(EPISODE_FIELDS))
+    if clash:
+        raise ConfigError(f"{env_id}.episode_metrics = {names!r} is invalid: the names "
+                          f"{', '.join(EPISODE_FIELDS)} are taken by episodes.csv")
+    return EPISODE_FIELDS + names
 
 
 def default_run_name(config: Config) -> str:
@@ -59,19 +71,37 @@ class RunDirectory:
         config.write_toml(path / "config.toml")
         self._episodes = (path / "episodes.csv").open("w", newline="")
         self._episode_writer = csv.writer(self._episodes)
-        self._episode_writer.writerow(EPISODE_FIELDS)
+        columns = episode_columns(config.run.env)
+        self._episode_writer.writerow(columns)
+        self.metric = columns[len(EPISODE_FIELDS)] if len(columns) > len(EPISODE_FIELDS) else None
+        """The first episode metric, shown in the progress line."""
         self._train = (path / "train.jsonl").open("w")
         self._log = (path / "log.txt").open("w")
         self._out: TextIO | None = None if quiet else sys.stdout
         self.t0 = time.perf_counter()
         self.recent: deque[float] = deque(maxlen=20)
+        self.recent_metric: deque[float] = deque(maxlen=20)
 
     def wall(self) -> float:
         return time.perf_counter() - self.t0
 
-    def episode(self, env_step: int, rank: int, ret: float, length: int) -> None:
-        self._episode_writer.writerow((env_step, rank, f"{ret:.6g}", length, f"{self.wall():.3f}"))
+    def episode(self, env_step: int, rank: int, ret: float, length: int,
+                values: tuple[float, ...] = ()) -> None:
+        self._episode_writer.writerow((env_step, rank, f"{ret:.6g}", length, f"{self.wall():.3f}",
+                                       *(f"{v:.6g}" for v in values)))
         self.recent.append(ret)
+        if values:
+            self.recent_metric.append(values[0])
+
+    def progress(self, record: dict[str, Any], total: int) -> str:
+        """The progress line of an interval record (means over the last 20 episodes)."""
+        recent = float(sum(self.recent) / len(self.recent)) if self.recent else None
+        metric = None
+        if self.metric is not None and self.recent_metric:
+            metric = (self.metric, sum(self.recent_metric) / len(self.recent_metric))
+        return progress_line(int(record["env_step"]), total, float(record["env_steps_per_s"]),
+                             recent, float(record["beta"]), float(record["far_fraction"]),
+                             float(record["c_max"]), metric)
 
     def interval(self, record: dict[str, Any]) -> None:
         self._train.write(json.dumps(record) + "\n")
@@ -90,12 +120,14 @@ class RunDirectory:
 
 
 def progress_line(step: int, total: int, rate: float, recent: float | None, beta: float,
-                  far: float, c_max: float) -> str:
-    """``steps 120000/1000000 (12.0%) | 510 steps/s | return 1234.5 | beta ... | ETA 28m``."""
+                  far: float, c_max: float, metric: tuple[str, float] | None = None) -> str:
+    """``steps 120000/1000000 (12.0%) | 510 steps/s | return 1234.5 | beta ... | ETA 28m``,
+    with ``| <metric> <value>`` after the return when the solver reports episode metrics."""
     eta_s = max(total - step, 0) / rate if rate > 0 else float("inf")
     eta = f"{eta_s / 60:.0f}m" if eta_s < float("inf") else "?"
     ret = f"{recent:.1f}" if recent is not None else "-"
+    shown = f" | {metric[0]} {metric[1]:.4g}" if metric is not None else ""
     return (
         f"steps {step}/{total} ({100.0 * step / total:.1f}%) | {rate:.0f} steps/s | "
-        f"return {ret} | beta {beta:.3f} | far {far:.3f} | c_max {c_max:.3f} | ETA {eta}"
+        f"return {ret}{shown} | beta {beta:.3f} | far {far:.3f} | c_max {c_max:.3f} | ETA {eta}"
     )

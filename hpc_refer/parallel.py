@@ -165,7 +165,8 @@ class MpiReducer:
 TAG_HEADER, TAG_DATA, TAG_PARAMS, TAG_STOP, TAG_DONE, TAG_TEAM = 11, 12, 13, 14, 15, 16
 HEADER_LEN = 7
 """Chunk header, float64: n_states, n_actions, end, has_episode, episode_length, return,
-solver faults of the actor so far."""
+solver faults of the actor so far; then the episode's metric values, if any (the solver's
+``episode_metrics``; the learner reads whatever length arrives)."""
 
 
 class Fabric:
@@ -219,10 +220,11 @@ class Fabric:
 class ActorChannel:
     """The actor's side of the actor <-> learner messages (buffer-based).
 
-    Actor to learner: a header (float64[7]) then one float32 payload with the chunk's columns
-    (obs, act, rew, mu_mean, mu_std); TAG_DONE (empty) when the actor's environment ended its
-    work early. Learner to actor: the flat parameter vector (TAG_PARAMS) or TAG_STOP.
-    ``faults`` (the actor's solver faults so far) travels in every header.
+    Actor to learner: a header (float64[7 + metrics], :data:`HEADER_LEN`) then one float32
+    payload with the chunk's columns (obs, act, rew, mu_mean, mu_std); TAG_DONE (empty) when
+    the actor's environment ended its work early. Learner to actor: the flat parameter vector
+    (TAG_PARAMS) or TAG_STOP. ``faults`` (the actor's solver faults so far) travels in every
+    header.
     """
 
     def __init__(self, world: Any, learner: int, n_params: int) -> None:
@@ -232,10 +234,12 @@ class ActorChannel:
         self.faults = 0
         self._status = _mpi().Status()
 
-    def send_chunk(self, chunk: Any, episode: tuple[float, int] | None) -> None:
-        ret, length = episode if episode is not None else (0.0, 0)
+    def send_chunk(self, chunk: Any, episode: tuple[float, int, tuple[float, ...]] | None
+                   ) -> None:
+        """Send a chunk, with the episode it ends: (return, length, metric values)."""
+        ret, length, values = episode if episode is not None else (0.0, 0, ())
         header = np.array([chunk.obs.shape[0], chunk.act.shape[0], chunk.end,
-                           episode is not None, length, ret, self.faults], np.float64)
+                           episode is not None, length, ret, self.faults, *values], np.float64)
         payload = np.concatenate([chunk.obs.ravel(), chunk.act.ravel(), chunk.rew,
                                   chunk.mu_mean.ravel(), chunk.mu_std.ravel()])
         self.world.Send(header, dest=self.learner, tag=TAG_HEADER)
@@ -263,12 +267,13 @@ class LearnerChannel:
         self.obs_dim = obs_dim
         self.act_dim = act_dim
         self._status = _mpi().Status()
-        self._header = np.empty(HEADER_LEN, np.float64)
         self.faults: dict[int, int] = {}
         """Solver faults of each actor so far (from the latest header of each)."""
 
-    def poll(self, block: bool) -> tuple[int, Any, tuple[float, int] | None] | None:
-        """Receive one message from any actor: (actor, chunk or None if done, episode).
+    def poll(self, block: bool
+             ) -> tuple[int, Any, tuple[float, int, tuple[float, ...]] | None] | None:
+        """Receive one message from any actor: (actor, chunk or None if done, episode), the
+        episode as (return, length, metric values).
 
         Returns None when nothing is pending and ``block`` is False.
         """
@@ -283,14 +288,16 @@ class LearnerChannel:
             return source, None, None
         if tag != TAG_HEADER:
             raise RuntimeError(f"learner: unexpected message tag {tag} from rank {source}")
-        self.world.Recv(self._header, source=source, tag=TAG_HEADER)
-        self.faults[source] = int(self._header[6])
-        return source, *self._recv_chunk(source)
+        header = np.empty(self._status.Get_count(mpi.DOUBLE), np.float64)
+        self.world.Recv(header, source=source, tag=TAG_HEADER)
+        self.faults[source] = int(header[6])
+        return source, *self._recv_chunk(source, header)
 
-    def _recv_chunk(self, source: int) -> tuple[Any, tuple[float, int] | None]:
+    def _recv_chunk(self, source: int, header: np.ndarray
+                    ) -> tuple[Any, tuple[float, int, tuple[float, ...]] | None]:
         from hpc_refer.replay import Chunk
 
-        n, m, end, has_ep, length = (int(x) for x in self._header[:5])
+        n, m, end, has_ep, length = (int(x) for x in header[:5])
         ds, da = self.obs_dim, self.act_dim
         sizes = [n * ds, m * da, m, m * da, m * da]
         payload = np.empty(sum(sizes), np.float32)
@@ -298,7 +305,8 @@ class LearnerChannel:
         obs, act, rew, mean, std = np.split(payload, np.cumsum(sizes)[:-1])
         chunk = Chunk(obs.reshape(n, ds), act.reshape(m, da), rew, mean.reshape(m, da),
                       std.reshape(m, da), end, source)
-        return chunk, ((float(self._header[5]), length) if has_ep else None)
+        values = tuple(float(x) for x in header[HEADER_LEN:])
+        return chunk, ((float(header[5]), length, values) if has_ep else None)
 
     def send_params(self, actor: int, flat: np.ndarray) -> None:
         self.world.Send(flat, dest=actor, tag=TAG_PARAMS)

@@ -17,7 +17,7 @@ import traceback
 from hpc_refer.config import Config, ConfigError, add_arguments, config_from_args
 from hpc_refer.envs import check_env
 from hpc_refer.layout import Layout, LayoutError, Role, compute_layout
-from hpc_refer.metrics import RunDirectory, new_run_dir
+from hpc_refer.metrics import RunDirectory, episode_columns, new_run_dir
 from hpc_refer.parallel import Fabric, abort_job, app_count, world_rank_size
 from hpc_refer.training import (
     ActorResult,
@@ -73,6 +73,7 @@ def _validate(argv: list[str] | None, rank: int, world: int) -> tuple[Config, La
     config = _parse_quietly(argv, rank)
     layout = compute_layout(world, config.run.learners, config.run.ranks_per_env)
     check_env(config.run.env, config.run.ranks_per_env)
+    episode_columns(config.run.env)
     return config, layout
 
 

@@ -35,7 +35,7 @@ from hpc_refer.envs import (
 )
 from hpc_refer.layout import Layout
 from hpc_refer.learner import Learner
-from hpc_refer.metrics import RunDirectory, progress_line
+from hpc_refer.metrics import RunDirectory
 from hpc_refer.networks import GaussianPolicyValueNet, flat_state
 from hpc_refer.parallel import ActorChannel, Fabric, LearnerChannel, Team
 
@@ -82,10 +82,7 @@ class IntervalStats:
 
 def _log_interval(run: RunDirectory, record: dict[str, float | int], total: int) -> None:
     run.interval(record)
-    recent = float(np.mean(run.recent)) if run.recent else None
-    run.log(progress_line(int(record["env_step"]), total, float(record["env_steps_per_s"]),
-                          recent, float(record["beta"]), float(record["far_fraction"]),
-                          float(record["c_max"])))
+    run.log(run.progress(record, total))
 
 
 def _policy_net(config: Config, obs_dim: int, act_dim: int) -> GaussianPolicyValueNet:
@@ -107,7 +104,7 @@ def train_in_one_process(config: Config, run: RunDirectory) -> Learner:
         for env_steps in range(1, total + 1):
             chunk, episode = actor.step()
             if episode is not None:
-                run.episode(env_steps, 0, episode.ret, episode.length)
+                run.episode(env_steps, 0, episode.ret, episode.length, episode.values)
             if chunk is not None:
                 learner.store(chunk)
                 learner.update_start(learner.replay.size, env_steps)
@@ -132,8 +129,8 @@ class LearnerResult:
     env_steps: int
     received: int = 0
     """Transitions received from this learner's actors."""
-    episodes: list[tuple[int, int, float, int]] = field(default_factory=list)
-    """(env_step, actor rank, return, length) of every episode received."""
+    episodes: list[tuple[int, int, float, int, tuple[float, ...]]] = field(default_factory=list)
+    """(env_step, actor rank, return, length, metric values) of every episode received."""
     finished_actors: list[int] = field(default_factory=list)
     faults: int = 0
     """Solver faults of all actors, as last reported in their chunks."""
@@ -169,7 +166,7 @@ class _LearnerLoop:
         self.waiting: list[int] = []
         self.result = LearnerResult(self.learner, 0)
         self.new_steps = 0
-        self.new_episodes: list[tuple[int, float, int]] = []
+        self.new_episodes: list[tuple[int, float, int, tuple[float, ...]]] = []
         self.slack = config.replay.grad_ratio * layout.envs * config.run.chunk_len
         self.interval = IntervalStats()
         self.next_log = config.run.log_every
@@ -203,7 +200,7 @@ class _LearnerLoop:
         self.result.faults = int(tot[3])
         self.new_steps = 0
         step = self.result.env_steps
-        self.result.episodes += [(step, a, r, n) for a, r, n in self.new_episodes]
+        self.result.episodes += [(step, *episode) for episode in self.new_episodes]
         self.new_episodes = []
         return int(tot[1]), int(tot[2])
 
@@ -225,8 +222,8 @@ class _LearnerLoop:
         self.logged_episodes = len(self.result.episodes)
         if self.run is not None and gathered is not None:
             for _, episodes in gathered:
-                for step, actor, ret, length in sorted(episodes):
-                    self.run.episode(step, actor, ret, length)
+                for episode in sorted(episodes):
+                    self.run.episode(*episode)
             _log_interval(self.run, record, self.config.run.steps)
         self.interval.reset(self.result.env_steps, self.learner.grad_steps)
 
@@ -328,7 +325,8 @@ def actor_main(config: Config, layout: Layout, fabric: Fabric) -> ActorResult:
             result.faults = channel.faults = actor.faults
             if chunk is None:
                 continue
-            channel.send_chunk(chunk, (episode.ret, episode.length) if episode else None)
+            channel.send_chunk(chunk, (episode.ret, episode.length, episode.values)
+                               if episode else None)
             result.sent += chunk.act.shape[0]
             result.episodes += episode is not None
             if not channel.recv_reply():

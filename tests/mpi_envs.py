@@ -23,6 +23,21 @@ class FiniteOnOddRanks(Diffusion1D):
         return super().reset(seed)
 
 
+class ReportsItsEpisodes(Diffusion1D):
+    """Diffusion1D with two episode metrics: the episode's length and the actor's world rank."""
+
+    episode_metrics = ("steps", "world_rank")
+
+    def episode_values(self):
+        return self.t, MPI.COMM_WORLD.Get_rank()
+
+
+class MetricNamedReturn(Diffusion1D):
+    """An invalid solver: its episode metric would overwrite the return column."""
+
+    episode_metrics = ("return",)
+
+
 class GatheredOnLastRank(Diffusion1D):
     """Diffusion1D whose state is gathered on the team's last rank, which says so."""
 

@@ -99,6 +99,8 @@ def test_energy_bounded_on_the_attractor_and_seeds_are_deterministic():
     assert 0.1 < energies.mean() < 1.5 and energies.max() < 3.0, energies
     # Without actuation the reward is the energy's rate of decrease over the control step.
     np.testing.assert_allclose(rewards, -np.diff(energies) / ks.DT_CONTROL, rtol=1e-12)
+    # The episode metric <E>: the mean energy after each step.
+    assert env.episode_values() == pytest.approx((np.mean(energies[1:]),), rel=1e-12)
     assert abs(np.mean(env.u)) < 1e-12, "the mean of u stays 0"
     np.testing.assert_array_equal(obs, env.u[:: ks.N // ks.N_SENS].astype(np.float32))
     # Same seed and actions -> same trajectory bit for bit; another seed -> another state.
@@ -176,7 +178,8 @@ def test_proportional_feedback_lowers_the_energy():
 
 def test_training_on_ks_runs_end_to_end(in_tmp):
     """V-RACER + ReF-ER through run.main on KS: complete episodes of HORIZON steps whose
-    returns, (E_0 - E_T) / DT_CONTROL less the action cost, lie within what E < 3 allows.
+    returns, (E_0 - E_T) / DT_CONTROL less the action cost, lie within what E < 3 allows; the
+    episode metric <E> in episodes.csv and in the progress lines.
     Serial: under mpirun, run.main would lay the run out over the world's ranks."""
     if world_rank_size()[1] > 1:
         pytest.skip("a one-process run")
@@ -189,6 +192,10 @@ def test_training_on_ks_runs_end_to_end(in_tmp):
     returns = np.array([float(e["return"]) for e in episodes])
     bound = 3.0 / ks.DT_CONTROL + ks.ACT_COST * ks.HORIZON
     assert np.all(np.abs(returns) < bound) and np.unique(returns).size == returns.size, returns
+    energies = np.array([float(e["energy"]) for e in episodes])
+    assert np.all((energies > 0.05) & (energies < 3.0)), energies
+    progress = (in_tmp / "ks" / "log.txt").read_text().splitlines()[-1]
+    assert f"| energy {np.mean(energies):.4g} |" in progress, progress
 
 
 def time_averaged_energy(policy, seeds) -> float:

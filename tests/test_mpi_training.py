@@ -6,6 +6,8 @@ W >= 4 else 1, and the remaining ranks as one-rank teams.
 
 from __future__ import annotations
 
+import csv
+
 import numpy as np
 import pytest
 import torch
@@ -83,7 +85,7 @@ def shard_rows(replay: ReplayShard) -> np.ndarray:
 
 @pytest.mark.mpi
 def test_every_sent_step_is_stored_once_and_shards_equal_one_replay(tmp_path, monkeypatch):
-    config = small_config()
+    config = small_config(env="mpi_envs:ReportsItsEpisodes")
     result, chunks, run_dir = train_everywhere(config, tmp_path, monkeypatch)
     sent = sum(c.act.shape[0] for c in chunks)
     learners = learner_summaries(result)
@@ -104,13 +106,16 @@ def test_every_sent_step_is_stored_once_and_shards_equal_one_replay(tmp_path, mo
         together = np.concatenate([r["rows"] for r in learners])
         np.testing.assert_array_equal(together[np.lexsort(together.T[::-1])],
                                       shard_rows(single))
-    # Rank 0 logged every actor's episodes with its rank.
+    # Rank 0 logged every actor's episodes with its rank and the solver's episode metrics.
     if COMM.Get_rank() == 0:
-        lines = (run_dir / "episodes.csv").read_text().splitlines()[1:]
-        ranks = {int(line.split(",")[1]) for line in lines}
+        with (run_dir / "episodes.csv").open() as f:
+            rows = list(csv.DictReader(f))
+        ranks = {int(row["rank"]) for row in rows}
         expected = {0} if W == 1 else {a for a in range(W)
                                        if compute_layout(W, L, 1).role(a) is Role.ACTOR}
         assert ranks == expected
+        assert all(row["steps"] == row["length"] and row["world_rank"] == row["rank"]
+                   for row in rows), rows
         assert (run_dir / "train.jsonl").read_text().count("\n") >= 3
 
 
@@ -248,3 +253,16 @@ def test_a_state_rank_outside_the_team_is_refused():
     with pytest.raises(ConfigError, match=r"Diffusion1D.state_rank = 1 is invalid: allowed are "
                                           r"the team ranks 0..0"):
         TeamDriver(env, None)
+
+
+def test_episode_metrics_that_clash_with_the_columns_are_refused(tmp_path, monkeypatch, capsys):
+    """Refused at start-up with the field and the taken names, before anything is written."""
+    from hpc_refer.run import main as run_main
+
+    if W > 1:
+        pytest.skip("a one-process run")
+    monkeypatch.chdir(tmp_path)
+    assert run_main(["--env", "mpi_envs:MetricNamedReturn", "--steps", "10"]) == 2
+    assert "mpi_envs:MetricNamedReturn.episode_metrics = ('return',) is invalid" in (
+        capsys.readouterr().err)
+    assert not (tmp_path / "runs").exists()

@@ -15,12 +15,16 @@ A solver spanning K ranks is called collectively: team rank 0 (the actor) drives
 status are taken from the return values of team rank ``state_rank``, an optional attribute of
 the solver (default 0, the actor): a solver whose state is gathered on another rank sets it,
 and that rank's results travel to the actor in one message per call (the other ranks' return
-values are ignored).
+values are ignored). A solver may also report values of its own per episode (a physical
+quantity, say): it names them in a class attribute ``episode_metrics`` (a tuple of identifiers)
+and returns them, in that order, from ``episode_values()``, which the actor calls on team rank 0
+(not collectively) when an episode ends; they become columns of ``episodes.csv``.
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -73,6 +77,26 @@ def make_env(env_id: str, ranks_per_env: int, team: Team | None, index: int = 0,
     if is_external(env_id):
         return ExternalEnv(env_id, index, envs)
     return env_factory(env_id, ranks_per_env)(team)
+
+
+METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _metric_names(source: Any, where: str) -> tuple[str, ...]:
+    names = tuple(getattr(source, "episode_metrics", ()))
+    if len(set(names)) != len(names) or not all(
+            isinstance(n, str) and METRIC_NAME.fullmatch(n) for n in names):
+        raise ConfigError(f"{where}.episode_metrics = {names!r} is invalid: allowed is a tuple "
+                          f"of distinct identifiers")
+    return names
+
+
+def episode_metric_names(env_id: str) -> tuple[str, ...]:
+    """Names of the per-episode values the solver class of ``env_id`` reports (its
+    ``episode_metrics``); () for gymnasium ids and external solvers."""
+    if is_external(env_id) or not (":" in env_id or env_id in BUILTIN):
+        return ()
+    return _metric_names(_load_class(BUILTIN.get(env_id, env_id)), env_id)
 
 
 def env_dims(env_id: str, ranks_per_env: int) -> tuple[int, int] | None:
@@ -129,6 +153,7 @@ class TeamDriver:
         self.env = env
         self.team = team if team is not None and team.size > 1 else None
         self.state_rank = state_rank_of(env, team)
+        self.metric_names = _metric_names(env, type(env).__name__)
         self.obs_dim, self.act_dim = int(env.obs_dim), int(env.act_dim)
         self.low = np.asarray(env.low, np.float64).reshape(-1)
         self.high = np.asarray(env.high, np.float64).reshape(-1)
@@ -148,6 +173,17 @@ class TeamDriver:
         if self.team is not None and self.state_rank:
             obs, reward, status = unpack_step(self.team.receive_result(self.state_rank))
         return np.asarray(obs, np.float32), float(reward), Status(status)
+
+    def episode_values(self) -> tuple[float, ...]:
+        """The solver's ``episode_values()`` for the episode that just ended (on this rank
+        only), one per name of its ``episode_metrics``."""
+        if not self.metric_names:
+            return ()
+        values = tuple(float(v) for v in self.env.episode_values())
+        if len(values) != len(self.metric_names):
+            raise ValueError(f"{type(self.env).__name__}.episode_values() returned "
+                             f"{len(values)} values for episode_metrics {self.metric_names}")
+        return values
 
     def close(self) -> None:
         if self.team is not None:

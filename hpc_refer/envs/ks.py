@@ -32,14 +32,16 @@ unending episode or one bootstrapped at its truncation), so maximising it minimi
 discounted energy plus the action cost: the same control goal as the reward
 -(E_{t+1} + ACT_COST' |a|^2) of Bucci et al. (2019), reached by potential-based shaping
 (Ng et al. 1999, potential -E / DT_CONTROL) with ACT_COST' = ACT_COST DT_CONTROL / (1 - gamma).
-The shaping is what makes learning fast: with the plain reward -E the return is dominated by
-the part of E the 8 sensors do not see, and V-RACER + ReF-ER did not lower the energy within
-20,000 steps (measured; ``bench/ks_control.py`` records the learning run). The energy itself
-is :meth:`KuramotoSivashinsky.energy`. Episodes last ``HORIZON`` = 100 control steps (25 time
-units) and end TRUNCATED. ``reset(seed)`` draws a random smooth initial condition (the first
-four Fourier modes, amplitude ~1) from the environment's generator, then runs TRANSIENT = 40
-time units uncontrolled so episodes start on the attractor; a seed re-seeds the generator,
-``reset()`` continues it.
+The shaping is what makes learning fast: with the plain reward -E, V-RACER + ReF-ER did not
+lower the energy within 20,000 steps (measured, BENCHMARKS.md section 5; presumably because E
+varies from state to state far more than one action changes it, and the 8 sensors see only
+part of that variation). The energy itself is :meth:`KuramotoSivashinsky.energy`; its mean
+over the steps of an episode, <E>, is the episode metric ``energy`` (a column of
+``episodes.csv``, shown in the progress line). Episodes last ``HORIZON`` = 100 control steps
+(25 time units) and end TRUNCATED. ``reset(seed)`` draws a random smooth initial condition
+(the first four Fourier modes, amplitude ~1) from the environment's generator, then runs
+TRANSIENT = 40 time units uncontrolled so episodes start on the attractor; a seed re-seeds the
+generator, ``reset()`` continues it.
 
 Team of K > 1 ranks: the grid is split over the ranks (np.array_split); each rank holds its
 slice of u and does the physical-space work of a control step on it (actuation, u^2, sensors,
@@ -128,6 +130,7 @@ class KuramotoSivashinsky:
     act_dim = N_ACT
     low = -np.ones(N_ACT)
     high = np.ones(N_ACT)
+    episode_metrics = ("energy",)
 
     def __init__(self, team: Team | None = None) -> None:
         self.team = team if team is not None and team.size > 1 else None
@@ -147,6 +150,7 @@ class KuramotoSivashinsky:
         self.u = np.zeros(self.points.size)
         self.t = 0
         self.last_energy = 0.0
+        self.energy_sum = 0.0
 
     # Transforms: serial numpy FFTs, or partial DFTs summed over the team.
     def _forward(self, local: np.ndarray) -> np.ndarray:
@@ -192,6 +196,7 @@ class KuramotoSivashinsky:
         self.u = np.fft.irfft(v, N)[self.points]
         self.t = 0
         self.last_energy = self.energy()
+        self.energy_sum = 0.0
         return self._observe()
 
     def _team_seed(self) -> int:
@@ -212,6 +217,7 @@ class KuramotoSivashinsky:
             v = self.integrator.step(v, nonlinear)
         self.u = self._backward(v)
         previous, self.last_energy = self.last_energy, self.energy()
+        self.energy_sum += self.last_energy
         self.t += 1
         status = Status.TRUNCATED if self.t >= HORIZON else Status.CONTINUE
         reward = -(self.last_energy - previous) / DT_CONTROL - ACT_COST * float(np.mean(a**2))
@@ -221,6 +227,10 @@ class KuramotoSivashinsky:
         """E = mean_x(u^2) / 2 of the current field; collective (a team sum)."""
         local = float(np.sum(self.u**2))
         return (self.team.sum(local) if self.team is not None else local) / (2 * N)
+
+    def episode_values(self) -> tuple[float]:
+        """<E>: the mean energy after each step of the episode so far (not collective)."""
+        return (self.energy_sum / max(self.t, 1),)
 
     def close(self) -> None:
         """Nothing to release."""
