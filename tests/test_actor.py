@@ -1,4 +1,5 @@
-"""The actor: bounded actions, the behaviour policy recorded per step, chunks and episodes."""
+"""The actor: bounded actions, the behaviour policy recorded per step, chunks and episodes,
+and what a solver fault does to an episode whose first chunks were already sent."""
 
 from __future__ import annotations
 
@@ -6,10 +7,14 @@ import numpy as np
 import pytest
 
 from hpc_refer.actor import Actor
+from hpc_refer.algorithms.vracer import VRacer
+from hpc_refer.config import build_config
 from hpc_refer.envs import TeamDriver
-from hpc_refer.envs.gym_env import GymEnv
+from hpc_refer.envs.external import SolverFault
+from hpc_refer.envs.gym_env import GymEnv, Status
+from hpc_refer.learner import Learner
 from hpc_refer.networks import GaussianPolicyValueNet
-from hpc_refer.replay import OPEN, TRUNCATED
+from hpc_refer.replay import HAS_ACTION, OPEN, TERMINAL, TRUNCATED
 
 
 def make_actor(bounds: str, chunk_len: int = 1000) -> Actor:
@@ -47,3 +52,81 @@ def test_chunks_carry_mu_and_end_at_the_time_limit():
     c = chunks[0]
     z = (c.act - c.mu_mean) / c.mu_std
     assert np.all(np.abs(z) < 6) and np.allclose(c.mu_std, 0.5, atol=1e-5)
+
+
+class ScriptedSolver:
+    """A solver whose state is (episode, step) and whose every step earns its step index;
+    episodes are truncated after 20 steps. At the (episode, step) pairs of ``faults`` it
+    fails as an external solver does on an invalid STATE (:class:`SolverFault`)."""
+
+    obs_dim, act_dim = 2, 1
+    low, high = np.array([-1.0]), np.array([1.0])
+
+    def __init__(self, faults: set[tuple[int, int]]) -> None:
+        self.faults = faults
+        self.episode = 0
+        self.t = 0
+
+    def reset(self, seed=None):
+        self.episode += 1
+        self.t = 0
+        return np.array([self.episode, 0.0])
+
+    def step(self, action):
+        self.t += 1
+        if (self.episode, self.t) in self.faults:
+            raise SolverFault(f"external env 0: field 'step' = {self.t + 1}, expected {self.t}")
+        status = Status.TRUNCATED if self.t == 20 else Status.CONTINUE
+        return np.array([self.episode, float(self.t)]), float(self.t), status
+
+    def close(self):
+        pass
+
+
+def test_a_fault_after_chunks_were_sent_truncates_the_episode_at_its_last_valid_state(capsys):
+    """Chunks of 4 steps. Episode 1 faults at step 11 (two chunks sent, steps 9-10 pending),
+    episode 2 at step 9 (two chunks sent, nothing pending), episode 3 runs its 20 steps.
+    Each faulty episode ends as truncated at its last valid state, which bootstraps; the
+    faulty step is stored nowhere, and no episode is joined to the next one."""
+    env = TeamDriver(ScriptedSolver({(1, 11), (2, 9)}), None)
+    actor = Actor(env, GaussianPolicyValueNet(2, 1, (8,), 0.5), "clip", seed=0, chunk_len=4)
+    cfg = build_config({"vracer": {"hidden": [8], "batch": 16},
+                        "replay": {"size": 256, "learn_start": 64}})
+    learner = Learner(VRacer(2, 1, cfg.vracer, cfg.refer, 0), cfg, 2, 1, 1)
+    chunks, episodes = [], []
+    for _ in range(11 + 9 + 20):
+        chunk, episode = actor.step()
+        if chunk is not None:
+            chunks.append(chunk)
+            learner.store(chunk)
+        if episode is not None:
+            episodes.append(episode)
+    assert actor.faults == 2 and [e.length for e in episodes] == [20]
+    assert [(c.act.shape[0], c.obs.shape[0], c.end) for c in chunks] == [
+        (4, 4, OPEN), (4, 4, OPEN), (2, 3, TRUNCATED),  # episode 1: final state (1, 10)
+        (4, 4, OPEN), (4, 4, OPEN), (0, 1, TRUNCATED),  # episode 2: final state (2, 8) alone
+        (4, 4, OPEN), (4, 4, OPEN), (4, 4, OPEN), (4, 4, OPEN), (4, 5, TRUNCATED)]
+    assert np.concatenate([c.rew for c in chunks[:3]]).tolist() == list(range(1, 11))
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all("solver fault" in line and "field 'step'" in line
+                                 for line in err)
+
+    replay = learner.replay
+    rows = {(int(e), int(t)): r for r, (e, t) in enumerate(replay.obs[:replay.size])}
+    assert sorted(rows) == ([(1, t) for t in range(11)] + [(2, t) for t in range(9)]
+                            + [(3, t) for t in range(21)]), "faulty steps are never stored"
+    assert replay.n_transitions == 10 + 8 + 20
+    for episode, last in ((1, 10), (2, 8), (3, 20)):
+        chain = [rows[episode, t] for t in range(last + 1)]
+        assert replay.prev[chain[0]] == -1, f"episode {episode} joined to the one before"
+        assert replay.next[chain[:-1]].tolist() == chain[1:]
+        assert replay.prev[chain[1:]].tolist() == chain[:-1]
+        final = chain[-1]
+        assert replay.next[final] == -1 and not replay.flags[final] & HAS_ACTION
+        assert not (replay.flags[chain] & TERMINAL).any()
+        assert replay.sampleable(np.array(chain[:-1])).all()
+        # Truncation: V-tbc of the final state is its value, which Q-ret bootstraps from.
+        assert replay.vtbc[final] == replay.value[final] != 0.0
+        q_ret = replay.q_ret(np.array([chain[-2]]))[0]
+        assert q_ret == pytest.approx(replay.reward_scale * last + cfg.vracer.gamma
+                                      * replay.value[final], rel=1e-6)

@@ -188,6 +188,27 @@ def test_spawned_solver_faults_are_counted_and_training_goes_on(heat1d, tmp_path
     _check_injected_faults(proc.stderr, records, "heat1d")
 
 
+@needs_mpicc
+def test_a_wrong_step_index_is_a_fault_and_the_episode_restarts(heat1d, tmp_path):
+    """heat1d --fault-kind step answers the 3rd ACTION of every 2nd episode with step index
+    4: each is a solver fault naming the field 'step', the episode restarts (RESET, step 0
+    again: every other episode runs its 50 steps without fault) and training goes on. With
+    --chunk-len 2 steps 1-2 reached the learner before the fault, so each fault sends a
+    closing chunk of the last valid state alone (no action) through the MPI channel."""
+    run_dir = tmp_path / "run"
+    spec = f"external:-n 2 {heat1d} --fault-every 2 --fault-kind step"
+    proc = _mpirun(["-n", "2", sys.executable, "-m", "hpc_refer.run", "--env", spec,
+                    "--steps", "300", *SMALL, "--chunk-len", "2", "--run-dir", str(run_dir)],
+                   tmp_path)
+    records = _check_run(proc, run_dir, 300)
+    faults = [line for line in proc.stderr.splitlines() if "solver fault" in line]
+    assert len(faults) == records[-1]["solver_faults"] >= 3
+    assert all("(spawned rank 0 of heat1d): field 'step' = 4.0, expected 3" in line
+               for line in faults), faults
+    episodes = (run_dir / "episodes.csv").read_text().splitlines()[1:]
+    assert len(episodes) >= len(faults) - 1
+
+
 def _check_injected_faults(output: str, records: list[dict], program: str) -> None:
     """The faults of ``--fault-every 2`` (300 steps, one actor on rank 1): counted, and each
     logged with the actor's rank, the environment and the field. Faulty episodes are never

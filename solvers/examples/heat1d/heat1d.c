@@ -11,11 +11,14 @@
  *
  * Options: --cells N (default 32, >= ranks), --fault-every K (test aid: in every K-th episode
  * rank 0 sends one invalid STATE at step 3, cycling through NaN reward, wrong size, unknown
- * status and NaN state, then waits for the RESET that hpc_refer sends after a solver fault).
+ * status and NaN state, then waits for the RESET that hpc_refer sends after a solver fault),
+ * --fault-kind reward|size|status|state|step (only that fault; step: the step index 4
+ * instead of 3).
  *
  * Build: mpicc -O2 -I ../../coupling heat1d.c -o heat1d -lm   (or: make)
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,11 +36,23 @@ static double uniform(unsigned long long *s) {
   return (double)(*s >> 11) * (1.0 / 9007199254740992.0);
 }
 
+static const char *FAULT_KINDS[] = {"reward", "size", "status", "state", "step"};
+#define N_FAULT_KINDS 5
+
 int main(int argc, char **argv) {
-  int n = 32, fault_every = 0, i, j;
+  int n = 32, fault_every = 0, fault_kind = -1 /* cycle through the first four */, i, j;
   for (i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--cells")) n = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--fault-every")) fault_every = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--fault-kind")) {
+      for (fault_kind = 0; fault_kind < N_FAULT_KINDS; ++fault_kind)
+        if (!strcmp(argv[i + 1], FAULT_KINDS[fault_kind])) break;
+      if (fault_kind == N_FAULT_KINDS) {
+        fprintf(stderr, "heat1d: --fault-kind %s: allowed are reward, size, status, state, "
+                "step\n", argv[i + 1]);
+        return 2;
+      }
+    }
   }
   double low[N_ACT], high[N_ACT], action[N_ACT] = {0};
   for (j = 0; j < N_ACT; ++j) { low[j] = -1.0; high[j] = 1.0; }
@@ -102,10 +117,11 @@ int main(int argc, char **argv) {
     MPI_Gatherv(&u[1], m, MPI_DOUBLE, field, counts, displs, MPI_DOUBLE, 0, c.comm);
     if (fault_every > 0 && episode % fault_every == 0 && step == 3) {
       if (c.rank == 0) { /* test aid: one invalid STATE, then wait for RESET */
-        int kind = (episode / fault_every) % 4, size = 3 + n + (kind == 1);
+        int kind = fault_kind >= 0 ? fault_kind : (episode / fault_every) % 4;
+        int size = 3 + n + (kind == 1);
         double *bad = calloc((size_t)size, sizeof(double));
         bad[0] = kind == 2 ? 7.0 : status;
-        bad[1] = step;
+        bad[1] = kind == 4 ? step + 1 : step;
         bad[2] = kind == 0 ? NAN : reward;
         memcpy(bad + 3, field, (size_t)n * sizeof(double));
         if (kind == 3) bad[3 + n / 2] = NAN;

@@ -1,5 +1,5 @@
-! heat1d.f90: the Fortran port of heat1d.c (same physics, options and episodes), coupled to
-! hpc_refer through solvers/coupling/hpc_refer_client.f90.
+! heat1d.f90: the Fortran port of heat1d.c (same physics and episodes, its options but
+! --fault-kind), coupled to hpc_refer through solvers/coupling/hpc_refer_client.f90.
 !
 !   u_i <- u_i + NU (u_{i-1} - 2 u_i + u_{i+1}) + DT (q_i + sum_j a_j g_j(x_i))
 !
