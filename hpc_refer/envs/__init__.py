@@ -57,10 +57,18 @@ def _load_class(spec: str) -> Any:
         ) from None
 
 
+def _solver_class(env_id: str) -> Any | None:
+    """The Python solver class ``env_id`` names (built-in or package.module:Class); None for
+    gymnasium ids and external solvers."""
+    if is_external(env_id) or not (":" in env_id or env_id in BUILTIN):
+        return None
+    return _load_class(BUILTIN.get(env_id, env_id))
+
+
 def env_factory(env_id: str, ranks_per_env: int) -> Callable[[Team | None], Any]:
     """A function team -> environment for ``env_id``; raises ConfigError on a bad id."""
-    if ":" in env_id or env_id in BUILTIN:
-        cls = _load_class(BUILTIN.get(env_id, env_id))
+    cls = _solver_class(env_id)
+    if cls is not None:
         return lambda team: cls(team)
     check_env_id(env_id)
     if ranks_per_env != 1:
@@ -94,9 +102,8 @@ def _metric_names(source: Any, where: str) -> tuple[str, ...]:
 def episode_metric_names(env_id: str) -> tuple[str, ...]:
     """Names of the per-episode values the solver class of ``env_id`` reports (its
     ``episode_metrics``); () for gymnasium ids and external solvers."""
-    if is_external(env_id) or not (":" in env_id or env_id in BUILTIN):
-        return ()
-    return _metric_names(_load_class(BUILTIN.get(env_id, env_id)), env_id)
+    cls = _solver_class(env_id)
+    return () if cls is None else _metric_names(cls, env_id)
 
 
 def env_dims(env_id: str, ranks_per_env: int) -> tuple[int, int] | None:
@@ -108,8 +115,8 @@ def env_dims(env_id: str, ranks_per_env: int) -> tuple[int, int] | None:
         parse_spec(env_id, ranks_per_env)
         return None
     factory = env_factory(env_id, ranks_per_env)
-    if ":" in env_id or env_id in BUILTIN:
-        cls = _load_class(BUILTIN.get(env_id, env_id))
+    cls = _solver_class(env_id)
+    if cls is not None:
         return int(cls.obs_dim), int(cls.act_dim)
     env = factory(None)
     try:
@@ -142,6 +149,7 @@ def pack_step(obs: Any, reward: float, status: Status) -> np.ndarray:
 
 
 def unpack_step(packed: np.ndarray) -> tuple[np.ndarray, float, Status]:
+    """(state, reward, status) from a vector made by :func:`pack_step`."""
     return packed[2:], float(packed[0]), Status(int(packed[1]))
 
 
