@@ -251,11 +251,15 @@ class ReplayShard:
 
         The V-tbc recursion runs backward from every refreshed row to the first stored row of
         its episode (compiled loop, each row visited at most once per call). The far-policy
-        count is updated for the changed rho, classified with the current ``c_max``.
+        count is updated for the changed rho, classified with the current ``c_max``; a row
+        that appears several times in ``rows`` (a minibatch samples with replacement) is
+        counted once.
         """
-        rows = np.asarray(rows)
+        rows, first = np.unique(np.asarray(rows), return_index=True)
         if rows.size == 0:
             return
+        value = np.asarray(value)[first]
+        rho = None if rho is None else np.asarray(rho)[first]
         self.value[rows] = value
         if rho is not None:
             acts = rows[(self.flags[rows] & HAS_ACTION) != 0]
