@@ -23,12 +23,12 @@ import numpy as np
 import torch
 from common import median, rate, write
 
-from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.config import build_config
 from hpc_refer.learner import Learner
 from hpc_refer.metrics import RunDirectory
+from hpc_refer.parallel import SerialReducer
 from hpc_refer.replay import TRUNCATED, Chunk
-from hpc_refer.training import train_in_one_process
+from hpc_refer.training import make_learner, train_local
 
 OBS, ACT, T = 17, 6, 1000
 
@@ -53,13 +53,11 @@ def fill(learner: Learner, rng: np.random.Generator, states: int) -> None:
 def bench_memory(size: int) -> dict:
     """RSS added by a full replay, after a warm-up that compiles and loads everything else."""
     warm = build_config({"replay": {"size": 4 * T}})
-    fill(Learner(VRacer(OBS, ACT, warm.vracer, warm.refer, 0), warm, OBS, ACT, 1),
-         np.random.default_rng(1), 4 * T)
+    fill(make_learner(warm, OBS, ACT, SerialReducer()), np.random.default_rng(1), 4 * T)
     gc.collect()
     before = rss_bytes()
     cfg = build_config({"replay": {"size": size}})
-    algo = VRacer(OBS, ACT, cfg.vracer, cfg.refer, 0)
-    learner = Learner(algo, cfg, OBS, ACT, 1)
+    learner = make_learner(cfg, OBS, ACT, SerialReducer())
     fill(learner, np.random.default_rng(0), size)
     after = rss_bytes()
     raw = learner.replay.column_bytes
@@ -97,7 +95,7 @@ def bench_end_to_end(steps: int, tmp: Path) -> dict:
                             "replay": {"size": 2**18, "learn_start": min(start, 2**18)}})
         run = RunDirectory(tmp / label, cfg, quiet=True)
         t = time.perf_counter()
-        train_in_one_process(cfg, run)
+        train_local(cfg, run)
         run.close()
         out[f"{label}_env_steps_per_s"] = steps / (time.perf_counter() - t)
     return out

@@ -46,23 +46,22 @@ def learners_part(n: int, repeats: int) -> None:
     from bench_learner import fill
     from mpi4py import MPI
 
-    from hpc_refer.algorithms.vracer import VRacer
     from hpc_refer.config import build_config
-    from hpc_refer.learner import Learner
     from hpc_refer.parallel import MpiReducer, SerialReducer
+    from hpc_refer.training import make_learner
 
     torch.set_num_threads(1)
     comm = MPI.COMM_WORLD
     size = comm.Get_size()
     reducer = MpiReducer(comm) if size > 1 else SerialReducer()
     cfg = build_config({"replay": {"size": 2**18}})
-    learner = Learner(VRacer(OBS, ACT, cfg.vracer, cfg.refer, 0, reducer), cfg, OBS, ACT,
-                      1 + comm.Get_rank())
+    learner = make_learner(cfg, OBS, ACT, reducer)
     fill(learner, np.random.default_rng(comm.Get_rank()), learner.replay.capacity)
     learner.update_start(learner.replay.size * size, 0)
     for _ in range(30):
         learner.train_step()
-    flat = np.zeros(sum(p.numel() for p in learner.algo.params), np.float32)
+    flat = np.zeros(sum(p.numel() for m in learner.algo.modules.values()
+                        for p in m.parameters()), np.float32)
     counts = np.zeros(2)
     steps, grad_ar, count_ar = [], [], []
     for _ in range(repeats):

@@ -32,7 +32,7 @@ import hpc_refer.envs.ks as ks
 from hpc_refer.config import build_config, load_toml
 from hpc_refer.metrics import RunDirectory
 from hpc_refer.networks import GaussianPolicyValueNet
-from hpc_refer.training import set_threads, train_in_one_process
+from hpc_refer.training import set_threads, train_local
 
 SETTINGS = Path(__file__).resolve().parents[1] / "configs" / "ks.toml"
 EVAL_SEED0 = 10**6
@@ -49,10 +49,12 @@ def train(steps: int, seed: int, run_dir: Path) -> tuple[GaussianPolicyValueNet,
     run = RunDirectory(run_dir, config)
     start = time.perf_counter()
     try:
-        learner = train_in_one_process(config, run)
+        learner = train_local(config, run).learner
     finally:
         run.close()
-    return learner.algo.net, time.perf_counter() - start
+    net = learner.algo.behaviour
+    assert isinstance(net, GaussianPolicyValueNet)
+    return net, time.perf_counter() - start
 
 
 def network_policy(net: GaussianPolicyValueNet, sample: bool, seed: int) -> Policy:

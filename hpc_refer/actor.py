@@ -10,6 +10,12 @@ Bounded action spaces: the policy acts in a normalised space where [-1, 1] maps 
 tanh (``tanh``, the reference code) before scaling. The stored action is always u itself, so
 rho and the KL are those of the Gaussian.
 
+The behaviour policy is the algorithm's (:class:`~hpc_refer.networks.BehaviourPolicy`):
+V-RACER's Gaussian, or N(m_w(s), sigma^2) around DDPG's or NAF's mean. Plain-ER DDPG may use
+Ornstein-Uhlenbeck noise instead (``Exploration.OU``: u = m_w(s) + sigma x_t with
+x_t = (1 - theta) x_{t-1} + N(0, 1), theta = 0.15, x = 0 at each episode start); the stored
+mu is then still the Gaussian's, which plain ER never reads.
+
 Solver faults (:class:`~hpc_refer.envs.external.SolverFault`, raised by an environment whose
 message fails validation) end the episode: the faulty step is dropped, the fault is counted
 (``Actor.faults``) and logged on stderr with the actor's rank, the episode's valid steps not
@@ -25,21 +31,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from hpc_refer.config import ActionBounds, Exploration
 from hpc_refer.envs import TeamDriver
 from hpc_refer.envs.external import SolverFault
 from hpc_refer.envs.gym_env import Status
-from hpc_refer.networks import GaussianPolicyValueNet, load_flat_state
-from hpc_refer.replay import OPEN, TERMINATED, TRUNCATED, Chunk
+from hpc_refer.networks import BehaviourPolicy, load_flat_state
+from hpc_refer.records import EpisodeRecord
+from hpc_refer.replay import Chunk, ChunkEnd
 
-
-@dataclass
-class EpisodeRecord:
-    """A finished episode: undiscounted return, number of steps, the solver's metric values."""
-
-    ret: float
-    length: int
-    values: tuple[float, ...] = ()
-
+OU_THETA = 0.15
 
 @dataclass
 class _Pending:
@@ -57,8 +57,9 @@ MAX_FAULTS_IN_A_ROW = 20
 class Actor:
     """Steps one environment, returning chunks of at most ``chunk_len`` transitions."""
 
-    def __init__(self, env: TeamDriver, net: GaussianPolicyValueNet, action_bounds: str,
-                 seed: int, chunk_len: int, source: int = 0) -> None:
+    def __init__(self, env: TeamDriver, net: BehaviourPolicy, action_bounds: ActionBounds,
+                 seed: int, chunk_len: int, source: int = 0,
+                 exploration: Exploration = Exploration.GAUSSIAN) -> None:
         self.env = env
         self.net = net
         self.chunk_len = chunk_len
@@ -68,7 +69,9 @@ class Actor:
         self._center = np.where(bounded, 0.5 * (env.high + env.low), 0.0)
         self._half = np.where(bounded, 0.5 * (env.high - env.low), 1.0)
         self._bounded = bounded
-        self._squash = action_bounds == "tanh"
+        self._squash = action_bounds is ActionBounds.TANH
+        self._ou = exploration is Exploration.OU
+        self._noise = np.zeros(env.act_dim)
         self._pending = _Pending()
         self._return = 0.0
         self._length = 0
@@ -90,8 +93,16 @@ class Actor:
 
     @torch.inference_mode()
     def _policy(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        _, mean, std = self.net(torch.from_numpy(obs)[None])
-        return mean[0].numpy(), std.numpy()
+        mean, std = self.net.policy(torch.from_numpy(obs)[None])
+        return mean[0].numpy(), std.expand_as(mean)[0].numpy()
+
+    def _draw(self, shape: tuple[int, ...]) -> np.ndarray:
+        """The standard-normal noise of this step (an OU process under ``Exploration.OU``)."""
+        z = self.rng.standard_normal(shape)
+        if not self._ou:
+            return z
+        self._noise = (1.0 - OU_THETA) * self._noise + z
+        return self._noise
 
     def step(self) -> tuple[Chunk | None, EpisodeRecord | None]:
         """One environment step; returns a chunk when one is complete, and a finished episode.
@@ -104,8 +115,9 @@ class Actor:
             if self._obs is None:
                 self._obs = self.env.reset(self._seed)
                 self._seed = None
+                self._noise[:] = 0.0
             mean, std = self._policy(self._obs)
-            u = (mean + std * self.rng.standard_normal(mean.shape)).astype(np.float32)
+            u = (mean + std * self._draw(mean.shape)).astype(np.float32)
             nxt, reward, status = self.env.step(self.to_env(u))
         except SolverFault as fault:
             return self._fault(fault), None
@@ -123,9 +135,10 @@ class Actor:
             if len(p.act) < self.chunk_len:
                 return None, None
             self._sent = True
-            return self._flush(OPEN, None), None
+            return self._flush(ChunkEnd.OPEN, None), None
         record = EpisodeRecord(self._return, self._length, self.env.episode_values())
-        chunk = self._flush(TERMINATED if status == Status.TERMINAL else TRUNCATED, nxt)
+        end = ChunkEnd.TERMINATED if status == Status.TERMINAL else ChunkEnd.TRUNCATED
+        chunk = self._flush(end, nxt)
         self._return, self._length = 0.0, 0
         self._obs = None
         self._sent = False
@@ -142,16 +155,17 @@ class Actor:
                                f"rank {self.source}, the last: {fault}") from fault
         chunk = None
         if self._obs is not None and (self._pending.act or self._sent):
-            chunk = self._flush(TRUNCATED, self._obs)
+            chunk = self._flush(ChunkEnd.TRUNCATED, self._obs)
         self._pending = _Pending()
         self._return, self._length = 0.0, 0
         self._obs = None
         self._sent = False
         return chunk
 
-    def _flush(self, end: int, final_obs: np.ndarray | None) -> Chunk:
+    def _flush(self, end: ChunkEnd, final_obs: np.ndarray | None) -> Chunk:
         p = self._pending
-        obs = p.obs + ([final_obs] if end == TRUNCATED and final_obs is not None else [])
+        obs = p.obs + ([final_obs] if end is ChunkEnd.TRUNCATED and final_obs is not None
+                       else [])
         a = self.env.act_dim  # a chunk may hold no action: the closing one after a fault
 
         def rows(x: list[np.ndarray]) -> np.ndarray:

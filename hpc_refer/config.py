@@ -7,10 +7,16 @@ written to the run directory as ``config.toml``.
 
 TOML layout (every section and key optional)::
 
-    [run]     env, steps, seed, run_dir, log_every, ...
-    [vracer]  hidden, lr, batch, gamma, ...
+    [run]     env, algorithm, steps, seed, run_dir, log_every, ...
+    [vracer]  hidden, lr, batch, gamma, ...      (the table of run.algorithm is used;
+    [ddpg]    hidden, lr, batch, gamma, tau, ...  the others are validated and kept
+    [naf]     hidden, lr, batch, gamma, tau, ...  in the resolved config)
     [refer]   mode, C, D, A, ...
-    [replay]  size, learn_start, grad_ratio
+    [replay]  size, learn_start, grad_ratio, sampling, ...
+
+Modes are enums (:class:`ReferMode`, :class:`KLDirection`, :class:`ActionBounds`,
+:class:`Sampling`, :class:`Exploration`): the TOML or flag string is converted once, here, and
+a wrong one is refused with the allowed values.
 
 On the command line the ``[run]`` keys are plain flags (``--env``, ``--steps``, ``--seed``,
 ``--run-dir``) and the others are ``--<section>.<key>`` (``--refer.mode er``), with the
@@ -25,8 +31,9 @@ import math
 import tomllib
 import typing
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import tomli_w
 
@@ -44,15 +51,81 @@ def _require(ok: bool, key: str, value: Any, allowed: str) -> None:
         raise ConfigError(f"{key} = {value!r} is invalid: allowed values are {allowed}")
 
 
-REFER_MODES = ("refer", "er", "refer1", "refer2")
-KL_DIRECTIONS = ("mu_pi", "pi_mu")
-ACTION_BOUNDS = ("clip", "tanh")
+class ReferMode(StrEnum):
+    """Which of ReF-ER's rules act (Sec. 3): both, none (plain ER) or one of them."""
+
+    REFER = "refer"
+    ER = "er"
+    REFER1 = "refer1"
+    REFER2 = "refer2"
+
+    @property
+    def rule1(self) -> bool:
+        """Far-policy samples give no gradient of the algorithm's objective."""
+        return self in (ReferMode.REFER, ReferMode.REFER1)
+
+    @property
+    def rule2(self) -> bool:
+        """The objective is weighted by beta and the KL penalty by 1 - beta (eq. 10)."""
+        return self in (ReferMode.REFER, ReferMode.REFER2)
+
+    @property
+    def anneals(self) -> bool:
+        """c_max and the learning rate are annealed by eq. 13 (ReF-ER's variants, not ER)."""
+        return self is not ReferMode.ER
+
+
+class KLDirection(StrEnum):
+    """The divergence of eq. 11: KL(mu || pi) (the paper) or KL(pi || mu) (reference code)."""
+
+    MU_PI = "mu_pi"
+    PI_MU = "pi_mu"
+
+
+class ActionBounds(StrEnum):
+    """How a Gaussian sample meets a bounded action box: clipped (paper) or tanh-squashed."""
+
+    CLIP = "clip"
+    TANH = "tanh"
+
+
+class Sampling(StrEnum):
+    """Minibatch sampling: uniform, or proportional prioritized replay (Schaul et al. 2016)."""
+
+    UNIFORM = "uniform"
+    PER = "per"
+
+
+class Exploration(StrEnum):
+    """DDPG's behaviour noise: Gaussian N(m(s), sigma^2) (needed by ReF-ER), or
+    Ornstein-Uhlenbeck (plain ER only: its mu is not the stored Gaussian)."""
+
+    GAUSSIAN = "gaussian"
+    OU = "ou"
+
+
+def _choices(enum: type[StrEnum]) -> tuple[str, ...]:
+    return tuple(e.value for e in enum)
+
+
+def _enum_field(obj: Any, key: str, enum: type[StrEnum]) -> None:
+    """Convert the string field ``key`` of a frozen config to ``enum`` (or raise ConfigError)."""
+    raw = getattr(obj, key)
+    _require(raw in _choices(enum), f"{getattr(obj, 'section', '')}.{key}", raw,
+             ", ".join(_choices(enum)))
+    object.__setattr__(obj, key, enum(raw))
 
 
 @dataclass(frozen=True)
 class RunConfig:
     """What to train, for how long, and where to write."""
 
+    section: ClassVar[str] = "run"
+
+    algorithm: str = _opt(
+        "vracer", "off-policy algorithm: vracer, ddpg or naf (its table holds its settings)",
+        ("vracer", "ddpg", "naf"),
+    )
     env: str = _opt(
         "HalfCheetah-v5",
         "environment: a continuous-action gymnasium id, a built-in solver (Diffusion1D, KS), "
@@ -72,8 +145,17 @@ class RunConfig:
     checksum_every: int = _opt(
         0, "MPI debug: compare the learners' weight checksums every k gradient steps (0: off)"
     )
+    action_bounds: ActionBounds = _opt(
+        ActionBounds.CLIP,
+        "how bounded action spaces are honoured: clip the Gaussian sample when it is sent to "
+        "the environment (paper), or tanh-squash and scale it (reference code [HEAD])",
+        _choices(ActionBounds),
+    )
 
     def __post_init__(self) -> None:
+        _enum_field(self, "action_bounds", ActionBounds)
+        _require(self.algorithm in ("vracer", "ddpg", "naf"), "run.algorithm", self.algorithm,
+                 "vracer, ddpg, naf")
         _require(self.steps > 0, "run.steps", self.steps, "integers > 0")
         _require(self.log_every > 0, "run.log_every", self.log_every, "integers > 0")
         _require(self.threads > 0, "run.threads", self.threads, "integers > 0")
@@ -87,45 +169,96 @@ class RunConfig:
 
 
 @dataclass(frozen=True)
-class VRacerConfig:
-    """V-RACER network and optimiser (paper defaults, Sec. 5 and App. A)."""
+class AlgorithmConfig:
+    """Settings every algorithm has; each algorithm's table adds its own."""
 
+    section: ClassVar[str] = ""
     hidden: tuple[int, ...] = _opt((128, 128), "hidden layer widths (softsign activations)")
-    lr: float = _opt(1e-4, "initial Adam learning rate eta0 (annealed by eq. 13)")
+    lr: float = _opt(1e-4, "initial Adam learning rate eta0 (annealed by eq. 13 under ReF-ER)")
     batch: int = _opt(256, "minibatch size B (global over all learners)")
     gamma: float = _opt(0.995, "discount factor")
+    replay_size: int = _opt(2**18, "the algorithm's replay capacity N (replay.size 0 uses it)")
+
+    def __post_init__(self) -> None:
+        name = self.section
+        _require(
+            len(self.hidden) > 0 and all(h > 0 for h in self.hidden),
+            f"{name}.hidden", self.hidden, "a non-empty list of positive integers",
+        )
+        _require(0 < self.lr < 1, f"{name}.lr", self.lr, "0 < lr < 1")
+        _require(self.batch > 0, f"{name}.batch", self.batch, "integers > 0")
+        _require(0 < self.gamma <= 1, f"{name}.gamma", self.gamma, "0 < gamma <= 1")
+        _require(self.replay_size >= 2, f"{name}.replay_size", self.replay_size,
+                 "integers >= 2")
+
+
+@dataclass(frozen=True)
+class VRacerConfig(AlgorithmConfig):
+    """V-RACER network and optimiser (paper defaults, Sec. 5 and App. A)."""
+
+    section: ClassVar[str] = "vracer"
     sigma_init: float = _opt(math.sqrt(0.2), "initial policy standard deviation")
-    action_bounds: str = _opt(
-        "clip",
-        "how bounded action spaces are honoured: clip the Gaussian sample when it is sent to "
-        "the environment (paper), or tanh-squash and scale it (reference code [HEAD])",
-        ACTION_BOUNDS,
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(self.sigma_init > 0, "vracer.sigma_init", self.sigma_init, "values > 0")
+
+
+@dataclass(frozen=True)
+class DDPGConfig(AlgorithmConfig):
+    """DDPG (Lillicrap et al. 2016) with ReF-ER: the paper-era settings (spec, section DDPG)."""
+
+    section: ClassVar[str] = "ddpg"
+    lr: float = _opt(1e-5, "actor Adam learning rate (the critic's is critic_lr_factor x it)")
+    batch: int = _opt(128, "minibatch size B (global over all learners)")
+    replay_size: int = _opt(2**19, "the algorithm's replay capacity N (replay.size 0 uses it)")
+    critic_lr_factor: float = _opt(10.0, "critic learning rate / actor learning rate")
+    critic_l2: float = _opt(1e-4, "L2 weight decay of the critic")
+    tau: float = _opt(0.01, "Polyak rate of the target networks: w' <- (1 - tau) w' + tau w")
+    sigma: float = _opt(0.2, "std of the Gaussian behaviour policy N(m(s), sigma^2)")
+    exploration: Exploration = _opt(
+        Exploration.GAUSSIAN,
+        "behaviour noise: gaussian (stored as mu, needed by ReF-ER) or ou (Ornstein-Uhlenbeck, "
+        "theta 0.15, plain ER only)",
+        _choices(Exploration),
     )
 
     def __post_init__(self) -> None:
-        _require(
-            len(self.hidden) > 0 and all(h > 0 for h in self.hidden),
-            "vracer.hidden", self.hidden, "a non-empty list of positive integers",
-        )
-        _require(0 < self.lr < 1, "vracer.lr", self.lr, "0 < lr < 1")
-        _require(self.batch > 0, "vracer.batch", self.batch, "integers > 0")
-        _require(0 < self.gamma <= 1, "vracer.gamma", self.gamma, "0 < gamma <= 1")
-        _require(self.sigma_init > 0, "vracer.sigma_init", self.sigma_init, "values > 0")
-        _require(
-            self.action_bounds in ACTION_BOUNDS,
-            "vracer.action_bounds", self.action_bounds, ", ".join(ACTION_BOUNDS),
-        )
+        super().__post_init__()
+        _enum_field(self, "exploration", Exploration)
+        _require(self.critic_lr_factor > 0, "ddpg.critic_lr_factor", self.critic_lr_factor,
+                 "values > 0")
+        _require(self.critic_l2 >= 0, "ddpg.critic_l2", self.critic_l2, "values >= 0")
+        _require(0 < self.tau <= 1, "ddpg.tau", self.tau, "0 < tau <= 1")
+        _require(self.sigma > 0, "ddpg.sigma", self.sigma, "values > 0")
+
+
+@dataclass(frozen=True)
+class NAFConfig(AlgorithmConfig):
+    """NAF (Gu et al. 2016) with ReF-ER: the paper-era settings (spec, section NAF)."""
+
+    section: ClassVar[str] = "naf"
+    replay_size: int = _opt(2**19, "the algorithm's replay capacity N (replay.size 0 uses it)")
+    tau: float = _opt(0.01, "Polyak rate of the target network: w' <- (1 - tau) w' + tau w")
+    sigma: float = _opt(0.2, "std of the Gaussian behaviour policy N(m(s), sigma^2)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(0 < self.tau <= 1, "naf.tau", self.tau, "0 < tau <= 1")
+        _require(self.sigma > 0, "naf.sigma", self.sigma, "values > 0")
 
 
 @dataclass(frozen=True)
 class ReferConfig:
     """Remember-and-Forget Experience Replay (Sec. 3, eqs. 10-13)."""
 
-    mode: str = _opt(
-        "refer",
-        "refer: rules 1 and 2; er: plain experience replay; refer1: rule 1 only; "
-        "refer2: rule 2 only",
-        REFER_MODES,
+    section: ClassVar[str] = "refer"
+
+    mode: ReferMode = _opt(
+        ReferMode.REFER,
+        "refer: rules 1 and 2; er: plain experience replay (no annealing either); refer1: "
+        "rule 1 only; refer2: rule 2 only",
+        _choices(ReferMode),
     )
     C: float = _opt(4.0, "c_max(t) = 1 + C / (1 + A t)  (eq. 13)")
     D: float = _opt(0.1, "target fraction of far-policy samples in the replay memory (eq. 12)")
@@ -134,44 +267,61 @@ class ReferConfig:
     beta_rate: float = _opt(
         0.0, "step size eta of the beta update (eq. 12); 0: the initial learning rate"
     )
-    kl_direction: str = _opt(
-        "mu_pi",
+    kl_direction: KLDirection = _opt(
+        KLDirection.MU_PI,
         "mu_pi: penalise KL(mu || pi) as in eq. 11; pi_mu: KL(pi || mu) as the reference code",
-        KL_DIRECTIONS,
+        _choices(KLDirection),
     )
 
     def __post_init__(self) -> None:
-        _require(self.mode in REFER_MODES, "refer.mode", self.mode, ", ".join(REFER_MODES))
+        _enum_field(self, "mode", ReferMode)
+        _enum_field(self, "kl_direction", KLDirection)
         _require(self.C > 0, "refer.C", self.C, "C > 0")
         _require(0 < self.D < 1, "refer.D", self.D, "0 < D < 1")
         _require(self.A >= 0, "refer.A", self.A, "A >= 0")
         _require(0 <= self.beta_init <= 1, "refer.beta_init", self.beta_init, "0 <= beta <= 1")
         _require(0 <= self.beta_rate < 1, "refer.beta_rate", self.beta_rate, "0 <= eta < 1")
-        _require(
-            self.kl_direction in KL_DIRECTIONS,
-            "refer.kl_direction", self.kl_direction, ", ".join(KL_DIRECTIONS),
-        )
 
 
 @dataclass(frozen=True)
 class ReplayConfig:
     """The replay memory."""
 
-    size: int = _opt(2**18, "replay capacity N in stored states (FIFO forgetting beyond it)")
+    section: ClassVar[str] = "replay"
+
+    size: int = _opt(
+        0, "replay capacity N in stored states (FIFO forgetting beyond it); 0: the algorithm's "
+        "replay_size (vracer 2^18, ddpg and naf 2^19)"
+    )
     learn_start: int = _opt(-1, "stored states before the first gradient step; -1: N / 2")
     grad_ratio: float = _opt(1.0, "gradient steps per environment step once training runs")
     stats_every: int = _opt(
         1000, "gradient steps between refreshes of the state and reward scaling from the RM"
     )
+    sampling: Sampling = _opt(
+        Sampling.UNIFORM,
+        "uniform, or per: proportional prioritized replay, p = (|delta| + eps)^alpha, with "
+        "importance weights (1/(N P))^beta_IS / max applied to the loss",
+        _choices(Sampling),
+    )
+    per_alpha: float = _opt(0.6, "PER priority exponent alpha")
+    per_beta: float = _opt(
+        0.4, "PER importance-weight exponent beta_IS at the first gradient step, annealed "
+        "linearly to 1 at the run's last one"
+    )
+    per_eps: float = _opt(1e-6, "PER priority offset eps (no transition is never sampled)")
 
     def __post_init__(self) -> None:
-        _require(self.size >= 2, "replay.size", self.size, "integers >= 2")
-        _require(
-            self.learn_start == -1 or 0 < self.learn_start <= self.size,
-            "replay.learn_start", self.learn_start, f"-1 or 1..{self.size} (replay.size)",
-        )
+        _enum_field(self, "sampling", Sampling)
+        _require(self.size == 0 or self.size >= 2, "replay.size", self.size,
+                 "0 (the algorithm's N) or integers >= 2")
+        _require(self.learn_start == -1 or self.learn_start > 0, "replay.learn_start",
+                 self.learn_start, "-1 or integers > 0")
         _require(self.grad_ratio > 0, "replay.grad_ratio", self.grad_ratio, "values > 0")
         _require(self.stats_every > 0, "replay.stats_every", self.stats_every, "integers > 0")
+        _require(self.per_alpha >= 0, "replay.per_alpha", self.per_alpha, "values >= 0")
+        _require(0 <= self.per_beta <= 1, "replay.per_beta", self.per_beta, "0 <= beta <= 1")
+        _require(self.per_eps > 0, "replay.per_eps", self.per_eps, "values > 0")
 
     @property
     def start(self) -> int:
@@ -185,22 +335,46 @@ class Config:
 
     run: RunConfig = field(default_factory=RunConfig)
     vracer: VRacerConfig = field(default_factory=VRacerConfig)
+    ddpg: DDPGConfig = field(default_factory=DDPGConfig)
+    naf: NAFConfig = field(default_factory=NAFConfig)
     refer: ReferConfig = field(default_factory=ReferConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
 
     def __post_init__(self) -> None:
+        """Resolve ``replay.size = 0`` to the algorithm's N, then check the cross-table rules."""
+        if self.replay.size == 0:
+            resolved = dataclasses.replace(self.replay, size=self.algorithm.replay_size)
+            object.__setattr__(self, "replay", resolved)
+        _require(self.replay.learn_start <= self.replay.size, "replay.learn_start",
+                 self.replay.learn_start, f"-1 or 1..{self.replay.size} (the replay size)")
+        name = self.run.algorithm
         _require(
-            self.vracer.batch <= self.replay.start,
-            "vracer.batch", self.vracer.batch,
+            self.algorithm.batch <= self.replay.start,
+            f"{name}.batch", self.algorithm.batch,
             f"at most the states stored when training starts ({self.replay.start})",
         )
+        _require(
+            self.ddpg.exploration is Exploration.GAUSSIAN or self.refer.mode is ReferMode.ER
+            or name != "ddpg",
+            "ddpg.exploration", self.ddpg.exploration.value,
+            "gaussian with refer.mode refer, refer1 or refer2 (ReF-ER needs the Gaussian mu "
+            "that is stored); ou only with refer.mode er",
+        )
+
+    @property
+    def algorithm(self) -> AlgorithmConfig:
+        """The table of the chosen algorithm (``run.algorithm``)."""
+        table: AlgorithmConfig = getattr(self, self.run.algorithm)
+        return table
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """Nested plain dict (tuples as lists), the TOML layout."""
+        def plain(v: Any) -> Any:
+            return list(v) if isinstance(v, tuple) else str(v) if isinstance(v, StrEnum) else v
+
         return {
             section.name: {
-                k: list(v) if isinstance(v, tuple) else v
-                for k, v in dataclasses.asdict(getattr(self, section.name)).items()
+                k: plain(v) for k, v in dataclasses.asdict(getattr(self, section.name)).items()
             }
             for section in dataclasses.fields(self)
         }
@@ -210,8 +384,10 @@ class Config:
         path.write_text(tomli_w.dumps(self.to_dict()))
 
 
-_SECTION_TYPES = {"run": RunConfig, "vracer": VRacerConfig, "refer": ReferConfig,
-                  "replay": ReplayConfig}
+_SECTION_TYPES: dict[str, type] = {
+    "run": RunConfig, "vracer": VRacerConfig, "ddpg": DDPGConfig, "naf": NAFConfig,
+    "refer": ReferConfig, "replay": ReplayConfig,
+}
 
 
 def _coerce(section: str, key: str, raw: Any) -> Any:
@@ -234,6 +410,10 @@ def _coerce(section: str, key: str, raw: Any) -> Any:
         if kind is float:
             return float(raw)
         if kind is str:
+            if not isinstance(raw, str):
+                raise ValueError
+            return raw
+        if isinstance(kind, type) and issubclass(kind, StrEnum):
             if not isinstance(raw, str):
                 raise ValueError
             return raw

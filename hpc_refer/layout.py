@@ -12,11 +12,31 @@ Pure functions, no MPI: tested without it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import Enum, IntEnum
+
+import numpy as np
 
 
 class LayoutError(ValueError):
     """The requested layout cannot be built from this world size."""
+
+
+class SeedRole(IntEnum):
+    """The random streams of a run, each seeded by :func:`role_seed`."""
+
+    NETWORKS = 0
+    """Initial weights: the same on every learner."""
+    SAMPLING = 1
+    """Minibatch sampling of one learner (index: learner rank)."""
+    ACTOR = 2
+    """Behaviour noise and environment resets of one actor (index: environment)."""
+
+
+def role_seed(seed: int, role: SeedRole, index: int = 0) -> int:
+    """The seed of stream ``role`` number ``index``, derived from the run's ``seed``: every
+    role and rank gets an independent stream (numpy's SeedSequence over (seed, role, index)),
+    whatever the launch; the one place where seeds are made."""
+    return int(np.random.SeedSequence([seed, int(role), index]).generate_state(1)[0])
 
 
 class Role(Enum):

@@ -37,8 +37,11 @@ def episode_columns(env_id: str) -> tuple[str, ...]:
 
 
 def default_run_name(config: Config) -> str:
-    """``<env>-vracer-<mode>-seed<seed>`` with characters unsafe in paths replaced."""
-    name = f"{config.run.env}-vracer-{config.refer.mode}-seed{config.run.seed}"
+    """``<env>-<algorithm>-<mode>[-per]-seed<seed>`` with characters unsafe in paths
+    replaced."""
+    per = "-per" if config.replay.sampling == "per" else ""
+    name = (f"{config.run.env}-{config.run.algorithm}-{config.refer.mode}{per}"
+            f"-seed{config.run.seed}")
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 

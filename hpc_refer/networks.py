@@ -100,7 +100,16 @@ def mlp(sizes: list[int]) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-class GaussianPolicyValueNet(nn.Module):
+class BehaviourPolicy(nn.Module):
+    """A module actors sample from: ``policy(s)`` -> (mean [B, A], std [A] or [B, A]) of the
+    Gaussian behaviour mu(.|s). Its parameters and buffers travel to the actors as one flat
+    vector (:func:`flat_state`)."""
+
+    def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+
+class GaussianPolicyValueNet(BehaviourPolicy):
     """V-RACER's single network: s -> (V_w(s), m_w(s), sigma_w).
 
     One MLP trunk outputs the state value and the policy mean; the standard deviation is a
@@ -124,6 +133,11 @@ class GaussianPolicyValueNet(nn.Module):
         """Return V [B], mean [B, dA] and std [dA]."""
         out = self.trunk(self.normalizer(obs))
         return out[..., 0], out[..., 1:], nn.functional.softplus(self.sigma_param)
+
+    def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The behaviour an actor samples from: mean [B, dA] and std [dA]."""
+        _, mean, std = self(obs)
+        return mean, std
 
 
 def flat_state(net: nn.Module) -> np.ndarray:

@@ -10,10 +10,14 @@ initialises MPI.
 from __future__ import annotations
 
 import os
+from enum import IntEnum
 from functools import cache
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 import numpy as np
+
+from hpc_refer.records import ChunkHeader, EpisodeRecord, Incoming
+from hpc_refer.replay import Chunk
 
 
 @cache
@@ -163,10 +167,9 @@ class MpiReducer:
 
 
 TAG_HEADER, TAG_DATA, TAG_PARAMS, TAG_STOP, TAG_DONE, TAG_TEAM = 11, 12, 13, 14, 15, 16
-HEADER_LEN = 7
-"""Chunk header, float64: n_states, n_actions, end, has_episode, episode_length, return,
-solver faults of the actor so far; then the episode's metric values, if any (the solver's
-``episode_metrics``; the learner reads whatever length arrives)."""
+"""Tags of the actor <-> learner messages; a chunk's header is a
+:class:`~hpc_refer.records.ChunkHeader` (float64, variable length: the episode's metric values
+follow its fixed part)."""
 
 
 class Fabric:
@@ -220,7 +223,7 @@ class Fabric:
 class ActorChannel:
     """The actor's side of the actor <-> learner messages (buffer-based).
 
-    Actor to learner: a header (float64[7 + metrics], :data:`HEADER_LEN`) then one float32
+    Actor to learner: a :class:`~hpc_refer.records.ChunkHeader` (float64) then one float32
     payload with the chunk's columns (obs, act, rew, mu_mean, mu_std); TAG_DONE (empty) when
     the actor's environment ended its work early. Learner to actor: the flat parameter vector
     (TAG_PARAMS) or TAG_STOP. ``faults`` (the actor's solver faults so far) travels in every
@@ -234,15 +237,12 @@ class ActorChannel:
         self.faults = 0
         self._status = _mpi().Status()
 
-    def send_chunk(self, chunk: Any, episode: tuple[float, int, tuple[float, ...]] | None
-                   ) -> None:
-        """Send a chunk, with the episode it ends: (return, length, metric values)."""
-        ret, length, values = episode if episode is not None else (0.0, 0, ())
-        header = np.array([chunk.obs.shape[0], chunk.act.shape[0], chunk.end,
-                           episode is not None, length, ret, self.faults, *values], np.float64)
+    def send_chunk(self, chunk: Chunk, episode: EpisodeRecord | None) -> None:
+        """Send a chunk, with the episode it ends."""
+        header = ChunkHeader.of(chunk, episode, self.faults)
         payload = np.concatenate([chunk.obs.ravel(), chunk.act.ravel(), chunk.rew,
                                   chunk.mu_mean.ravel(), chunk.mu_std.ravel()])
-        self.world.Send(header, dest=self.learner, tag=TAG_HEADER)
+        self.world.Send(header.pack(), dest=self.learner, tag=TAG_HEADER)
         self.world.Send(payload.astype(np.float32, copy=False), dest=self.learner,
                         tag=TAG_DATA)
 
@@ -270,13 +270,9 @@ class LearnerChannel:
         self.faults: dict[int, int] = {}
         """Solver faults of each actor so far (from the latest header of each)."""
 
-    def poll(self, block: bool
-             ) -> tuple[int, Any, tuple[float, int, tuple[float, ...]] | None] | None:
-        """Receive one message from any actor: (actor, chunk or None if done, episode), the
-        episode as (return, length, metric values).
-
-        Returns None when nothing is pending and ``block`` is False.
-        """
+    def poll(self, block: bool) -> Incoming | None:
+        """Receive one message from any actor; None when nothing is pending and ``block`` is
+        False."""
         mpi = _mpi()
         if block:
             self.world.Probe(source=mpi.ANY_SOURCE, tag=mpi.ANY_TAG, status=self._status)
@@ -285,28 +281,24 @@ class LearnerChannel:
         source, tag = self._status.Get_source(), self._status.Get_tag()
         if tag == TAG_DONE:
             self.world.Recv(np.empty(0, np.float32), source=source, tag=TAG_DONE)
-            return source, None, None
+            return Incoming(source, None, None)
         if tag != TAG_HEADER:
             raise RuntimeError(f"learner: unexpected message tag {tag} from rank {source}")
-        header = np.empty(self._status.Get_count(mpi.DOUBLE), np.float64)
-        self.world.Recv(header, source=source, tag=TAG_HEADER)
-        self.faults[source] = int(header[6])
-        return source, *self._recv_chunk(source, header)
+        raw = np.empty(self._status.Get_count(mpi.DOUBLE), np.float64)
+        self.world.Recv(raw, source=source, tag=TAG_HEADER)
+        header = ChunkHeader.unpack(raw)
+        self.faults[source] = header.faults
+        return Incoming(source, self._recv_chunk(source, header), header.episode)
 
-    def _recv_chunk(self, source: int, header: np.ndarray
-                    ) -> tuple[Any, tuple[float, int, tuple[float, ...]] | None]:
-        from hpc_refer.replay import Chunk
-
-        n, m, end, has_ep, length = (int(x) for x in header[:5])
+    def _recv_chunk(self, source: int, header: ChunkHeader) -> Chunk:
+        n, m = header.n_states, header.n_actions
         ds, da = self.obs_dim, self.act_dim
         sizes = [n * ds, m * da, m, m * da, m * da]
         payload = np.empty(sum(sizes), np.float32)
         self.world.Recv(payload, source=source, tag=TAG_DATA)
         obs, act, rew, mean, std = np.split(payload, np.cumsum(sizes)[:-1])
-        chunk = Chunk(obs.reshape(n, ds), act.reshape(m, da), rew, mean.reshape(m, da),
-                      std.reshape(m, da), end, source)
-        values = tuple(float(x) for x in header[HEADER_LEN:])
-        return chunk, ((float(header[5]), length, values) if has_ep else None)
+        return Chunk(obs.reshape(n, ds), act.reshape(m, da), rew, mean.reshape(m, da),
+                     std.reshape(m, da), header.end, source)
 
     def send_params(self, actor: int, flat: np.ndarray) -> None:
         self.world.Send(flat, dest=actor, tag=TAG_PARAMS)
@@ -448,6 +440,14 @@ class SolverLink:
             self.comm.Disconnect()
 
 
+class TeamCommand(IntEnum):
+    """What team rank 0 (the actor) asks the solver ranks of its team to do."""
+
+    RESET = 0
+    STEP = 1
+    STOP = 2
+
+
 class Team:
     """An environment team's communicator, as a solver receives it.
 
@@ -457,25 +457,23 @@ class Team:
     :meth:`send_result` when it is not rank 0.
     """
 
-    COMMANDS: ClassVar[tuple[str, ...]] = ("reset", "step", "stop")
-
     def __init__(self, comm: Any) -> None:
         self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
 
-    def send_command(self, name: str, payload: np.ndarray) -> None:
+    def send_command(self, command: TeamCommand, payload: np.ndarray) -> None:
         """Team rank 0: broadcast a command and its float64 payload to the solver ranks."""
-        self.comm.Bcast(np.array([self.COMMANDS.index(name), payload.size], np.int64), root=0)
+        self.comm.Bcast(np.array([int(command), payload.size], np.int64), root=0)
         self.comm.Bcast(np.ascontiguousarray(payload, np.float64), root=0)
 
-    def receive_command(self) -> tuple[str, np.ndarray]:
+    def receive_command(self) -> tuple[TeamCommand, np.ndarray]:
         """Solver ranks: the next command of team rank 0."""
         head = np.empty(2, np.int64)
         self.comm.Bcast(head, root=0)
         payload = np.empty(int(head[1]), np.float64)
         self.comm.Bcast(payload, root=0)
-        return self.COMMANDS[int(head[0])], payload
+        return TeamCommand(int(head[0])), payload
 
     def sum(self, value: float) -> float:
         """Sum of a scalar over the team."""

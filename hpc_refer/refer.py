@@ -12,8 +12,9 @@ parameterised policy uses it the same way:
 3. after the step, feed the replay memory's far-policy count to :meth:`ReferState.update`
    (eq. 12) and read the annealed c_max and learning rate (eq. 13).
 
-Variants (``mode``): ``refer`` (Rules 1 and 2), ``refer1`` (Rule 1 only), ``refer2`` (Rule 2
-only), ``er`` (neither: plain experience replay).
+Variants (``mode``, a :class:`~hpc_refer.config.ReferMode`): ``refer`` (Rules 1 and 2),
+``refer1`` (Rule 1 only), ``refer2`` (Rule 2 only), ``er`` (neither: plain experience replay,
+and no annealing of the learning rate).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hpc_refer.config import ReferConfig
+from hpc_refer.config import ReferConfig, ReferMode
 
 LOG_RHO_CLIP = 7.0
 
@@ -56,18 +57,9 @@ def beta_update(beta: float, far_fraction: float, D: float, eta: float) -> float
     return (1.0 - eta) * beta + (0.0 if far_fraction > D else eta)
 
 
-def uses_rule1(mode: str) -> bool:
-    """Rule 1 (far-policy samples give no gradient of the objective) is on."""
-    return mode in ("refer", "refer1")
-
-
-def uses_rule2(mode: str) -> bool:
-    """Rule 2 (KL penalty weighted by 1 - beta, objective weighted by beta) is on."""
-    return mode in ("refer", "refer2")
-
-
 def refer_loss(
-    objective: torch.Tensor, penalty: torch.Tensor, near: torch.Tensor, beta: float, mode: str
+    objective: torch.Tensor, penalty: torch.Tensor, near: torch.Tensor, beta: float,
+    mode: ReferMode, weight: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Minibatch loss whose gradient is eq. 10 with Rule 1.
 
@@ -80,12 +72,15 @@ def refer_loss(
         1/B sum_k L_k                                                (er)
 
     so that minimising it follows g^ReF-ER = beta g - (1 - beta) g^D on near-policy samples and
-    -(1 - beta) g^D on far-policy ones.
+    -(1 - beta) g^D on far-policy ones. ``weight`` (prioritized replay's importance weights
+    w_k) multiplies each sample's objective and penalty.
     """
-    weight = near.to(objective.dtype) if uses_rule1(mode) else torch.ones_like(objective)
-    if uses_rule2(mode):
-        return (beta * weight * objective + (1.0 - beta) * penalty).mean()
-    return (weight * objective).mean()
+    keep = near.to(objective.dtype) if mode.rule1 else torch.ones_like(objective)
+    if mode.rule2:
+        per_sample = beta * keep * objective + (1.0 - beta) * penalty
+    else:
+        per_sample = keep * objective
+    return (per_sample if weight is None else weight * per_sample).mean()
 
 
 @dataclass
@@ -105,7 +100,7 @@ class ReferState:
 
     @classmethod
     def create(cls, config: ReferConfig, eta0: float) -> ReferState:
-        beta = config.beta_init if uses_rule2(config.mode) else 1.0
+        beta = config.beta_init if config.mode.rule2 else 1.0
         return cls(config=config, eta0=eta0, beta=beta)
 
     @property
@@ -114,7 +109,15 @@ class ReferState:
 
     @property
     def learning_rate(self) -> float:
+        """eta(t) of eq. 13 under ReF-ER's variants; eta0 throughout with plain ER."""
+        if not self.config.mode.anneals:
+            return self.eta0
         return learning_rate_at(self.t, self.eta0, self.config.A)
+
+    @property
+    def lr_factor(self) -> float:
+        """eta(t) / eta0: the factor every optimizer's initial learning rate is scaled by."""
+        return self.learning_rate / self.eta0
 
     @property
     def beta_rate(self) -> float:
@@ -124,5 +127,5 @@ class ReferState:
     def update(self, n_far: int, n_stored: int) -> None:
         """Advance t by one gradient step and beta by eq. 12 (beta stays 1 without Rule 2)."""
         self.t += 1
-        if uses_rule2(self.config.mode) and n_stored > 0:
+        if self.config.mode.rule2 and n_stored > 0:
             self.beta = beta_update(self.beta, n_far / n_stored, self.config.D, self.beta_rate)

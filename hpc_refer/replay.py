@@ -14,6 +14,14 @@ Forgetting is first-in first-out over rows: a new row overwrites the oldest one,
 episode whose first steps were forgotten simply starts later (its remaining transitions stay
 valid). The capacity counts stored states, final states of truncated episodes included.
 
+Only the learner writes these columns (:class:`~hpc_refer.learner.Learner`): algorithms read
+minibatches (:class:`Batch`) and return the values the learner stores back.
+
+Sampling is uniform, or proportional prioritized replay (PER, Schaul et al. 2016): a
+transition k is drawn with P(k) = p_k / sum_j p_j, p_k = (|delta_k| + eps)^alpha from its
+last sampled error (new transitions get the largest priority so far), and its loss is weighted
+by w_k = (N P(k))^-beta_IS / max_j w_j over the minibatch.
+
 V-tbc (eq. 8), backward along an episode, with rho-bar = min(1, rho) and rewards scaled by
 the replay's reward scale::
 
@@ -25,22 +33,35 @@ Notes
 -----
 With L learners each holds one shard of capacity N / L fed by its own actors; shards never
 exchange rows. Counts that must be global (stored transitions, far-policy transitions) are
-exposed as plain integers for the caller to reduce.
+exposed as plain integers for the caller to reduce. Under PER each learner draws its B / L
+rows from its own shard's priorities, with N and P(k) local to the shard (see ARCHITECTURE.md
+for how this approximates one global distribution).
 """
 
 from __future__ import annotations
 
+from enum import IntEnum
 from typing import NamedTuple
 
 import numba
 import numpy as np
 
+from hpc_refer.sumtree import SumTree
+
 HAS_ACTION = np.uint8(1)
 TERMINAL = np.uint8(2)
 IN_USE = np.uint8(4)
 
-OPEN, TERMINATED, TRUNCATED = 0, 1, 2
-END_NAMES = {OPEN: "open", TERMINATED: "terminal", TRUNCATED: "truncated"}
+
+class ChunkEnd(IntEnum):
+    """How a chunk stops: the episode goes on, reached a terminal state, or was cut."""
+
+    OPEN = 0
+    TERMINATED = 1
+    TRUNCATED = 2
+
+
+OPEN, TERMINATED, TRUNCATED = ChunkEnd.OPEN, ChunkEnd.TERMINATED, ChunkEnd.TRUNCATED
 
 
 class Chunk(NamedTuple):
@@ -57,12 +78,12 @@ class Chunk(NamedTuple):
     rew: np.ndarray
     mu_mean: np.ndarray
     mu_std: np.ndarray
-    end: int
+    end: ChunkEnd
     source: int = 0
 
 
 class Batch(NamedTuple):
-    """A uniformly sampled minibatch of transitions (numpy, float32)."""
+    """A sampled minibatch of transitions k (numpy, float32)."""
 
     rows: np.ndarray
     obs: np.ndarray
@@ -71,8 +92,54 @@ class Batch(NamedTuple):
     mu_std: np.ndarray
     log_mu: np.ndarray
     """log mu_k(a_k|s_k), stored when the step entered the replay memory."""
-    q_ret: np.ndarray
-    """Q-ret_k = r_{k+1} + gamma V-tbc_{k+1} (0 bootstrap after a terminal state)."""
+    rew: np.ndarray
+    """r_{k+1} times the replay's reward scale."""
+    next_obs: np.ndarray
+    """s_{k+1} (s_k itself after a terminal transition, where ``done`` masks it)."""
+    done: np.ndarray
+    """1 after a terminal transition, else 0."""
+    q_ret: np.ndarray | None
+    """Q-ret_k = r_{k+1} + gamma V-tbc_{k+1} (0 bootstrap after a terminal state); None when
+    the replay keeps no V-tbc."""
+    weight: np.ndarray
+    """Importance weight w_k of prioritized replay (1 under uniform sampling)."""
+
+
+class ScalingSums(NamedTuple):
+    """Sums over stored rows for the input and reward scaling, added over learners."""
+
+    n_states: float
+    n_rewards: float
+    obs_sum: np.ndarray
+    obs_sq: np.ndarray
+    rew_sum: float
+    rew_sq: float
+
+    def pack(self) -> np.ndarray:
+        """[n_states, n_rewards, sum s (d), sum s^2 (d), sum r, sum r^2] in float64."""
+        return np.concatenate([[self.n_states, self.n_rewards], self.obs_sum, self.obs_sq,
+                               [self.rew_sum, self.rew_sq]]).astype(np.float64)
+
+    @classmethod
+    def unpack(cls, flat: np.ndarray) -> ScalingSums:
+        d = (flat.size - 4) // 2
+        return cls(float(flat[0]), float(flat[1]), flat[2 : 2 + d], flat[2 + d : 2 + 2 * d],
+                   float(flat[-2]), float(flat[-1]))
+
+    def moments(self) -> tuple[np.ndarray, np.ndarray, float]:
+        """Mean and std of the states, and std of the rewards."""
+        n, m = max(self.n_states, 1.0), max(self.n_rewards, 1.0)
+        mean = self.obs_sum / n
+        std = np.sqrt(np.maximum(self.obs_sq / n - mean**2, 0.0))
+        r_mean = self.rew_sum / m
+        return mean, std, float(np.sqrt(max(self.rew_sq / m - r_mean**2, 0.0)))
+
+
+class PriorityConfig(NamedTuple):
+    """Prioritized replay's exponents: p = (|delta| + eps)^alpha."""
+
+    alpha: float
+    eps: float
 
 
 RTOL, ATOL = 1e-6, 1e-7
@@ -110,11 +177,20 @@ def _vtbc_backward(starts, value, rho, rew, vtbc, prev, nxt, flags, gamma, scale
 
 
 class ReplayShard:
-    """FIFO ring of ``capacity`` states with uniform sampling of transitions."""
+    """FIFO ring of ``capacity`` states with uniform or prioritized sampling of transitions.
 
-    def __init__(self, capacity: int, obs_dim: int, act_dim: int, gamma: float) -> None:
+    ``retrace``: keep V-tbc (eq. 8) and Q-ret for algorithms that use them (V-RACER); without
+    it the V and V-tbc columns are left at zero. ``priorities``: a :class:`PriorityConfig`
+    for prioritized replay, None for uniform sampling.
+    """
+
+    def __init__(self, capacity: int, obs_dim: int, act_dim: int, gamma: float,
+                 retrace: bool = True, priorities: PriorityConfig | None = None) -> None:
         self.capacity = capacity
         self.gamma = gamma
+        self.retrace = retrace
+        self.priorities = priorities
+        self.tree = SumTree(capacity) if priorities is not None else None
         f32 = np.float32
         self.obs = np.zeros((capacity, obs_dim), f32)
         self.act = np.zeros((capacity, act_dim), f32)
@@ -157,6 +233,9 @@ class ReplayShard:
     def add(self, chunk: Chunk, c_max: float) -> np.ndarray:
         """Store a chunk, forgetting the oldest rows if full; return the ring rows written.
 
+        Under PER the transitions that become sampleable (those of the chunk, and the open
+        tail of its episode that it continues) get the largest priority so far.
+
         The new rows get V = 0, rho = 1 and log mu = 0 until the learner stores the network's
         values (:meth:`refresh`) and the behaviour log-probabilities (``log_mu``).
         """
@@ -192,6 +271,10 @@ class ReplayShard:
         self.head = int((self.head + n) % self.capacity)
         self.size = min(self.capacity, self.size + n)
         self.n_transitions += m
+        if self.tree is not None:
+            linked = rows if self.prev[rows[0]] < 0 else np.append(rows, self.prev[rows[0]])
+            fresh = linked[self.sampleable(linked)]
+            self.tree.update(fresh, np.full(fresh.size, max(self.tree.max_priority, 1.0)))
         return rows
 
     def _link(self, source: int, first: int, n: int) -> int:
@@ -211,6 +294,8 @@ class ReplayShard:
         succ = self.next[rows]
         self.prev[succ[succ >= 0]] = -1
         self.flags[rows] = 0
+        if self.tree is not None:
+            self.tree.update(rows, np.zeros(rows.size))
 
     def sampleable(self, rows: np.ndarray) -> np.ndarray:
         """Mask of rows that are transitions with a known successor (or a terminal one)."""
@@ -218,9 +303,11 @@ class ReplayShard:
         return ((f & HAS_ACTION) != 0) & (((f & TERMINAL) != 0) | (self.next[rows] >= 0))
 
     def sample_rows(self, batch: int, rng: np.random.Generator) -> np.ndarray:
-        """Uniform sample of ``batch`` transition rows (with replacement)."""
+        """Sample ``batch`` transition rows (with replacement): uniformly, or by priority."""
         if self.n_transitions == 0:
             raise ValueError("cannot sample from an empty replay memory")
+        if self.tree is not None:
+            return self.tree.sample(batch, rng)
         out = np.empty(0, np.int64)
         while out.size < batch:
             cand = rng.integers(0, self.size, size=batch + batch // 4 + 8)
@@ -234,10 +321,34 @@ class ReplayShard:
         boot = np.where(terminal, 0.0, self.vtbc[np.maximum(succ, 0)])
         return (self.reward_scale * self.rew[rows] + self.gamma * boot).astype(np.float32)
 
-    def batch(self, rows: np.ndarray) -> Batch:
-        """Gather the minibatch columns of ``rows``."""
+    def importance_weights(self, rows: np.ndarray, beta_is: float) -> np.ndarray:
+        """PER's w_k = (N P(k))^-beta_IS / max_j w_j over ``rows`` (ones when uniform).
+
+        N is the number of sampleable transitions of this shard, P(k) = p_k / sum_j p_j.
+        """
+        if self.tree is None:
+            return np.ones(rows.size, np.float32)
+        w = (self.n_transitions * self.tree.probabilities(rows)) ** -beta_is
+        return (w / w.max()).astype(np.float32)
+
+    def update_priorities(self, rows: np.ndarray, td_error: np.ndarray) -> None:
+        """PER: p_k = (|delta_k| + eps)^alpha for the sampled ``rows``."""
+        if self.tree is None or self.priorities is None:
+            return
+        cfg = self.priorities
+        self.tree.update(rows, (np.abs(td_error).astype(np.float64) + cfg.eps) ** cfg.alpha)
+
+    def batch(self, rows: np.ndarray, beta_is: float = 1.0) -> Batch:
+        """Gather the minibatch columns of ``rows`` (PER weights with exponent ``beta_is``)."""
+        succ = self.next[rows]
+        done = (self.flags[rows] & TERMINAL) != 0
+        next_rows = np.where(done | (succ < 0), rows, succ)
         return Batch(rows, self.obs[rows], self.act[rows], self.mu_mean[rows],
-                     self.mu_std[rows], self.log_mu[rows], self.q_ret(rows))
+                     self.mu_std[rows], self.log_mu[rows],
+                     (self.reward_scale * self.rew[rows]).astype(np.float32),
+                     self.obs[next_rows], done.astype(np.float32),
+                     self.q_ret(rows) if self.retrace else None,
+                     self.importance_weights(rows, beta_is))
 
     def bootstrap_rows(self, rows: np.ndarray) -> np.ndarray:
         """Final states s_T (rows without action) that directly follow ``rows``."""
@@ -245,9 +356,11 @@ class ReplayShard:
         succ = succ[succ >= 0]
         return np.unique(succ[(self.flags[succ] & HAS_ACTION) == 0])
 
-    def refresh(self, rows: np.ndarray, value: np.ndarray, rho: np.ndarray | None,
+    def refresh(self, rows: np.ndarray, value: np.ndarray | None, rho: np.ndarray | None,
                 c_max: float) -> None:
         """Store the current V_w (and rho, for rows with actions) of ``rows``, then redo eq. 8.
+
+        ``value`` is None for algorithms without a state value (no V-tbc is kept for them).
 
         The V-tbc recursion runs backward from every refreshed row to the first stored row of
         its episode (compiled loop, each row visited at most once per call). The far-policy
@@ -258,15 +371,16 @@ class ReplayShard:
         rows, first = np.unique(np.asarray(rows), return_index=True)
         if rows.size == 0:
             return
-        value = np.asarray(value)[first]
         rho = None if rho is None else np.asarray(rho)[first]
-        self.value[rows] = value
+        if value is not None:
+            self.value[rows] = np.asarray(value)[first]
         if rho is not None:
             acts = rows[(self.flags[rows] & HAS_ACTION) != 0]
             before = self._far(acts, c_max)
             self.rho[rows] = np.where((self.flags[rows] & HAS_ACTION) != 0, rho, 1.0)
             self.n_far += self._far(acts, c_max) - before
-        self.recompute_vtbc(rows)
+        if self.retrace:
+            self.recompute_vtbc(rows)
 
     def recompute_vtbc(self, rows: np.ndarray, exact: bool = False) -> None:
         """Eq. 8 backward from ``rows`` (any order) to the start of their episodes.
@@ -286,6 +400,8 @@ class ReplayShard:
 
     def recompute_all_vtbc(self) -> None:
         """Eq. 8 over every stored episode (after the reward scale changed)."""
+        if not self.retrace:
+            return
         used = np.arange(self.size)
         self.recompute_vtbc(used[self.next[used] < 0], exact=True)
 
@@ -294,13 +410,10 @@ class ReplayShard:
         self.n_far = self._far(np.arange(self.size), c_max)
         return self.n_far
 
-    def scaling_sums(self) -> np.ndarray:
-        """Local sums for the input and reward scaling, to be added over learners.
-
-        Returns [n_states, n_rewards, sum s (d), sum s^2 (d), sum r, sum r^2] in float64.
-        """
+    def scaling_sums(self) -> ScalingSums:
+        """Local sums for the input and reward scaling, to be added over learners."""
         n = self.size
         obs = self.obs[:n].astype(np.float64)
         rew = self.rew[:n][(self.flags[:n] & HAS_ACTION) != 0].astype(np.float64)
-        return np.concatenate([[n, rew.size], obs.sum(0), (obs**2).sum(0),
-                               [rew.sum(), (rew**2).sum()]])
+        return ScalingSums(n, rew.size, obs.sum(0), (obs**2).sum(0), float(rew.sum()),
+                           float((rew**2).sum()))

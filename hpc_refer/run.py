@@ -1,9 +1,10 @@
 """Entry point: ``[mpirun -n N] python -m hpc_refer.run [--config FILE] [--env ID] ...``.
 
-Trains V-RACER with ReF-ER (defaults: HalfCheetah-v5, the paper's hyper-parameters) and writes
-config, metrics and log to a run directory. Every flag is a config key (see ``--help``).
-Under mpirun the ranks split into learners and environment teams (``--learners``,
-``--ranks-per-env``); one rank runs learner and actor in one process.
+Trains V-RACER, DDPG or NAF (``--algorithm``) with ReF-ER (defaults: V-RACER on
+HalfCheetah-v5, the paper's hyper-parameters) and writes config, metrics and log to a run
+directory. Every flag is a config key (see ``--help``). Under mpirun the ranks split into
+learners and environment teams (``--learners``, ``--ranks-per-env``); one rank runs learner
+and actor in one process, through the same loop.
 """
 
 from __future__ import annotations
@@ -16,23 +17,16 @@ import traceback
 
 from hpc_refer.config import Config, ConfigError, add_arguments, config_from_args
 from hpc_refer.envs import check_env
-from hpc_refer.layout import Layout, LayoutError, Role, compute_layout
+from hpc_refer.layout import Layout, LayoutError, compute_layout
 from hpc_refer.metrics import RunDirectory, episode_columns, new_run_dir
 from hpc_refer.parallel import Fabric, abort_job, app_count, world_rank_size
-from hpc_refer.training import (
-    ActorResult,
-    LearnerResult,
-    actor_main,
-    learner_main,
-    set_threads,
-    solver_main,
-    train_in_one_process,
-)
+from hpc_refer.training import run_role, set_threads
 
 DESCRIPTION = """\
-Train an off-policy agent (V-RACER) with Remember-and-Forget Experience Replay (ReF-ER,
-Novati & Koumoutsakos, ICML 2019). Values come from the defaults below, then the TOML file
-given by --config ([run], [vracer], [refer], [replay] tables), then these flags.
+Train an off-policy agent (V-RACER, DDPG or NAF: --algorithm) with Remember-and-Forget
+Experience Replay (ReF-ER, Novati & Koumoutsakos, ICML 2019), plain or prioritized experience
+replay. Values come from the defaults below, then the TOML file given by --config ([run],
+[vracer], [ddpg], [naf], [refer], [replay] tables), then these flags.
 Under mpirun, the world splits into --learners learner ranks and environment teams of
 --ranks-per-env ranks: world size = learners + teams x ranks-per-env."""
 
@@ -40,6 +34,7 @@ EPILOG = """\
 examples:
   python -m hpc_refer.run                                   # HalfCheetah-v5, 10^6 steps
   python -m hpc_refer.run --env Hopper-v5 --refer.mode er --seed 3
+  python -m hpc_refer.run --algorithm ddpg --replay.sampling per --refer.mode er
   python -m hpc_refer.run --config my.toml --steps 20000 --run-dir runs/try
   mpirun -n 64 python -m hpc_refer.run --learners 8         # 8 learners, 56 actors
   mpirun -n 9 python -m hpc_refer.run --env Diffusion1D --ranks-per-env 4   # 2 teams of 4
@@ -88,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             run = RunDirectory(path, config)
             run.log(f"run directory {path} (one process: learner and actor)")
             try:
-                train_in_one_process(config, run)
+                run_role(config, layout, None, run)
             finally:
                 run.close()
             return 0
@@ -138,18 +133,6 @@ def _main_mpi(config: Config, layout: Layout, rank: int) -> int:
         if run is not None:
             run.close()
     return 0
-
-
-def run_role(config: Config, layout: Layout, fabric: Fabric,
-             run: RunDirectory | None) -> LearnerResult | ActorResult | None:
-    """Run this rank's role to the end; returns what a learner or actor rank ends with."""
-    role = layout.role(fabric.rank)
-    if role is Role.LEARNER:
-        return learner_main(config, layout, fabric, run)
-    if role is Role.ACTOR:
-        return actor_main(config, layout, fabric)
-    solver_main(config, fabric)
-    return None
 
 
 if __name__ == "__main__":

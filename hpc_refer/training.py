@@ -1,29 +1,30 @@
-"""Training loops of the rank roles (see :mod:`hpc_refer.layout`).
+"""The training loop of the rank roles (see :mod:`hpc_refer.layout`), one for every launch.
 
-Single process (world of one rank, L = E = 1): the loop alternates one environment step of the
-actor with the gradient steps the learner owes (``grad_ratio`` per environment step once
-training started); at the end of each chunk the learner stores it and the actor takes the
-learner's parameters, as an actor rank does with its learner rank.
-
-MPI: each learner loops over (receive the pending chunks of its actors; one allreduce of the
+A learner loops over (receive the pending chunks of its actors; one allreduce of the
 counters; one gradient step if owed; release waiting actors). Counters are global, so every
 learner takes the same decisions in the same iteration and the collectives match. An actor
 sends each chunk and waits for the reply: new parameters, or stop. Its learner holds the reply
 while the learners owe more than ``grad_ratio * E * chunk_len`` gradient steps: the global
 ratio of gradient to environment steps stays within one chunk per actor of ``grad_ratio``.
+
+One process (no mpirun, or ``mpirun -n 1``) runs this very loop with one learner and one
+actor over an in-process channel (:class:`LocalChannel`): the actor runs when the learner
+would wait for a message (a blocking poll), so a run is deterministic and takes the same
+decisions as an MPI run with one actor in which messages arrive only while the learner idles.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import torch
 
 from hpc_refer.actor import Actor
-from hpc_refer.algorithms.vracer import StepStats, VRacer
-from hpc_refer.config import Config
+from hpc_refer.algorithms import ALGORITHMS, make_algorithm
+from hpc_refer.config import Config, Exploration
 from hpc_refer.envs import (
     EnvironmentFinished,
     TeamDriver,
@@ -33,11 +34,20 @@ from hpc_refer.envs import (
     make_env,
     serve_team,
 )
-from hpc_refer.layout import Layout
+from hpc_refer.layout import Layout, Role, SeedRole, role_seed
 from hpc_refer.learner import Learner
 from hpc_refer.metrics import RunDirectory
-from hpc_refer.networks import GaussianPolicyValueNet, flat_state
-from hpc_refer.parallel import ActorChannel, Fabric, LearnerChannel, Team
+from hpc_refer.networks import BehaviourPolicy, flat_state
+from hpc_refer.parallel import (
+    ActorChannel,
+    Fabric,
+    LearnerChannel,
+    Reducer,
+    SerialReducer,
+    Team,
+)
+from hpc_refer.records import EpisodeRecord, Incoming, LoggedEpisode
+from hpc_refer.replay import Chunk
 
 
 class IntervalStats:
@@ -52,17 +62,17 @@ class IntervalStats:
         self.t0 = time.perf_counter()
         self.env0, self.grad0 = env_steps, grad_steps
 
-    def add(self, stats: StepStats) -> None:
-        for k, v in asdict(stats).items():
+    def add(self, stats: dict[str, float]) -> None:
+        for k, v in stats.items():
             self.sums[k] = self.sums.get(k, 0.0) + v
         self.count += 1
 
-    def record(self, learner: Learner, env_steps: int, n_far: int, n_stored: int,
-               faults: int = 0) -> dict[str, float | int]:
-        """The interval's metrics; far-policy fraction from the global counts; ``faults``:
-        solver faults of all actors so far."""
+    def record(self, learner: Learner, env_steps: int, faults: int) -> dict[str, float | int]:
+        """The interval's metrics; far-policy fraction from the global counts (a collective
+        over learners); ``faults``: solver faults of all actors so far."""
         dt = max(time.perf_counter() - self.t0, 1e-9)
-        refer = learner.algo.refer
+        refer = learner.refer
+        n_far, n_stored = learner.far_counts()
         out: dict[str, float | int] = {
             "env_step": env_steps,
             "grad_step": learner.grad_steps,
@@ -80,45 +90,86 @@ class IntervalStats:
         return out
 
 
+class LoopCounters(NamedTuple):
+    """The counters the learners sum in every loop iteration (one allreduce)."""
+
+    new_steps: int
+    """Environment steps received since the last iteration."""
+    stored: int
+    """States in the replay."""
+    active: int
+    """Actors still running or waiting for a reply."""
+    faults: int
+    """Solver faults of the actors so far."""
+
+    def pack(self) -> np.ndarray:
+        return np.array(self, np.float64)
+
+    @classmethod
+    def unpack(cls, flat: np.ndarray) -> LoopCounters:
+        return cls(*(int(x) for x in flat))
+
+
+class LearnerSide(Protocol):
+    """The learner's end of the actor messages: over MPI (:class:`LearnerChannel`) or in
+    this process (:class:`LocalChannel`)."""
+
+    faults: dict[int, int]
+
+    def poll(self, block: bool) -> Incoming | None: ...
+
+    def send_params(self, actor: int, flat: np.ndarray) -> None: ...
+
+    def send_stop(self, actor: int) -> None: ...
+
+
+def next_message(actor: Actor) -> tuple[Chunk, EpisodeRecord | None] | None:
+    """Step ``actor`` until it has a chunk to send (with the episode it ends); None when its
+    environment has finished its work."""
+    while True:
+        try:
+            chunk, episode = actor.step()
+        except EnvironmentFinished:
+            return None
+        if chunk is not None:
+            return chunk, episode
+
+
+class LocalChannel:
+    """The in-process channel of one process: the learner's messages drive the actor.
+
+    ``send_params`` loads the parameters into the actor (a copy, as a message would carry);
+    a blocking ``poll`` runs the released actor up to its next chunk; a non-blocking one
+    returns nothing, since no other process could have sent anything.
+    """
+
+    def __init__(self, actor: Actor, rank: int = 0) -> None:
+        self.actor = actor
+        self.rank = rank
+        self.released = False
+        self.faults: dict[int, int] = {}
+
+    def poll(self, block: bool) -> Incoming | None:
+        if not (block and self.released):
+            return None
+        self.released = False
+        message = next_message(self.actor)
+        self.faults[self.rank] = self.actor.faults
+        if message is None:
+            return Incoming(self.rank, None, None)
+        return Incoming(self.rank, *message)
+
+    def send_params(self, actor: int, flat: np.ndarray) -> None:
+        self.actor.load(flat.copy())
+        self.released = True
+
+    def send_stop(self, actor: int) -> None:
+        self.released = False
+
+
 def _log_interval(run: RunDirectory, record: dict[str, float | int], total: int) -> None:
     run.interval(record)
     run.log(run.progress(record, total))
-
-
-def _policy_net(config: Config, obs_dim: int, act_dim: int) -> GaussianPolicyValueNet:
-    return GaussianPolicyValueNet(obs_dim, act_dim, config.vracer.hidden,
-                                  config.vracer.sigma_init)
-
-
-def train_in_one_process(config: Config, run: RunDirectory) -> Learner:
-    """Train V-RACER + ReF-ER with one actor and one learner in this process."""
-    env = TeamDriver(make_env(config.run.env, 1, None), None)
-    algo = VRacer(env.obs_dim, env.act_dim, config.vracer, config.refer, config.run.seed)
-    learner = Learner(algo, config, env.obs_dim, env.act_dim, config.run.seed + 1)
-    actor = Actor(env, _policy_net(config, env.obs_dim, env.act_dim),
-                  config.vracer.action_bounds, config.run.seed + 1000, config.run.chunk_len)
-    actor.load(learner.policy())
-    total, every = config.run.steps, config.run.log_every
-    interval = IntervalStats()
-    try:
-        for env_steps in range(1, total + 1):
-            chunk, episode = actor.step()
-            if episode is not None:
-                run.episode(env_steps, 0, episode.ret, episode.length, episode.values)
-            if chunk is not None:
-                learner.store(chunk)
-                learner.update_start(learner.replay.size, env_steps)
-                actor.load(learner.policy())
-            for _ in range(learner.steps_due(env_steps)):
-                interval.add(learner.train_step())
-            if env_steps % every == 0 or env_steps == total:
-                replay = learner.replay
-                _log_interval(run, interval.record(learner, env_steps, replay.n_far,
-                                                   replay.n_transitions, actor.faults), total)
-                interval.reset(env_steps, learner.grad_steps)
-    finally:
-        env.close()
-    return learner
 
 
 @dataclass
@@ -129,8 +180,8 @@ class LearnerResult:
     env_steps: int
     received: int = 0
     """Transitions received from this learner's actors."""
-    episodes: list[tuple[int, int, float, int, tuple[float, ...]]] = field(default_factory=list)
-    """(env_step, actor rank, return, length, metric values) of every episode received."""
+    episodes: list[LoggedEpisode] = field(default_factory=list)
+    """Every episode received."""
     finished_actors: list[int] = field(default_factory=list)
     faults: int = 0
     """Solver faults of all actors, as last reported in their chunks."""
@@ -146,44 +197,39 @@ def _agreed_dims(fabric: Fabric, mine: tuple[int, int] | None) -> tuple[int, int
     return dims.pop()
 
 
-class _LearnerLoop:
-    """State of one learner rank's loop (see the module docstring)."""
+class LearnerLoop:
+    """One learner rank's loop (see the module docstring), over any :class:`LearnerSide`."""
 
-    def __init__(self, config: Config, layout: Layout, fabric: Fabric,
-                 run: RunDirectory | None) -> None:
-        dims = env_dims(config.run.env, config.run.ranks_per_env)
-        obs_dim, act_dim = dims if dims is not None else _agreed_dims(fabric, None)
+    def __init__(self, config: Config, learner: Learner, channel: LearnerSide,
+                 actors: list[int], envs: int, run: RunDirectory | None) -> None:
         self.config = config
-        self.fabric = fabric
-        self.reducer = fabric.reducer()
-        algo = VRacer(obs_dim, act_dim, config.vracer, config.refer, config.run.seed,
-                      self.reducer)
-        self.learner = Learner(algo, config, obs_dim, act_dim, config.run.seed + 1 + fabric.rank)
-        self.channel = LearnerChannel(fabric.world, obs_dim, act_dim)
+        self.learner = learner
+        self.reducer = learner.algo.reducer
+        self.channel = channel
         self.run = run
-        self.actors = layout.actors_of(fabric.rank)
-        self.running = set(self.actors)
+        self.actors = actors
+        self.running = set(actors)
         self.waiting: list[int] = []
-        self.result = LearnerResult(self.learner, 0)
+        self.result = LearnerResult(learner, 0)
         self.new_steps = 0
-        self.new_episodes: list[tuple[int, float, int, tuple[float, ...]]] = []
-        self.slack = config.replay.grad_ratio * layout.envs * config.run.chunk_len
+        self.new_episodes: list[tuple[int, EpisodeRecord]] = []
+        self.slack = config.replay.grad_ratio * envs * config.run.chunk_len
         self.interval = IntervalStats()
         self.next_log = config.run.log_every
         self.logged_episodes = 0
 
-    def handle(self, message: tuple) -> None:
-        actor, chunk, episode = message
-        self.running.discard(actor)
-        if chunk is None:
-            self.result.finished_actors.append(actor)
+    def handle(self, message: Incoming) -> None:
+        self.running.discard(message.actor)
+        if message.chunk is None:
+            self.result.finished_actors.append(message.actor)
             return
-        self.learner.store(chunk)
-        self.new_steps += chunk.act.shape[0]
-        self.result.received += chunk.act.shape[0]
-        if episode is not None:
-            self.new_episodes.append((actor, *episode))
-        self.waiting.append(actor)
+        self.learner.store(message.chunk)
+        steps = message.chunk.act.shape[0]
+        self.new_steps += steps
+        self.result.received += steps
+        if message.episode is not None:
+            self.new_episodes.append((message.actor, message.episode))
+        self.waiting.append(message.actor)
 
     def receive(self, block: bool) -> None:
         message = self.channel.poll(block)
@@ -191,18 +237,20 @@ class _LearnerLoop:
             self.handle(message)
             message = self.channel.poll(False)
 
-    def reduce_counters(self) -> tuple[int, int]:
-        """Allreduce (new env steps, stored states, active actors); returns the last two."""
-        tot = self.reducer.sum(np.array([self.new_steps, self.learner.replay.size,
-                                         len(self.running) + len(self.waiting),
-                                         sum(self.channel.faults.values())]))
-        self.result.env_steps += int(tot[0])
-        self.result.faults = int(tot[3])
+    def reduce_counters(self) -> LoopCounters:
+        """Sum the loop counters over learners; record the interval's episodes."""
+        local = LoopCounters(self.new_steps, self.learner.replay.size,
+                             len(self.running) + len(self.waiting),
+                             sum(self.channel.faults.values()))
+        total = LoopCounters.unpack(self.reducer.sum(local.pack()))
+        self.result.env_steps += total.new_steps
+        self.result.faults = total.faults
         self.new_steps = 0
         step = self.result.env_steps
-        self.result.episodes += [(step, *episode) for episode in self.new_episodes]
+        self.result.episodes += [LoggedEpisode(step, actor, ep.ret, ep.length, ep.values)
+                                 for actor, ep in self.new_episodes]
         self.new_episodes = []
-        return int(tot[1]), int(tot[2])
+        return total
 
     def release(self) -> None:
         flat = self.learner.policy()
@@ -214,10 +262,7 @@ class _LearnerLoop:
     def log(self) -> None:
         """Collective over learners: gather interval stats and episodes onto learner 0, which
         writes them and prints the progress line."""
-        replay = self.learner.replay
-        n_far, n_stored = self.reducer.sum(np.array([replay.n_far, replay.n_transitions]))
-        record = self.interval.record(self.learner, self.result.env_steps, int(n_far),
-                                      int(n_stored), self.result.faults)
+        record = self.interval.record(self.learner, self.result.env_steps, self.result.faults)
         gathered = self.reducer.gather((record, self.result.episodes[self.logged_episodes:]))
         self.logged_episodes = len(self.result.episodes)
         if self.run is not None and gathered is not None:
@@ -227,6 +272,15 @@ class _LearnerLoop:
             _log_interval(self.run, record, self.config.run.steps)
         self.interval.reset(self.result.env_steps, self.learner.grad_steps)
 
+    def train_step(self) -> None:
+        self.interval.add(self.learner.train_step().stats)
+        k = self.config.run.checksum_every
+        if k and self.learner.grad_steps % k == 0 and not self.reducer.checksums_agree(
+                self.learner.algo.checksum()):
+            raise RuntimeError(
+                f"learner weights differ after {self.learner.grad_steps} gradient steps"
+            )
+
     def loop(self) -> LearnerResult:
         total = self.config.run.steps
         flat = self.learner.policy()
@@ -235,13 +289,12 @@ class _LearnerLoop:
         while True:
             idle = self.learner.steps_due(self.result.env_steps) <= 0 and bool(self.running)
             self.receive(block=idle)
-            stored, active = self.reduce_counters()
-            self.learner.update_start(stored, self.result.env_steps)
-            if self.result.env_steps >= total or active == 0:
+            counters = self.reduce_counters()
+            self.learner.update_start(counters.stored, self.result.env_steps)
+            if self.result.env_steps >= total or counters.active == 0:
                 break
             if self.learner.steps_due(self.result.env_steps) > 0:
-                self.interval.add(self.learner.train_step())
-                self.check_weights()
+                self.train_step()
             if self.learner.steps_due(self.result.env_steps) <= self.slack:
                 self.release()
             while self.result.env_steps >= self.next_log:
@@ -249,15 +302,6 @@ class _LearnerLoop:
                 self.next_log += self.config.run.log_every
         self.shutdown()
         return self.result
-
-    def check_weights(self) -> None:
-        k = self.config.run.checksum_every
-        if k and self.learner.grad_steps % k == 0:
-            checksum = float(flat_state(self.learner.algo.net).astype(np.float64).sum())
-            if not self.reducer.checksums_agree(checksum):
-                raise RuntimeError(
-                    f"learner weights differ after {self.learner.grad_steps} gradient steps"
-                )
 
     def shutdown(self) -> None:
         """Stop the waiting actors; take the last chunk of each running one, then stop it;
@@ -274,15 +318,49 @@ class _LearnerLoop:
             self.waiting = []
         self.reduce_counters()
         while self.learner.steps_due(self.result.env_steps) > 0:
-            self.interval.add(self.learner.train_step())
-            self.check_weights()
+            self.train_step()
         self.log()
+
+
+def make_learner(config: Config, obs_dim: int, act_dim: int, reducer: Reducer) -> Learner:
+    """The learner of learner rank ``reducer.rank``: networks seeded alike on every learner,
+    minibatch sampling seeded per learner."""
+    algo = make_algorithm(config, obs_dim, act_dim,
+                          role_seed(config.run.seed, SeedRole.NETWORKS), reducer)
+    return Learner(algo, config, role_seed(config.run.seed, SeedRole.SAMPLING, reducer.rank))
+
+
+def make_actor(config: Config, env: TeamDriver, index: int, source: int) -> Actor:
+    """The actor of environment ``index`` with a fresh copy of the behaviour policy."""
+    cls = ALGORITHMS[config.run.algorithm]
+    net: BehaviourPolicy = cls.behaviour_policy(env.obs_dim, env.act_dim, config.algorithm)
+    exploration = (config.ddpg.exploration if config.run.algorithm == "ddpg"
+                   else Exploration.GAUSSIAN)
+    return Actor(env, net, config.run.action_bounds,
+                 role_seed(config.run.seed, SeedRole.ACTOR, index), config.run.chunk_len,
+                 source=source, exploration=exploration)
+
+
+def train_local(config: Config, run: RunDirectory | None) -> LearnerResult:
+    """One process: one learner and one actor, the learner loop over a :class:`LocalChannel`."""
+    env = TeamDriver(make_env(config.run.env, 1, None), None)
+    try:
+        learner = make_learner(config, env.obs_dim, env.act_dim, SerialReducer())
+        channel = LocalChannel(make_actor(config, env, 0, 0))
+        return LearnerLoop(config, learner, channel, [0], 1, run).loop()
+    finally:
+        env.close()
 
 
 def learner_main(config: Config, layout: Layout, fabric: Fabric,
                  run: RunDirectory | None) -> LearnerResult:
     """A learner rank: serve its actors, train with the other learners, log (rank 0)."""
-    return _LearnerLoop(config, layout, fabric, run).loop()
+    dims = env_dims(config.run.env, config.run.ranks_per_env)
+    obs_dim, act_dim = dims if dims is not None else _agreed_dims(fabric, None)
+    learner = make_learner(config, obs_dim, act_dim, fabric.reducer())
+    channel = LearnerChannel(fabric.world, obs_dim, act_dim)
+    return LearnerLoop(config, learner, channel, layout.actors_of(fabric.rank), layout.envs,
+                       run).loop()
 
 
 @dataclass
@@ -306,32 +384,23 @@ def actor_main(config: Config, layout: Layout, fabric: Fabric) -> ActorResult:
                               layout.envs), team)
     if is_external(config.run.env):
         _agreed_dims(fabric, (env.obs_dim, env.act_dim))
-    net = _policy_net(config, env.obs_dim, env.act_dim)
-    channel = ActorChannel(fabric.world, layout.learner_of(index), flat_state(net).size)
+    actor = make_actor(config, env, index, fabric.rank)
+    channel = ActorChannel(fabric.world, layout.learner_of(index), flat_state(actor.net).size)
     result = ActorResult()
     try:
-        if not channel.recv_reply():
-            return result
-        actor = Actor(env, net, config.vracer.action_bounds, config.run.seed + 1000 + index,
-                      config.run.chunk_len, source=fabric.rank)
-        actor.load(channel.params)
-        while True:
-            try:
-                chunk, episode = actor.step()
-            except EnvironmentFinished:
+        while channel.recv_reply():
+            actor.load(channel.params)
+            message = next_message(actor)
+            result.faults = channel.faults = actor.faults
+            if message is None:
                 channel.send_done()
                 result.finished_early = True
                 return result
-            result.faults = channel.faults = actor.faults
-            if chunk is None:
-                continue
-            channel.send_chunk(chunk, (episode.ret, episode.length, episode.values)
-                               if episode else None)
+            chunk, episode = message
+            channel.send_chunk(chunk, episode)
             result.sent += chunk.act.shape[0]
             result.episodes += episode is not None
-            if not channel.recv_reply():
-                return result
-            actor.load(channel.params)
+        return result
     finally:
         env.close()
 
@@ -341,6 +410,23 @@ def solver_main(config: Config, fabric: Fabric) -> None:
     assert fabric.team is not None
     team = Team(fabric.team)
     serve_team(env_factory(config.run.env, config.run.ranks_per_env)(team), team)
+
+
+def run_role(config: Config, layout: Layout, fabric: Fabric | None,
+             run: RunDirectory | None) -> LearnerResult | ActorResult | None:
+    """Run this rank's role to the end; returns what a learner or actor rank ends with.
+
+    A world of one rank (``fabric`` may then be None) trains in this process."""
+    role = layout.role(fabric.rank if fabric is not None else 0)
+    if role is Role.SINGLE:
+        return train_local(config, run)
+    assert fabric is not None
+    if role is Role.LEARNER:
+        return learner_main(config, layout, fabric, run)
+    if role is Role.ACTOR:
+        return actor_main(config, layout, fabric)
+    solver_main(config, fabric)
+    return None
 
 
 def set_threads(config: Config) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from hpc_refer.actor import Actor
 from hpc_refer.algorithms.vracer import VRacer
-from hpc_refer.config import build_config
+from hpc_refer.config import ActionBounds, build_config
 from hpc_refer.envs import TeamDriver
 from hpc_refer.envs.external import SolverFault
 from hpc_refer.envs.gym_env import GymEnv, Status
@@ -20,7 +20,7 @@ from hpc_refer.replay import HAS_ACTION, OPEN, TERMINAL, TRUNCATED
 def make_actor(bounds: str, chunk_len: int = 1000) -> Actor:
     env = TeamDriver(GymEnv("Pendulum-v1"), None)  # action box [-2, 2], 200-step episodes
     net = GaussianPolicyValueNet(env.obs_dim, env.act_dim, (8,), 0.5)
-    return Actor(env, net, bounds, seed=0, chunk_len=chunk_len)
+    return Actor(env, net, ActionBounds(bounds), seed=0, chunk_len=chunk_len)
 
 
 @pytest.mark.parametrize(("bounds", "expected"), [
@@ -89,10 +89,11 @@ def test_a_fault_after_chunks_were_sent_truncates_the_episode_at_its_last_valid_
     Each faulty episode ends as truncated at its last valid state, which bootstraps; the
     faulty step is stored nowhere, and no episode is joined to the next one."""
     env = TeamDriver(ScriptedSolver({(1, 11), (2, 9)}), None)
-    actor = Actor(env, GaussianPolicyValueNet(2, 1, (8,), 0.5), "clip", seed=0, chunk_len=4)
+    actor = Actor(env, GaussianPolicyValueNet(2, 1, (8,), 0.5), ActionBounds.CLIP, seed=0,
+                  chunk_len=4)
     cfg = build_config({"vracer": {"hidden": [8], "batch": 16},
                         "replay": {"size": 256, "learn_start": 64}})
-    learner = Learner(VRacer(2, 1, cfg.vracer, cfg.refer, 0), cfg, 2, 1, 1)
+    learner = Learner(VRacer(2, 1, cfg.vracer, cfg.refer, 0), cfg, 1)
     chunks, episodes = [], []
     for _ in range(11 + 9 + 20):
         chunk, episode = actor.step()

@@ -23,7 +23,7 @@ from hpc_refer.envs.gym_env import Status
 from hpc_refer.metrics import RunDirectory
 from hpc_refer.parallel import world_rank_size
 from hpc_refer.run import main as run_main
-from hpc_refer.training import train_in_one_process
+from hpc_refer.training import train_local
 
 
 def mode(n: int) -> np.ndarray:
@@ -222,7 +222,7 @@ def test_vracer_refer_lowers_the_energy(in_tmp):
     config = build_config(layers)
     run = RunDirectory(Path("ks"), config, quiet=True)
     try:
-        net = train_in_one_process(config, run).algo.net
+        net = train_local(config, run).learner.algo.net
     finally:
         run.close()
 

@@ -1,7 +1,8 @@
 """MPI training invariants that hold at any rank count (run under mpirun -n 1, 2, 3, 4).
 
-The layout adapts to the world size W: one process for W = 1, otherwise L = 2 learners when
-W >= 4 else 1, and the remaining ranks as one-rank teams.
+The layout adapts to the world size W: one process for W = 1 (the same learner loop over the
+in-process channel), otherwise L = 2 learners when W >= 4 else 1, and the remaining ranks as
+one-rank teams.
 """
 
 from __future__ import annotations
@@ -14,26 +15,26 @@ import torch
 from mpi4py import MPI
 
 import hpc_refer.parallel as parallel
-from hpc_refer.algorithms.vracer import VRacer
+import hpc_refer.training as training
+from hpc_refer.algorithms import ALGORITHMS
 from hpc_refer.config import build_config
 from hpc_refer.layout import Role, compute_layout
 from hpc_refer.learner import Learner
 from hpc_refer.metrics import RunDirectory
 from hpc_refer.networks import flat_state
 from hpc_refer.replay import HAS_ACTION, IN_USE, ReplayShard
-from hpc_refer.run import run_role
-from hpc_refer.training import LearnerResult, train_in_one_process
+from hpc_refer.training import LearnerResult, make_learner, run_role
 
 COMM = MPI.COMM_WORLD
 W = COMM.Get_size()
 L = 2 if W >= 4 else 1
 
 
-def small_config(env="Diffusion1D", steps=600, size=4096, **run):
+def small_config(env="Diffusion1D", steps=600, size=4096, algorithm="vracer", **run):
     return build_config({
         "run": {"env": env, "steps": steps, "learners": L, "chunk_len": 20, "log_every": 200,
-                "checksum_every": 5, **run},
-        "vracer": {"hidden": [16, 16], "batch": 16},
+                "checksum_every": 5, "algorithm": algorithm, **run},
+        algorithm: {"hidden": [16, 16], "batch": 16},
         "replay": {"size": size, "learn_start": 100},
     })
 
@@ -41,19 +42,16 @@ def small_config(env="Diffusion1D", steps=600, size=4096, **run):
 def train_everywhere(config, tmp_path, monkeypatch):
     """Run the roles on every rank; actors record each chunk they send."""
     sent_chunks = []
-    original = parallel.ActorChannel.send_chunk
+    original = training.next_message
 
-    def recording(self, chunk, episode):
-        sent_chunks.append(chunk)
-        original(self, chunk, episode)
+    def recording(actor):
+        message = original(actor)
+        if message is not None:
+            sent_chunks.append(message[0])
+        return message
 
-    monkeypatch.setattr(parallel.ActorChannel, "send_chunk", recording)
+    monkeypatch.setattr(training, "next_message", recording)
     run_dir = tmp_path / "run"
-    if W == 1:
-        run = RunDirectory(run_dir, config, quiet=True)
-        learner = train_in_one_process(config, run)
-        run.close()
-        return LearnerResult(learner, config.run.steps, config.run.steps), sent_chunks, run_dir
     layout = compute_layout(W, config.run.learners, config.run.ranks_per_env)
     fabric = parallel.Fabric(layout)
     run = RunDirectory(run_dir, config, quiet=True) if COMM.Get_rank() == 0 else None
@@ -89,7 +87,7 @@ def test_every_sent_step_is_stored_once_and_shards_equal_one_replay(tmp_path, mo
     result, chunks, run_dir = train_everywhere(config, tmp_path, monkeypatch)
     sent = sum(c.act.shape[0] for c in chunks)
     learners = learner_summaries(result)
-    all_sent = COMM.allreduce(sent) if W > 1 else result.received
+    all_sent = COMM.allreduce(sent)
     # Counted: every sent step arrived, and is stored or was forgotten by FIFO.
     assert sum(r["received"] for r in learners) == all_sent
     for r in learners:
@@ -98,33 +96,37 @@ def test_every_sent_step_is_stored_once_and_shards_equal_one_replay(tmp_path, mo
     assert all_sent >= config.run.steps
     # Shards together hold exactly what one replay fed the same chunks holds.
     all_chunks = [c for part in COMM.allgather(chunks) for c in part]
-    if W > 1:
-        single = ReplayShard(config.replay.size, learners[0]["obs_dim"], learners[0]["act_dim"],
-                             config.vracer.gamma)
-        for c in all_chunks:
-            single.add(c, 5.0)
-        together = np.concatenate([r["rows"] for r in learners])
-        np.testing.assert_array_equal(together[np.lexsort(together.T[::-1])],
-                                      shard_rows(single))
+    single = ReplayShard(config.replay.size, learners[0]["obs_dim"], learners[0]["act_dim"],
+                         config.vracer.gamma)
+    for c in all_chunks:
+        single.add(c, 5.0)
+    together = np.concatenate([r["rows"] for r in learners])
+    np.testing.assert_array_equal(together[np.lexsort(together.T[::-1])], shard_rows(single))
     # Rank 0 logged every actor's episodes with its rank and the solver's episode metrics.
     if COMM.Get_rank() == 0:
         with (run_dir / "episodes.csv").open() as f:
             rows = list(csv.DictReader(f))
         ranks = {int(row["rank"]) for row in rows}
-        expected = {0} if W == 1 else {a for a in range(W)
-                                       if compute_layout(W, L, 1).role(a) is Role.ACTOR}
+        expected = {a for a in range(W)
+                    if compute_layout(W, L, 1).role(a) in (Role.ACTOR, Role.SINGLE)}
         assert ranks == expected
         assert all(row["steps"] == row["length"] and row["world_rank"] == row["rank"]
                    for row in rows), rows
         assert (run_dir / "train.jsonl").read_text().count("\n") >= 3
 
 
+def all_weights(learner: Learner) -> np.ndarray:
+    """Every network of the algorithm (target networks included), as one vector."""
+    return np.concatenate([flat_state(m) for m in learner.algo.modules.values()])
+
+
 @pytest.mark.mpi
-def test_learner_weights_stay_identical_and_ratio_holds(tmp_path, monkeypatch):
-    config = small_config(steps=800)
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_learner_weights_stay_identical_and_ratio_holds(tmp_path, monkeypatch, algorithm):
+    config = small_config(steps=800, algorithm=algorithm)
     result, _, _ = train_everywhere(config, tmp_path, monkeypatch)
     learner = result.learner if isinstance(result, LearnerResult) else None
-    weights = COMM.allgather(None if learner is None else flat_state(learner.algo.net))
+    weights = COMM.allgather(None if learner is None else all_weights(learner))
     weights = [w for w in weights if w is not None]
     assert len(weights) == L
     for w in weights[1:]:
@@ -152,8 +154,10 @@ def test_clean_shutdown_when_some_actors_finish_early(tmp_path, monkeypatch):
 
 
 @pytest.mark.mpi(min_size=2)
-def test_two_learners_average_to_the_full_batch_gradient():
-    """L = 2 with B/2 each gives the gradient of L = 1 with the same B rows."""
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_two_learners_average_to_the_full_batch_gradient(monkeypatch, algorithm):
+    """L = 2 with B/2 rows each gives the gradient of L = 1 with the same B rows, for every
+    algorithm (the optimizers' steps are switched off to read the averaged gradients)."""
     comm = COMM.Split(0 if COMM.Get_rank() < 2 else MPI.UNDEFINED, COMM.Get_rank())
     if comm == MPI.COMM_NULL:
         return
@@ -162,10 +166,12 @@ def test_two_learners_average_to_the_full_batch_gradient():
 
     def filled(reducer):
         # Same shard content for both: capacity N / L = 256 rows.
-        cfg = build_config({"vracer": {"hidden": [16, 16], "batch": 32},
+        cfg = build_config({"run": {"algorithm": algorithm},
+                            algorithm: {"hidden": [16, 16], "batch": 32},
                             "replay": {"size": 256 * reducer.size, "learn_start": 64}})
-        algo = VRacer(3, 2, cfg.vracer, cfg.refer, 7, reducer)
-        learner = Learner(algo, cfg, 3, 2, 1)
+        learner = make_learner(cfg, 3, 2, reducer)
+        for _, (opt, _) in learner.algo.optimizers.items():
+            monkeypatch.setattr(opt, "step", lambda: None)
         local = np.random.default_rng(0)
         for _ in range(4):
             n = 40
@@ -174,20 +180,20 @@ def test_two_learners_average_to_the_full_batch_gradient():
                                 local.standard_normal(n).astype(np.float32),
                                 (0.3 * local.standard_normal((n, 2))).astype(np.float32),
                                 np.full((n, 2), 0.5, np.float32), TRUNCATED, 0))
-        return algo, learner
+        return learner
 
-    reference, learner_1 = filled(parallel.SerialReducer())
+    def gradients(learner, rows):
+        learner.algo.train_step(learner.replay.batch(rows), learner.terms)
+        return [p.grad.clone() for opt, _ in learner.algo.optimizers.values()
+                for group in opt.param_groups for p in group["params"]]
+
+    learner_1 = filled(parallel.SerialReducer())
     rows = learner_1.replay.sample_rows(32, rng)
-    loss, *_ = reference.losses(learner_1.replay.batch(rows))
-    loss.backward()
-    full = [p.grad.clone() for p in reference.net.parameters()]
-    split, learner_2 = filled(parallel.MpiReducer(comm))
+    full = gradients(learner_1, rows)
+    learner_2 = filled(parallel.MpiReducer(comm))
     half = rows[comm.Get_rank() * 16 : (comm.Get_rank() + 1) * 16]
-    loss, *_ = split.losses(learner_2.replay.batch(half))
-    loss.backward()
-    split._average_gradients()
-    for g_full, p in zip(full, split.net.parameters(), strict=True):
-        torch.testing.assert_close(p.grad, g_full, rtol=1e-5, atol=1e-6)
+    for g_split, g_full in zip(gradients(learner_2, half), full, strict=True):
+        torch.testing.assert_close(g_split, g_full, rtol=1e-5, atol=1e-6)
     comm.Free()
 
 

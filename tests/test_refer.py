@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from hpc_refer.config import ReferConfig
+from hpc_refer.config import ReferConfig, ReferMode
 from hpc_refer.refer import (
     ReferState,
     beta_update,
@@ -67,13 +67,36 @@ def test_refer_state_update_and_modes():
     assert ReferState.create(ReferConfig(beta_rate=0.0), eta0=3e-4).beta_rate == 3e-4
 
 
+def test_per_weights_scale_objective_and_penalty():
+    """PER's w_k multiplies each sample's whole ReF-ER term (objective and penalty)."""
+    w = torch.tensor([1.5, -0.7], requires_grad=True)
+    objective = torch.stack([w[0] ** 2, w[1] ** 2])
+    penalty = torch.stack([3 * w[0], 5 * w[1]])
+    weight = torch.tensor([0.25, 0.0])
+    refer_loss(objective, penalty, torch.tensor([True, True]), 0.3, ReferMode.REFER2,
+               weight).backward()
+    assert w.grad.tolist() == pytest.approx([0.5 * 0.25 * (0.3 * 2 * 1.5 + 0.7 * 3), 0.0])
+
+
+@pytest.mark.parametrize("mode", list(ReferMode))
+def test_learning_rate_is_annealed_only_under_refer(mode):
+    """Eq. 13 anneals eta under ReF-ER's variants; plain ER keeps eta0 (and lr_factor 1)."""
+    state = ReferState.create(ReferConfig(mode=mode, A=0.5), eta0=2e-4)
+    for _ in range(4):
+        state.update(n_far=0, n_stored=10)
+    expected = 2e-4 / 3.0 if mode is not ReferMode.ER else 2e-4
+    assert state.learning_rate == pytest.approx(expected)
+    assert state.lr_factor == pytest.approx(expected / 2e-4)
+    assert state.c_max == pytest.approx(1 + 4.0 / 3.0), "c_max is annealed in every mode"
+
+
 def per_sample_grads(mode: str, beta: float):
     """Gradients of refer_loss w.r.t. a parameter per sample, one near and one far sample."""
     w = torch.tensor([1.5, -0.7], requires_grad=True)
     objective = torch.stack([w[0] ** 2, w[1] ** 2])  # per-sample L_k
     penalty = torch.stack([3 * w[0], 5 * w[1]])  # per-sample KL_k
     near = torch.tensor([True, False])
-    refer_loss(objective, penalty, near, beta, mode).backward()
+    refer_loss(objective, penalty, near, beta, ReferMode(mode)).backward()
     return w.grad
 
 

@@ -7,8 +7,15 @@ import numpy as np
 import pytest
 import torch
 
-from hpc_refer.algorithms.vracer import VRacer, kl_penalty, policy_loss, value_loss
-from hpc_refer.config import ReferConfig, ReplayConfig, VRacerConfig, build_config
+from hpc_refer.algorithms.base import ReferTerms, kl_penalty
+from hpc_refer.algorithms.vracer import VRacer, policy_loss, value_loss
+from hpc_refer.config import (
+    KLDirection,
+    ReferConfig,
+    ReplayConfig,
+    VRacerConfig,
+    build_config,
+)
 from hpc_refer.learner import Learner
 from hpc_refer.networks import Softsign, gaussian_kl, gaussian_log_prob
 from hpc_refer.refer import importance_ratio
@@ -55,7 +62,8 @@ def test_kl_value_and_gradient():
     sq.requires_grad_(True)
     assert torch.autograd.gradcheck(lambda m, s: gaussian_kl(mp, sp, m, s), (mq, sq))
     # Penalty direction switch.
-    torch.testing.assert_close(kl_penalty(mp, sp, mq, sq, "pi_mu"), gaussian_kl(mq, sq, mp, sp))
+    torch.testing.assert_close(kl_penalty(mp, sp, mq, sq, KLDirection.PI_MU),
+                               gaussian_kl(mq, sq, mp, sp))
 
 
 def test_loss_gradients_are_eqs_5_and_9():
@@ -79,27 +87,29 @@ def far_and_near_batch(algo: VRacer):
     mu_std = np.broadcast_to(std.numpy(), act.shape).astype(np.float32)
     log_mu = gaussian_log_prob(torch.from_numpy(act), torch.from_numpy(act),
                                torch.from_numpy(mu_std)).numpy()
-    return Batch(np.arange(2), obs, act, act.copy(), mu_std, log_mu,
-                 np.array([1.0, 1.0], np.float32))
+    ones = np.ones(2, np.float32)
+    return Batch(np.arange(2), obs, act, act.copy(), mu_std, log_mu, ones, obs, 0 * ones, ones,
+                 ones)
 
 
 @pytest.mark.parametrize("mode", ["refer", "refer1"])
 def test_far_sample_gives_no_gradient_through_the_network(mode):
     algo = VRacer(4, 2, VRacerConfig(hidden=(8,)), ReferConfig(mode=mode, beta_init=1.0), 0)
     batch = far_and_near_batch(algo)
+    terms = ReferTerms(beta=1.0, c_max=5.0, lr_factor=1.0)
     loss, stats, _, rho = algo.losses(batch._replace(**{
-        k: getattr(batch, k)[1:] for k in Batch._fields}))
-    assert rho[0] < 1.0 / algo.refer.c_max, "the sample is far-policy"
+        k: getattr(batch, k)[1:] for k in Batch._fields}), terms)
+    assert rho[0] < 1.0 / terms.c_max, "the sample is far-policy"
     algo.net.zero_grad()
     loss.backward()
     grads = [p.grad.abs().max().item() for p in algo.net.parameters()]
     if mode == "refer1":
         assert max(grads) == 0.0
     else:  # beta = 1: the KL term has weight 0 as well
-        assert max(grads) == 0.0 and stats.near_fraction == 0.0
+        assert max(grads) == 0.0 and stats["near_fraction"].float().mean() == 0.0
     algo.net.zero_grad()
     near_loss, *_ = algo.losses(batch._replace(**{k: getattr(batch, k)[:1]
-                                                 for k in Batch._fields}))
+                                                 for k in Batch._fields}), terms)
     near_loss.backward()
     assert max(p.grad.abs().max().item() for p in algo.net.parameters()) > 0.0
 
@@ -107,8 +117,7 @@ def test_far_sample_gives_no_gradient_through_the_network(mode):
 def train_losses(seed: int, steps: int = 30) -> list[float]:
     cfg = build_config({"vracer": {"hidden": [16, 16], "batch": 16},
                         "replay": {"size": 256, "learn_start": 64}})
-    algo = VRacer(3, 2, cfg.vracer, cfg.refer, seed)
-    learner = Learner(algo, cfg, 3, 2, seed + 1)
+    learner = Learner(VRacer(3, 2, cfg.vracer, cfg.refer, seed), cfg, seed + 1)
     rng = np.random.default_rng(seed)
     for e in range(6):
         n = 20
@@ -121,8 +130,8 @@ def train_losses(seed: int, steps: int = 30) -> list[float]:
     learner.update_start(learner.replay.size, 0)
     out = []
     for _ in range(steps):
-        s = learner.train_step()
-        out.append(s.loss_pi + s.loss_v + s.kl)
+        s = learner.train_step().stats
+        out.append(s["loss_pi"] + s["loss_v"] + s["kl"])
     return out
 
 
@@ -137,5 +146,11 @@ def test_config_defaults_are_the_papers():
     assert cfg.vracer.hidden == (128, 128) and cfg.vracer.lr == 1e-4
     assert cfg.vracer.batch == 256 and cfg.vracer.gamma == 0.995
     assert cfg.replay.size == 2**18 and cfg.replay.start == 2**17
+    ddpg = build_config({"run": {"algorithm": "ddpg"}})
+    naf = build_config({"run": {"algorithm": "naf"}})
+    assert ddpg.replay.size == naf.replay.size == 2**19 and ddpg.replay.start == 2**18
+    assert (ddpg.ddpg.batch, ddpg.ddpg.lr, ddpg.ddpg.critic_lr_factor, ddpg.ddpg.critic_l2,
+            ddpg.ddpg.tau) == (128, 1e-5, 10.0, 1e-4, 0.01)
+    assert (naf.naf.batch, naf.naf.lr, naf.naf.tau) == (256, 1e-4, 0.01)
     assert (cfg.refer.C, cfg.refer.D, cfg.refer.A) == (4.0, 0.1, 5e-7)
     assert ReplayConfig(size=100, learn_start=10).start == 10

@@ -33,7 +33,7 @@ import numpy as np
 from hpc_refer.config import ConfigError
 from hpc_refer.envs.external import ExternalEnv, check_port_dir, is_external, parse_spec
 from hpc_refer.envs.gym_env import GymEnv, Status, check_env_id
-from hpc_refer.parallel import Team
+from hpc_refer.parallel import Team, TeamCommand
 
 BUILTIN = {
     "Diffusion1D": "hpc_refer.envs.diffusion:Diffusion1D",
@@ -168,7 +168,7 @@ class TeamDriver:
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         if self.team is not None:
-            self.team.send_command("reset", np.array([-1 if seed is None else seed]))
+            self.team.send_command(TeamCommand.RESET, np.array([-1 if seed is None else seed]))
         obs = self.env.reset(seed)
         if self.team is not None and self.state_rank:
             obs = self.team.receive_result(self.state_rank)
@@ -176,7 +176,7 @@ class TeamDriver:
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, Status]:
         if self.team is not None:
-            self.team.send_command("step", np.asarray(action, np.float64))
+            self.team.send_command(TeamCommand.STEP, np.asarray(action, np.float64))
         obs, reward, status = self.env.step(action)
         if self.team is not None and self.state_rank:
             obs, reward, status = unpack_step(self.team.receive_result(self.state_rank))
@@ -195,7 +195,7 @@ class TeamDriver:
 
     def close(self) -> None:
         if self.team is not None:
-            self.team.send_command("stop", np.zeros(0))
+            self.team.send_command(TeamCommand.STOP, np.zeros(0))
         self.env.close()
 
 
@@ -204,15 +204,15 @@ def serve_team(env: Any, team: Team) -> None:
     solver's ``state_rank`` also sends each result to team rank 0."""
     sends = team.rank == state_rank_of(env, team)
     while True:
-        name, payload = team.receive_command()
-        if name == "reset":
+        command, payload = team.receive_command()
+        if command is TeamCommand.RESET:
             try:
                 obs = env.reset(None if payload[0] < 0 else int(payload[0]))
             except EnvironmentFinished:
                 continue
             if sends:
                 team.send_result(np.asarray(obs, np.float64).ravel())
-        elif name == "step":
+        elif command is TeamCommand.STEP:
             result = env.step(payload)
             if sends:
                 team.send_result(pack_step(*result))

@@ -1,0 +1,190 @@
+"""The algorithm contract: what a learner asks of an off-policy algorithm.
+
+The :class:`~hpc_refer.learner.Learner` owns the replay shard, every replay-maintenance step
+(ingest, refresh of sampled rows, V-tbc, scaling statistics, far counts and their reductions)
+and the ReF-ER state (beta, c_max, the annealed learning rate). An algorithm owns its
+networks, optimizers and losses and answers the learner through :class:`Algorithm`:
+
+====================== ==================================================================
+``behaviour_policy``   a fresh copy of the module actors sample from: ``policy(s)`` returns
+                       the mean and std of the Gaussian behaviour mu(.|s) (class method)
+``policy_params``      the learner's behaviour module as one flat vector, for the actors
+``train_step``         one gradient step on a :class:`~hpc_refer.replay.Batch`, given the
+                       step's :class:`ReferTerms`; returns a :class:`StepResult`: named
+                       statistics, and per sampled row rho_k, V_w(s_k) (or None) and the
+                       error that prioritized replay ranks rows by
+``evaluate``           V_w(s) (or None) and log pi_w(a|s) of stored rows (ingest, refresh)
+``values``             V_w(s) of rows without action (bootstrap states of V-tbc)
+``set_input_scaling``  the state normalisation computed by the learner from the replay
+``state_dict``         named tensors of networks and optimizers (for checkpoints)
+====================== ==================================================================
+
+Algorithms never import mpi4py and never write replay arrays: gradients are averaged over
+learners through the :class:`~hpc_refer.parallel.Reducer` they receive. Adding an algorithm
+means one new module with a subclass of :class:`Algorithm` and one line in
+:data:`hpc_refer.algorithms.ALGORITHMS`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, NamedTuple
+
+import numpy as np
+import torch
+from torch import nn
+
+from hpc_refer.config import AlgorithmConfig, KLDirection, ReferConfig
+from hpc_refer.networks import BehaviourPolicy, Normalizer, flat_state, gaussian_kl
+from hpc_refer.parallel import Reducer, SerialReducer
+from hpc_refer.replay import Batch
+
+
+class ReferTerms(NamedTuple):
+    """ReF-ER's state at this gradient step, as the learner passes it to the algorithm."""
+
+    beta: float
+    """Penalty coefficient of eq. 10 (1 without Rule 2)."""
+    c_max: float
+    """Near-policy bound of eq. 13."""
+    lr_factor: float
+    """eta(t) / eta0 of eq. 13 (1 with plain ER): every optimizer's learning rate is scaled."""
+
+
+class StepResult(NamedTuple):
+    """What one gradient step returns to the learner (per row: the minibatch's rows)."""
+
+    stats: dict[str, float]
+    """Named diagnostics (means over the local minibatch)."""
+    rho: np.ndarray
+    """rho_k = pi_w(a_k|s_k) / mu_k(a_k|s_k) under the policy before the step."""
+    value: np.ndarray | None
+    """V_w(s_k) before the step, for V-tbc (None for algorithms without V-tbc)."""
+    error: np.ndarray
+    """The sample's error (TD error or Q-ret - V) that prioritized replay ranks it by."""
+
+
+def kl_penalty(mu_mean: torch.Tensor, mu_std: torch.Tensor, mean: torch.Tensor,
+               std: torch.Tensor, direction: KLDirection) -> torch.Tensor:
+    """Per-sample KL_k of eq. 11: KL(mu_k || pi_w(.|s_k)) (``mu_pi``, the paper's direction)
+    or KL(pi_w || mu_k) (``pi_mu``, the reference code's)."""
+    if direction is KLDirection.MU_PI:
+        return gaussian_kl(mu_mean, mu_std, mean, std)
+    return gaussian_kl(mean, std, mu_mean, mu_std)
+
+
+def polyak_(target: nn.Module, source: nn.Module, tau: float) -> None:
+    """Target network update w' <- (1 - tau) w' + tau w (parameters; buffers are copied)."""
+    with torch.no_grad():
+        for p_target, p_source in zip(target.parameters(), source.parameters(), strict=True):
+            p_target.lerp_(p_source, tau)
+        for b_target, b_source in zip(target.buffers(), source.buffers(), strict=True):
+            b_target.copy_(b_source)
+
+
+class Algorithm(ABC):
+    """Base of V-RACER, DDPG and NAF: the contract above plus what they share (gradient
+    averaging over learners, learning-rate scaling, input scaling, state and checksum).
+
+    Subclasses create their modules and optimizers in ``__init__`` and list them in
+    ``modules`` and ``optimizers`` (name -> object): the base class derives the state dict,
+    the checksum and the normalisers from them.
+    """
+
+    name: ClassVar[str]
+    retrace: ClassVar[bool] = False
+    """Whether the learner keeps V-tbc and Q-ret (eq. 8) for this algorithm."""
+
+    def __init__(self, obs_dim: int, act_dim: int, config: AlgorithmConfig,
+                 refer: ReferConfig, seed: int, reducer: Reducer | None = None) -> None:
+        """Subclasses call this first (it seeds torch with ``seed``), then build networks."""
+        torch.manual_seed(seed)
+        self.obs_dim = obs_dim
+        self.act_dim = act_dim
+        self.config = config
+        self.refer_config = refer
+        self.reducer: Reducer = reducer or SerialReducer()
+        self.modules: dict[str, nn.Module] = {}
+        self.optimizers: dict[str, tuple[torch.optim.Optimizer, float]] = {}
+        """name -> (optimizer, initial learning rate)."""
+        self._flat_grad: np.ndarray | None = None
+
+    @classmethod
+    @abstractmethod
+    def behaviour_policy(cls, obs_dim: int, act_dim: int,
+                         config: AlgorithmConfig) -> BehaviourPolicy:
+        """A fresh behaviour module with the structure of the learner's (for an actor)."""
+
+    @property
+    @abstractmethod
+    def behaviour(self) -> BehaviourPolicy:
+        """The learner's behaviour module, whose parameters the actors receive."""
+
+    @abstractmethod
+    def train_step(self, batch: Batch, terms: ReferTerms) -> StepResult:
+        """One gradient step on ``batch`` (all learners take it together)."""
+
+    @abstractmethod
+    def evaluate(self, obs: np.ndarray, act: np.ndarray
+                 ) -> tuple[np.ndarray | None, np.ndarray]:
+        """V_w(s) (None without a state value) and log pi_w(a|s) of stored rows."""
+
+    def values(self, obs: np.ndarray) -> np.ndarray:
+        """V_w(s) of states without action (bootstrap rows); only algorithms with V-tbc."""
+        raise NotImplementedError(f"{self.name} keeps no state values")
+
+    def policy_params(self) -> np.ndarray:
+        """The behaviour module's parameters and buffers as one float32 vector."""
+        return flat_state(self.behaviour)
+
+    def set_input_scaling(self, mean: np.ndarray, std: np.ndarray) -> None:
+        """Use these state statistics in every network's input normalisation."""
+        for module in self.modules.values():
+            for m in module.modules():
+                if isinstance(m, Normalizer):
+                    m.set_stats(mean, std)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every module's and optimizer's state, by name (tensors and plain numbers)."""
+        out: dict[str, Any] = {f"module/{k}": m.state_dict() for k, m in self.modules.items()}
+        out.update({f"optimizer/{k}": o.state_dict() for k, (o, _) in self.optimizers.items()})
+        return out
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`state_dict`."""
+        for k, m in self.modules.items():
+            m.load_state_dict(state[f"module/{k}"])
+        for k, (o, _) in self.optimizers.items():
+            o.load_state_dict(state[f"optimizer/{k}"])
+
+    def checksum(self) -> float:
+        """Sum of every module's parameters and buffers (float64), to compare learners."""
+        return float(sum(flat_state(m).astype(np.float64).sum() for m in self.modules.values()))
+
+    def apply_gradients(self, loss: torch.Tensor, terms: ReferTerms) -> None:
+        """Backward, average the gradients over learners, scale the learning rates by
+        ``terms.lr_factor`` (eq. 13) and take every optimizer's step."""
+        for opt, _ in self.optimizers.values():
+            opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.reducer.size > 1:
+            self._average_gradients()
+        for opt, lr0 in self.optimizers.values():
+            for group in opt.param_groups:
+                group["lr"] = lr0 * terms.lr_factor
+            opt.step()
+
+    def _average_gradients(self) -> None:
+        """Average the gradients of all learners with one reduction of one flat vector."""
+        grads = [p.grad for opt, _ in self.optimizers.values() for g in opt.param_groups
+                 for p in g["params"] if p.grad is not None]
+        size = sum(g.numel() for g in grads)
+        if self._flat_grad is None or self._flat_grad.size != size:
+            self._flat_grad = np.zeros(size, np.float32)
+        flat = torch.from_numpy(self._flat_grad)
+        torch.cat([g.reshape(-1) for g in grads], out=flat)
+        self.reducer.average_(self._flat_grad)
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset : offset + g.numel()].view_as(g))
+            offset += g.numel()

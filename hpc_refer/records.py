@@ -1,0 +1,77 @@
+"""Typed records that cross module or process boundaries (actor -> learner -> run directory).
+
+Each record that travels in an MPI message has ``pack`` (to the float64 vector that is sent)
+and ``unpack`` (which validates what it reads), so no code indexes positions of a vector.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from hpc_refer.replay import Chunk, ChunkEnd
+
+
+class EpisodeRecord(NamedTuple):
+    """A finished episode: undiscounted return, number of steps, the solver's metric values."""
+
+    ret: float
+    length: int
+    values: tuple[float, ...] = ()
+
+
+HEADER_FIXED = 7
+"""Length of the fixed part of a packed :class:`ChunkHeader`; the episode's metric values
+follow it."""
+
+
+class ChunkHeader(NamedTuple):
+    """What precedes a chunk's payload: its sizes and end, the episode it closes (if any),
+    and the actor's solver faults so far."""
+
+    n_states: int
+    n_actions: int
+    end: ChunkEnd
+    episode: EpisodeRecord | None
+    faults: int
+
+    @classmethod
+    def of(cls, chunk: Chunk, episode: EpisodeRecord | None, faults: int) -> ChunkHeader:
+        return cls(chunk.obs.shape[0], chunk.act.shape[0], chunk.end, episode, faults)
+
+    def pack(self) -> np.ndarray:
+        """float64 [n_states, n_actions, end, has_episode, length, return, faults, values...]."""
+        ep = self.episode if self.episode is not None else EpisodeRecord(0.0, 0)
+        return np.array([self.n_states, self.n_actions, int(self.end),
+                         self.episode is not None, ep.length, ep.ret, self.faults, *ep.values],
+                        np.float64)
+
+    @classmethod
+    def unpack(cls, flat: np.ndarray) -> ChunkHeader:
+        """Read a packed header; a wrong length or chunk end raises ValueError."""
+        if flat.size < HEADER_FIXED:
+            raise ValueError(f"chunk header of {flat.size} values, expected >= {HEADER_FIXED}")
+        n, m, end, has_ep, length = (int(x) for x in flat[:5])
+        episode = (EpisodeRecord(float(flat[5]), length,
+                                 tuple(float(x) for x in flat[HEADER_FIXED:])) if has_ep else None)
+        return cls(n, m, ChunkEnd(end), episode, int(flat[6]))
+
+
+class Incoming(NamedTuple):
+    """A message from an actor as the learner receives it: a chunk (with the episode it
+    ends, if any), or ``chunk = None`` when the actor's environment has finished its work."""
+
+    actor: int
+    chunk: Chunk | None
+    episode: EpisodeRecord | None
+
+
+class LoggedEpisode(NamedTuple):
+    """An episode as ``episodes.csv`` records it."""
+
+    env_step: int
+    actor: int
+    ret: float
+    length: int
+    values: tuple[float, ...]
