@@ -1,0 +1,276 @@
+"""The wiring of a real training step, for every algorithm: what the learner computes and
+stores must reach the optimizer, the replay and the actors.
+
+Each test names the break it catches: the annealed learning rate never reaching the optimizer,
+beta updated from wrong counts, sampled rows not refreshed, the reward scale dropped from
+V-tbc or Q-ret, the normaliser not set, the default KL direction swapped, a far count that
+double-counts repeated rows.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from hpc_refer.actor import Actor
+from hpc_refer.algorithms import ALGORITHMS
+from hpc_refer.algorithms.base import kl_penalty
+from hpc_refer.config import ActionBounds, KLDirection, ReferConfig, ReferMode, build_config
+from hpc_refer.envs import TeamDriver
+from hpc_refer.envs.diffusion import Diffusion1D
+from hpc_refer.learner import Learner
+from hpc_refer.networks import Normalizer, gaussian_kl, gaussian_log_prob
+from hpc_refer.parallel import SerialReducer
+from hpc_refer.refer import beta_update, importance_ratio
+from hpc_refer.replay import HAS_ACTION, TERMINAL, TERMINATED, TRUNCATED, Chunk
+from hpc_refer.training import make_learner
+
+OBS, ACT = 3, 2
+ALGOS = sorted(ALGORITHMS)
+
+
+def make(algorithm: str = "vracer", refer: dict | None = None, **replay) -> Learner:
+    cfg = build_config({"run": {"algorithm": algorithm, "steps": 1000},
+                        algorithm: {"hidden": [16], "batch": 32},
+                        "refer": refer or {},
+                        "replay": {"size": 512, "learn_start": 64, **replay}})
+    return make_learner(cfg, OBS, ACT, SerialReducer())
+
+
+def fill(learner: Learner, episodes: int = 6, seed: int = 0, reward_std: float = 2.0) -> None:
+    """Episodes of 30 steps, alternately terminated and truncated; mu near and far from the
+    initial policy so that both kinds of rows exist."""
+    rng = np.random.default_rng(seed)
+    for e in range(episodes):
+        n = 30
+        end = TERMINATED if e % 2 else TRUNCATED
+        learner.store(Chunk(
+            rng.standard_normal((n + (end == TRUNCATED), OBS)).astype(np.float32),
+            (0.3 * rng.standard_normal((n, ACT))).astype(np.float32),
+            (reward_std * rng.standard_normal(n) + 1.0).astype(np.float32),
+            (rng.choice([0.0, 1.5], size=(n, 1)) * np.ones((1, ACT))).astype(np.float32),
+            np.full((n, ACT), 0.3, np.float32), end, e))
+    learner.update_start(learner.replay.size, 0)
+
+
+def recount_far(learner: Learner, c_max: float) -> int:
+    replay = learner.replay
+    used = np.arange(replay.size)
+    acts = (replay.flags[used] & HAS_ACTION) != 0
+    rho = replay.rho[used]
+    return int(np.count_nonzero(acts & ((rho <= 1 / c_max) | (rho >= c_max))))
+
+
+def record_rows(learner: Learner, monkeypatch, rows: np.ndarray | None = None) -> list:
+    """Record (or force) the rows that the learner samples."""
+    seen: list[np.ndarray] = []
+    original = learner.replay.sample_rows
+
+    def sample(batch, rng):
+        out = original(batch, rng) if rows is None else rows
+        seen.append(out.copy())
+        return out
+
+    monkeypatch.setattr(learner.replay, "sample_rows", sample)
+    return seen
+
+
+@pytest.mark.parametrize("algorithm", ALGOS)
+def test_beta_follows_eq_12_from_the_recounted_far_fraction(algorithm):
+    """beta_{k+1} = (1 - eta) beta_k + eta 1[n_far / N <= D], with n_far recounted from the
+    replay's stored rho after each step (A = 0: c_max stays 1 + C)."""
+    learner = make(algorithm, refer={"A": 0.0, "beta_rate": 0.05, "D": 0.3, "beta_init": 0.5})
+    fill(learner)
+    counts: list[tuple[int, int]] = []
+    original = learner.refer.update
+
+    def update(n_far: int, n_stored: int) -> None:
+        counts.append((n_far, n_stored))
+        original(n_far, n_stored)
+
+    learner.refer.update = update  # type: ignore[method-assign]
+    for step in range(12):
+        beta = learner.refer.beta
+        learner.train_step()
+        far = recount_far(learner, learner.refer.c_max)
+        assert counts[step] == (far, learner.replay.n_transitions)
+        fraction = far / learner.replay.n_transitions
+        assert learner.refer.beta == pytest.approx(beta_update(beta, fraction, 0.3, 0.05),
+                                                   abs=1e-12)
+    assert min(far for far, _ in counts) > 0, "the test has far-policy rows"
+
+
+@pytest.mark.parametrize("algorithm", ALGOS)
+@pytest.mark.parametrize("mode", [ReferMode.REFER, ReferMode.ER])
+def test_annealed_learning_rate_reaches_every_optimizer(algorithm, mode):
+    """Eq. 13: the step t (t = 0, 1, ...) uses eta0_i / (1 + A t) in every optimizer i under
+    ReF-ER; plain ER keeps eta0_i. c_max = 1 + C / (1 + A t) in both."""
+    learner = make(algorithm, refer={"A": 0.25, "mode": mode.value})
+    fill(learner)
+    initial = {k: lr0 for k, (_, lr0) in learner.algo.optimizers.items()}
+    for t in range(5):
+        assert learner.refer.c_max == pytest.approx(1 + 4.0 / (1 + 0.25 * t))
+        learner.train_step()
+        factor = 1 / (1 + 0.25 * t) if mode is ReferMode.REFER else 1.0
+        for k, (opt, _) in learner.algo.optimizers.items():
+            for group in opt.param_groups:
+                assert group["lr"] == pytest.approx(initial[k] * factor), k
+
+
+@pytest.mark.parametrize("algorithm", ALGOS)
+def test_sampled_rows_get_the_pre_step_rho_and_far_count_is_exact(algorithm, monkeypatch):
+    """After a step the sampled rows hold rho under the policy *before* the step, and n_far
+    equals a full recount, also when the minibatch repeats rows."""
+    learner = make(algorithm)
+    fill(learner)
+    replay = learner.replay
+    candidates = np.flatnonzero(replay.sampleable(np.arange(replay.size)))
+    rows = np.repeat(candidates[:16], 2)  # every row twice
+    record_rows(learner, monkeypatch, rows)
+    before = copy.deepcopy(learner.algo)
+    _, log_pi = before.evaluate(replay.obs[rows], replay.act[rows])
+    want = importance_ratio(torch.from_numpy(log_pi), torch.from_numpy(replay.log_mu[rows]))
+    replay.rho[rows] = 1.0  # make a missing refresh visible
+    replay.recount_far(learner.refer.c_max)
+    learner.train_step()
+    np.testing.assert_allclose(replay.rho[rows], want.numpy(), rtol=1e-5)
+    assert replay.n_far == recount_far(learner, learner.refer.c_max)
+    assert replay.n_far > 0
+
+
+def test_vracer_sampled_rows_get_v_and_their_episodes_v_tbc(monkeypatch):
+    """V-RACER: sampled rows store the pre-step V_w(s_k); the bootstrap state after them the
+    post-step V; V-tbc of their episodes follows eq. 8 from the stored V and rho (with the
+    reward scale)."""
+    learner = make("vracer")
+    fill(learner)
+    replay = learner.replay
+    candidates = np.flatnonzero(replay.sampleable(np.arange(replay.size)))
+    succ = replay.next[candidates]
+    before_final = candidates[(succ >= 0) & ((replay.flags[succ] & HAS_ACTION) == 0)]
+    forced = np.concatenate([before_final, candidates[::7]])
+    seen = record_rows(learner, monkeypatch, forced)
+    before = copy.deepcopy(learner.algo)
+    scale = replay.reward_scale
+    assert scale == pytest.approx(0.5, rel=0.15), "rewards have std 2"
+    learner.train_step()
+    rows = seen[0]
+    np.testing.assert_allclose(replay.value[rows], before.values(replay.obs[rows]), rtol=1e-5,
+                               atol=1e-6)
+    boot = replay.bootstrap_rows(rows)
+    assert boot.size > 0
+    np.testing.assert_allclose(replay.value[boot], learner.algo.values(replay.obs[boot]),
+                               rtol=1e-5, atol=1e-6)
+    # V-tbc of every stored row against a reference loop with the same V, rho and scale.
+    vtbc = np.zeros(replay.size)
+    for k in sorted(range(replay.size), key=lambda k: -((k - replay.head) % replay.capacity)):
+        f = replay.flags[k]
+        if f & HAS_ACTION and (f & TERMINAL or replay.next[k] >= 0):
+            nxt = 0.0 if f & TERMINAL else vtbc[replay.next[k]]
+            q = scale * replay.rew[k] + learner.config.vracer.gamma * nxt
+            vtbc[k] = replay.value[k] + min(1.0, replay.rho[k]) * (q - replay.value[k])
+        else:
+            vtbc[k] = replay.value[k]
+    episode_rows = np.flatnonzero(replay.flags[: replay.size])
+    np.testing.assert_allclose(replay.vtbc[episode_rows], vtbc[episode_rows], rtol=2e-4,
+                               atol=2e-4)
+    q_ret = replay.q_ret(rows)
+    succ = replay.next[rows]
+    term = (replay.flags[rows] & TERMINAL) != 0
+    want = scale * replay.rew[rows] + learner.config.vracer.gamma * np.where(
+        term, 0.0, replay.vtbc[np.maximum(succ, 0)])
+    np.testing.assert_allclose(q_ret, want, rtol=1e-6)
+    batch = replay.batch(rows)
+    np.testing.assert_allclose(batch.rew, scale * replay.rew[rows], rtol=1e-6)
+
+
+@pytest.mark.parametrize("algorithm", ALGOS)
+def test_the_normaliser_is_set_everywhere_and_reaches_the_actors(algorithm):
+    """After training starts every Normalizer of the algorithm (target networks included)
+    holds the replay's state moments, and the actors' parameter vector carries them."""
+    learner = make(algorithm)
+    fill(learner)
+    replay = learner.replay
+    obs = replay.obs[: replay.size].astype(np.float64)
+    mean, std = obs.mean(0), obs.std(0)
+    normalizers = [m for module in learner.algo.modules.values() for m in module.modules()
+                   if isinstance(m, Normalizer)]
+    assert len(normalizers) >= 1
+    for n in normalizers:
+        np.testing.assert_allclose(n.mean.numpy(), mean, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(n.inv_std.numpy(), 1 / std, rtol=1e-4)
+    actor_net = ALGORITHMS[algorithm].behaviour_policy(OBS, ACT, learner.config.algorithm)
+    from hpc_refer.networks import load_flat_state
+
+    load_flat_state(actor_net, learner.policy())
+    actor_norm = next(m for m in actor_net.modules() if isinstance(m, Normalizer))
+    np.testing.assert_allclose(actor_norm.mean.numpy(), mean, rtol=1e-5, atol=1e-6)
+    x = torch.from_numpy(replay.obs[:5])
+    for a, b in zip(actor_net.policy(x), learner.algo.behaviour.policy(x), strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_default_kl_direction_is_the_papers():
+    """Eq. 11: KL(mu_k || pi_w(.|s_k)) by default; pi_mu is the reference code's."""
+    assert ReferConfig().kl_direction is KLDirection.MU_PI
+    g = torch.Generator().manual_seed(0)
+    mu_m, pi_m = torch.randn(4, 2, generator=g), torch.randn(4, 2, generator=g)
+    mu_s, pi_s = torch.rand(4, 2, generator=g) + 0.2, torch.rand(2, generator=g) + 0.2
+    torch.testing.assert_close(kl_penalty(mu_m, mu_s, pi_m, pi_s, ReferConfig().kl_direction),
+                               gaussian_kl(mu_m, mu_s, pi_m, pi_s))
+    assert not torch.allclose(gaussian_kl(mu_m, mu_s, pi_m, pi_s),
+                              gaussian_kl(pi_m, pi_s, mu_m, mu_s))
+
+
+def test_vracer_step_reports_the_default_kl(monkeypatch):
+    """The KL that a V-RACER step reports is KL(mu || pi) of its minibatch."""
+    learner = make("vracer")
+    fill(learner)
+    seen = record_rows(learner, monkeypatch)
+    before = copy.deepcopy(learner.algo)
+    stats = learner.train_step().stats
+    b = learner.replay.batch(seen[0])
+    with torch.no_grad():
+        _, mean, std = before.net(torch.from_numpy(b.obs))
+        kl = gaussian_kl(torch.from_numpy(b.mu_mean), torch.from_numpy(b.mu_std), mean, std)
+    assert stats["kl"] == pytest.approx(kl.mean().item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("algorithm", ALGOS)
+def test_actor_stores_the_raw_gaussian_sample_and_its_mu(algorithm):
+    """The stored action is u = m + sigma z (before clipping into the box), and mu is the
+    (m, sigma) that drew it; log mu at ingest is log N(u | m, sigma)."""
+    learner = make(algorithm)
+    env = TeamDriver(Diffusion1D(None), None)
+    net = ALGORITHMS[algorithm].behaviour_policy(env.obs_dim, env.act_dim,
+                                                 learner.config.algorithm)
+    with torch.no_grad():  # a mean far outside [-1, 1] so that clipping changes the action
+        for p in net.parameters():
+            p.add_(3.0)
+    actor = Actor(env, net, ActionBounds.CLIP, seed=5, chunk_len=8)
+    sent = []
+    original = env.step
+    env.step = lambda a: (sent.append(np.array(a)), original(a))[1]  # type: ignore[method-assign]
+    chunk = None
+    while chunk is None:
+        chunk, _ = actor.step()
+    rng = np.random.default_rng(5)
+    z = rng.standard_normal(chunk.act.shape)
+    np.testing.assert_allclose(chunk.act, chunk.mu_mean + chunk.mu_std * z, rtol=1e-5,
+                               atol=1e-6)
+    assert np.abs(chunk.act).max() > 1.0, "some samples lie outside the box"
+    np.testing.assert_allclose(np.array(sent), np.clip(chunk.act, -1, 1), atol=1e-6)
+    with torch.no_grad():
+        mean, std = net.policy(torch.from_numpy(chunk.obs[: len(chunk.act)]))
+    np.testing.assert_allclose(chunk.mu_std, std.expand_as(mean).numpy(), rtol=1e-5)
+    np.testing.assert_allclose(chunk.mu_mean, mean.numpy(), rtol=1e-5)
+    ingest = make_learner(learner.config, env.obs_dim, env.act_dim, SerialReducer())
+    ingest.store(chunk)
+    replay = ingest.replay
+    stored = np.flatnonzero(replay.flags & HAS_ACTION)
+    want = gaussian_log_prob(*(torch.from_numpy(x) for x in (chunk.act, chunk.mu_mean,
+                                                             chunk.mu_std)))
+    np.testing.assert_allclose(replay.log_mu[stored], want.numpy(), rtol=1e-5)
