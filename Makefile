@@ -15,7 +15,7 @@ export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
 export OMPI_MCA_btl := ^ofi
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: run test lint install system-mpi
+.PHONY: run test lint install system-mpi mutation
 
 install: $(VENV)/.installed
 
@@ -58,3 +58,12 @@ test: lint system-mpi
 	    --only-mpi tests; rc=$$?; \
 	  if [ $$rc -ne 0 ] && [ $$rc -ne 5 ]; then exit $$rc; fi; \
 	done
+
+# Mutation testing of refer.py, replay.py, learner.py and algorithms/ ([tool.mutmut] in
+# pyproject.toml); not part of `make test`. It resumes where it stopped (state in mutants/;
+# delete it after changing the tests). The score and the surviving mutants judged equivalent
+# are in BENCHMARKS.md.
+mutation: install
+	$(PY) -m pip install -q -e ".[mutation]"
+	$(VENV)/bin/mutmut run --max-children 2
+	$(VENV)/bin/mutmut results

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 from hpc_refer.algorithms.base import Algorithm
+from hpc_refer.algorithms.ddpg import DDPG
 from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.config import Config
 from hpc_refer.parallel import Reducer
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     "vracer": VRacer,
+    "ddpg": DDPG,
 }
 """Registry: ``run.algorithm`` -> class (the config table of the same name holds its settings)."""
 

@@ -1,0 +1,211 @@
+"""DDPG (Lillicrap et al. 2016) with ReF-ER (Novati & Koumoutsakos 2019, Sec. 4 and App. A).
+
+A deterministic actor m_w(s) (in the normalised action box, tanh on its output) and a critic
+Q_w'(s, a), each with a target copy (m_target, Q_target) that follows it by Polyak averaging,
+w_target <- (1 - tau) w_target + tau w after every step. The behaviour policy, which actors
+sample from and which defines rho and the KL of ReF-ER, is the Gaussian
+pi_w(a|s) = N(m_w(s), sigma^2 I) with a fixed sigma (0.2). From a minibatch of stored
+transitions k it minimises, per sample,
+
+    L_Q,k  = 1/2 (y_k - Q_w'(s_k, a_k))^2,                                   (eq. 2)
+             y_k = r_{k+1} + gamma (1 - done_k) Q_target(s_{k+1}, m_target(s_{k+1})) fixed,
+    L_mu,k = - Q_w'(s_k, m_w(s_k))   (gradient to the actor's w only: g_DPG, eq. 3),
+
+and with ReF-ER (rho_k = pi_w(a_k|s_k) / mu_k(a_k|s_k), near iff 1/c_max < rho_k < c_max):
+
+    Rule 1: far-policy samples give zero actor and zero critic gradient;
+    Rule 2: the actor follows beta g_DPG - (1 - beta) g_D, g_D = grad_w E_k[KL_k] (eqs. 10-11);
+            the critic's gradient is not scaled by beta.
+
+So the minibatch loss is :func:`hpc_refer.refer.refer_loss` over (L_mu, KL) plus
+1/B sum_k keep_k w_k L_Q,k, keep_k = 1[k near] under Rule 1 (else 1), w_k the PER weight.
+Without ReF-ER (``refer.mode er``) it is plain DDPG with experience replay (whose actors may
+then use Ornstein-Uhlenbeck noise, see :mod:`hpc_refer.actor`).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from hpc_refer.algorithms.base import (
+    Algorithm,
+    ReferTerms,
+    StepResult,
+    kl_penalty,
+    polyak_,
+)
+from hpc_refer.config import AlgorithmConfig, DDPGConfig, ReferConfig
+from hpc_refer.networks import BehaviourPolicy, Normalizer, gaussian_log_prob, mlp
+from hpc_refer.parallel import Reducer
+from hpc_refer.refer import importance_ratio, near_policy, refer_loss
+from hpc_refer.replay import Batch
+
+
+def td_target(rew: torch.Tensor, done: torch.Tensor, gamma: float,
+              q_next: torch.Tensor) -> torch.Tensor:
+    """y_k = r_{k+1} + gamma (1 - done_k) Q_target(s_{k+1}, m_target(s_{k+1})) (eq. 2).
+
+    ``q_next`` is the target critic at the target actor's action; y_k is a constant (no
+    gradient). ``rew`` is already reward-scaled.
+    """
+    return (rew + gamma * (1.0 - done) * q_next).detach()
+
+
+def critic_loss(y: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Per-sample L_Q,k = 1/2 (y_k - Q_w'(s_k, a_k))^2 with y_k held fixed (eq. 2), so
+    grad L_Q,k = -(y_k - Q_w'(s_k, a_k)) grad Q_w'."""
+    return 0.5 * (y.detach() - q).pow(2)
+
+
+def actor_loss(q_pi: torch.Tensor) -> torch.Tensor:
+    """Per-sample L_mu,k = -Q_w'(s_k, m_w(s_k)) (eq. 3, deterministic policy gradient).
+
+    ``q_pi`` must be computed with the critic's parameters detached (see
+    :meth:`DDPG.q_of_policy`), so that grad L_mu,k = -dQ/da|_{a = m_w(s_k)} dm_w/dw reaches the
+    actor's parameters only: this is -g_DPG,k.
+    """
+    return -q_pi
+
+
+class DeterministicActor(BehaviourPolicy):
+    """m_w(s) = tanh(mlp(normalise(s))) in [-1, 1]^A, and the behaviour N(m_w(s), sigma^2 I).
+
+    sigma is a buffer (fixed, travels to the actors with the weights). The output layer starts
+    small so that m_w(s) ~ 0.
+    """
+
+    sigma: torch.Tensor
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...],
+                 sigma: float) -> None:
+        super().__init__()
+        self.normalizer = Normalizer(obs_dim)
+        self.trunk = mlp([obs_dim, *hidden, act_dim])
+        last = self.trunk[-1]
+        assert isinstance(last, nn.Linear)
+        with torch.no_grad():
+            last.weight.mul_(0.1)
+            last.bias.zero_()
+        self.register_buffer("sigma", torch.full((act_dim,), float(sigma)))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """The mean m_w(s) [B, A]."""
+        return torch.tanh(self.trunk(self.normalizer(obs)))
+
+    def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Behaviour mean m_w(s) [B, A] and std sigma [A]."""
+        return self(obs), self.sigma
+
+
+class Critic(nn.Module):
+    """Q_w'(s, a) = mlp([normalise(s), a]) (one output)."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...]) -> None:
+        super().__init__()
+        self.normalizer = Normalizer(obs_dim)
+        self.trunk = mlp([obs_dim + act_dim, *hidden, 1])
+
+    def forward(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
+        """Q [B]."""
+        return self.trunk(torch.cat([self.normalizer(obs), act], dim=-1))[..., 0]
+
+
+class DDPG(Algorithm):
+    """DDPG with ReF-ER: actor, critic, their Polyak targets, and two Adam optimizers.
+
+    Notes
+    -----
+    The actor's Adam has lr = ``ddpg.lr``, the critic's ``critic_lr_factor`` times it with L2
+    weight decay ``critic_l2``; both are scaled by the learner's eta(t)/eta0 (eq. 13, 1 under
+    plain ER). The target networks are in ``modules`` (checkpoints, checksums) but have no
+    optimizer and no gradient.
+    """
+
+    name = "ddpg"
+    retrace = False
+
+    def __init__(self, obs_dim: int, act_dim: int, config: DDPGConfig, refer: ReferConfig,
+                 seed: int, reducer: Reducer | None = None) -> None:
+        super().__init__(obs_dim, act_dim, config, refer, seed, reducer)
+        self.ddpg = config
+        self.actor = DeterministicActor(obs_dim, act_dim, config.hidden, config.sigma)
+        self.critic = Critic(obs_dim, act_dim, config.hidden)
+        self.target_actor = copy.deepcopy(self.actor).requires_grad_(False)
+        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        critic_lr = config.critic_lr_factor * config.lr
+        actor_opt = torch.optim.Adam(self.actor.parameters(), lr=config.lr, foreach=False,
+                                     fused=True)
+        critic_opt = torch.optim.Adam(self.critic.parameters(), lr=critic_lr,
+                                      weight_decay=config.critic_l2, foreach=False, fused=True)
+        self.modules = {"actor": self.actor, "critic": self.critic,
+                        "target_actor": self.target_actor, "target_critic": self.target_critic}
+        self.optimizers = {"actor": (actor_opt, config.lr), "critic": (critic_opt, critic_lr)}
+
+    @classmethod
+    def behaviour_policy(cls, obs_dim: int, act_dim: int,
+                         config: AlgorithmConfig) -> BehaviourPolicy:
+        assert isinstance(config, DDPGConfig)
+        return DeterministicActor(obs_dim, act_dim, config.hidden, config.sigma)
+
+    @property
+    def behaviour(self) -> BehaviourPolicy:
+        return self.actor
+
+    def q_of_policy(self, obs: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
+        """Q_w'(s, m_w(s)) with the critic's parameters detached: gradient to ``mean`` only."""
+        frozen = {k: v.detach() for k, v in self.critic.named_parameters()}
+        out: torch.Tensor = functional_call(self.critic, frozen, (obs, mean))
+        return out
+
+    @torch.no_grad()
+    def targets(self, batch: Batch) -> torch.Tensor:
+        """y_k of eq. 2 from the target networks."""
+        next_obs = torch.from_numpy(batch.next_obs)
+        q_next = self.target_critic(next_obs, self.target_actor(next_obs))
+        return td_target(torch.from_numpy(batch.rew), torch.from_numpy(batch.done),
+                         self.ddpg.gamma, q_next)
+
+    def losses(self, batch: Batch, terms: ReferTerms
+               ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+        """ReF-ER loss of a minibatch, its diagnostics, rho_k and the TD errors y_k - Q (both
+        detached, before the step)."""
+        obs, act, mu_mean, mu_std, log_mu, weight = (
+            torch.from_numpy(x) for x in (batch.obs, batch.act, batch.mu_mean, batch.mu_std,
+                                          batch.log_mu, batch.weight)
+        )
+        mode = self.refer_config.mode
+        y = self.targets(batch)
+        q = self.critic(obs, act)
+        mean = self.actor(obs)
+        sigma = self.actor.sigma
+        rho = importance_ratio(gaussian_log_prob(act, mean, sigma), log_mu).detach()
+        near = near_policy(rho, terms.c_max)
+        l_q = critic_loss(y, q)
+        l_mu = actor_loss(self.q_of_policy(obs, mean))
+        kl = kl_penalty(mu_mean, mu_std, mean, sigma, self.refer_config.kl_direction)
+        keep = near.to(l_q.dtype) if mode.rule1 else torch.ones_like(l_q)
+        loss = (refer_loss(l_mu, kl, near, terms.beta, mode, weight)
+                + (keep * weight * l_q).mean())
+        stats = {"loss_q": l_q, "loss_mu": l_mu, "kl": kl, "near_fraction": near,
+                 "q": q}
+        return loss, stats, rho, (y - q).detach()
+
+    def train_step(self, batch: Batch, terms: ReferTerms) -> StepResult:
+        loss, stats, rho, error = self.losses(batch, terms)
+        self.apply_gradients(loss, terms)
+        polyak_(self.target_actor, self.actor, self.ddpg.tau)
+        polyak_(self.target_critic, self.critic, self.ddpg.tau)
+        with torch.no_grad():
+            means = torch.stack([x.detach().float().mean() for x in stats.values()]).tolist()
+        return StepResult(dict(zip(stats, means, strict=True)), rho.numpy(), None,
+                          error.numpy())
+
+    @torch.no_grad()
+    def evaluate(self, obs: np.ndarray, act: np.ndarray) -> tuple[None, np.ndarray]:
+        mean, std = self.actor.policy(torch.from_numpy(obs))
+        return None, gaussian_log_prob(torch.from_numpy(act), mean, std).numpy()
