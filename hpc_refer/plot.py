@@ -12,6 +12,7 @@ import argparse
 import csv
 import sys
 import tomllib
+import warnings
 from collections import defaultdict
 from pathlib import Path
 
@@ -22,6 +23,23 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 
+def window_means(steps: np.ndarray, returns: np.ndarray,
+                 window: int) -> tuple[np.ndarray, np.ndarray]:
+    """Window ends and mean return per window (NaN where no episode ended) of episodes that
+    ended at the total environment steps ``steps``: window k holds the steps k*window + 1 to
+    (k+1)*window, so an episode logged at step s is in window (s - 1) // window."""
+    if len(steps) == 0:
+        return np.zeros(0), np.zeros(0)
+    steps = np.asarray(steps, dtype=np.int64)
+    n_win = int(np.ceil(steps.max() / window))
+    idx = np.minimum((steps - 1) // window, n_win - 1)
+    sums = np.bincount(idx, weights=np.asarray(returns, dtype=float), minlength=n_win)
+    counts = np.bincount(idx, minlength=n_win)
+    with np.errstate(invalid="ignore"):
+        means = sums / counts
+    return (np.arange(n_win) + 1) * window, means
+
+
 def windowed_returns(run_dir: Path, window: int) -> tuple[np.ndarray, np.ndarray]:
     """Window ends and mean return per window (NaN where no episode ended) of one run."""
     path = run_dir / "episodes.csv"
@@ -29,17 +47,26 @@ def windowed_returns(run_dir: Path, window: int) -> tuple[np.ndarray, np.ndarray
         raise FileNotFoundError(f"{run_dir}: no episodes.csv (is it a run directory?)")
     with path.open() as f:
         rows = [(int(r["env_step"]), float(r["return"])) for r in csv.DictReader(f)]
-    if not rows:
-        return np.zeros(0), np.zeros(0)
-    steps = np.array([s for s, _ in rows])
-    rets = np.array([r for _, r in rows])
-    n_win = int(np.ceil(steps.max() / window))
-    idx = np.minimum((steps - 1) // window, n_win - 1)
-    sums = np.bincount(idx, weights=rets, minlength=n_win)
-    counts = np.bincount(idx, minlength=n_win)
-    with np.errstate(invalid="ignore"):
-        means = sums / counts
-    return (np.arange(n_win) + 1) * window, means
+    return window_means(np.array([s for s, _ in rows], dtype=np.int64),
+                        np.array([r for _, r in rows]), window)
+
+
+def seed_band(curves: list[tuple[np.ndarray, np.ndarray]]
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Window ends, mean over runs, 20th and 80th percentiles over runs of the curves
+    ``(ends, means)`` of runs of one setting, cut to the shortest; NaN (a run without an
+    episode in a window) is left out of that window's statistics."""
+    n = min((len(c[1]) for c in curves), default=0)
+    if n == 0:
+        empty = np.zeros(0)
+        return empty, empty, empty, empty
+    x = curves[0][0][:n]
+    ys = np.stack([c[1][:n] for c in curves])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a window where no run has an episode
+        mean = np.nanmean(ys, axis=0)
+        lo, hi = np.nanpercentile(ys, [20, 80], axis=0)
+    return x, mean, lo, hi
 
 
 def run_label(run_dir: Path) -> str:
@@ -57,13 +84,9 @@ def plot_runs(run_dirs: list[Path], out: Path, window: int, title: str = "") -> 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     summary: dict[str, dict] = {}
     for label, curves in sorted(groups.items()):
-        n = min(len(c[1]) for c in curves)
-        if n == 0:
+        x, mean, lo, hi = seed_band(curves)
+        if len(x) == 0:
             continue
-        x = curves[0][0][:n]
-        ys = np.stack([c[1][:n] for c in curves])
-        mean = np.nanmean(ys, axis=0)
-        lo, hi = np.nanpercentile(ys, [20, 80], axis=0)
         (line,) = ax.plot(x, mean, label=f"{label} ({len(curves)} runs)")
         ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.25, linewidth=0)
         summary[label] = {"steps": x.tolist(), "mean": mean.tolist(), "p20": lo.tolist(),
