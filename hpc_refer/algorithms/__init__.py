@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from hpc_refer.algorithms.base import Algorithm
 from hpc_refer.algorithms.ddpg import DDPG
+from hpc_refer.algorithms.naf import NAF
 from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.config import Config
 from hpc_refer.parallel import Reducer
@@ -12,6 +13,7 @@ from hpc_refer.parallel import Reducer
 ALGORITHMS: dict[str, type[Algorithm]] = {
     "vracer": VRacer,
     "ddpg": DDPG,
+    "naf": NAF,
 }
 """Registry: ``run.algorithm`` -> class (the config table of the same name holds its settings)."""
 
