@@ -35,7 +35,13 @@ import torch
 from torch import nn
 
 from hpc_refer.config import AlgorithmConfig, KLDirection, ReferConfig
-from hpc_refer.networks import BehaviourPolicy, Normalizer, flat_state, gaussian_kl
+from hpc_refer.networks import (
+    BehaviourPolicy,
+    Normalizer,
+    flat_state,
+    gaussian_kl,
+    gaussian_log_prob,
+)
 from hpc_refer.parallel import Reducer, SerialReducer
 from hpc_refer.replay import Batch
 
@@ -71,6 +77,13 @@ def kl_penalty(mu_mean: torch.Tensor, mu_std: torch.Tensor, mean: torch.Tensor,
     if direction is KLDirection.MU_PI:
         return gaussian_kl(mu_mean, mu_std, mean, std)
     return gaussian_kl(mean, std, mu_mean, mu_std)
+
+
+def minibatch_means(stats: dict[str, torch.Tensor]) -> dict[str, float]:
+    """The mean of each per-sample diagnostic over the minibatch (one host synchronisation)."""
+    with torch.no_grad():
+        values = torch.stack([x.detach().float().mean() for x in stats.values()]).tolist()
+    return dict(zip(stats, values, strict=True))
 
 
 def polyak_(target: nn.Module, source: nn.Module, tau: float) -> None:
@@ -124,10 +137,13 @@ class Algorithm(ABC):
     def train_step(self, batch: Batch, terms: ReferTerms) -> StepResult:
         """One gradient step on ``batch`` (all learners take it together)."""
 
-    @abstractmethod
+    @torch.no_grad()
     def evaluate(self, obs: np.ndarray, act: np.ndarray
                  ) -> tuple[np.ndarray | None, np.ndarray]:
-        """V_w(s) (None without a state value) and log pi_w(a|s) of stored rows."""
+        """V_w(s) (None without a state value, as here) and log pi_w(a|s) of stored rows,
+        pi_w the behaviour Gaussian."""
+        mean, std = self.behaviour.policy(torch.from_numpy(obs))
+        return None, gaussian_log_prob(torch.from_numpy(act), mean, std).numpy()
 
     def values(self, obs: np.ndarray) -> np.ndarray:
         """V_w(s) of states without action (bootstrap rows); only algorithms with V-tbc."""

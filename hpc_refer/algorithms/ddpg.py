@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import copy
 
-import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call
@@ -37,6 +36,7 @@ from hpc_refer.algorithms.base import (
     ReferTerms,
     StepResult,
     kl_penalty,
+    minibatch_means,
     polyak_,
 )
 from hpc_refer.config import AlgorithmConfig, DDPGConfig, ReferConfig
@@ -200,12 +200,4 @@ class DDPG(Algorithm):
         self.apply_gradients(loss, terms)
         polyak_(self.target_actor, self.actor, self.ddpg.tau)
         polyak_(self.target_critic, self.critic, self.ddpg.tau)
-        with torch.no_grad():
-            means = torch.stack([x.detach().float().mean() for x in stats.values()]).tolist()
-        return StepResult(dict(zip(stats, means, strict=True)), rho.numpy(), None,
-                          error.numpy())
-
-    @torch.no_grad()
-    def evaluate(self, obs: np.ndarray, act: np.ndarray) -> tuple[None, np.ndarray]:
-        mean, std = self.actor.policy(torch.from_numpy(obs))
-        return None, gaussian_log_prob(torch.from_numpy(act), mean, std).numpy()
+        return StepResult(minibatch_means(stats), rho.numpy(), None, error.numpy())

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import copy
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -33,6 +32,7 @@ from hpc_refer.algorithms.base import (
     ReferTerms,
     StepResult,
     kl_penalty,
+    minibatch_means,
     polyak_,
 )
 from hpc_refer.config import AlgorithmConfig, NAFConfig, ReferConfig
@@ -208,12 +208,4 @@ class NAF(Algorithm):
         loss, stats, error, rho = self.losses(batch, terms)
         self.apply_gradients(loss, terms)
         polyak_(self.target, self.net, self.config.tau)
-        with torch.no_grad():
-            means = torch.stack([x.float().mean() for x in stats.values()]).tolist()
-        return StepResult(dict(zip(stats, means, strict=True)), rho.numpy(), None,
-                          error.numpy())
-
-    @torch.no_grad()
-    def evaluate(self, obs: np.ndarray, act: np.ndarray) -> tuple[None, np.ndarray]:
-        mean, std = self.net.policy(torch.from_numpy(obs))
-        return None, gaussian_log_prob(torch.from_numpy(act), mean, std).numpy()
+        return StepResult(minibatch_means(stats), rho.numpy(), None, error.numpy())

@@ -20,7 +20,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hpc_refer.algorithms.base import Algorithm, ReferTerms, StepResult, kl_penalty
+from hpc_refer.algorithms.base import (
+    Algorithm,
+    ReferTerms,
+    StepResult,
+    kl_penalty,
+    minibatch_means,
+)
 from hpc_refer.config import AlgorithmConfig, ReferConfig, VRacerConfig
 from hpc_refer.networks import BehaviourPolicy, GaussianPolicyValueNet, gaussian_log_prob
 from hpc_refer.parallel import Reducer
@@ -103,11 +109,9 @@ class VRacer(Algorithm):
     def train_step(self, batch: Batch, terms: ReferTerms) -> StepResult:
         loss, stats, value, rho = self.losses(batch, terms)
         self.apply_gradients(loss, terms)
-        with torch.no_grad():
-            means = torch.stack([x.float().mean() for x in stats.values()]).tolist()
         v = value.numpy()
         assert batch.q_ret is not None
-        return StepResult(dict(zip(stats, means, strict=True)), rho.numpy(), v, batch.q_ret - v)
+        return StepResult(minibatch_means(stats), rho.numpy(), v, batch.q_ret - v)
 
     @torch.no_grad()
     def evaluate(self, obs: np.ndarray, act: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
