@@ -104,6 +104,11 @@ class Exploration(StrEnum):
     OU = "ou"
 
 
+ALGORITHM_NAMES = ("vracer", "ddpg", "naf")
+"""The algorithms' names: each is a config table here and an entry of
+:data:`hpc_refer.algorithms.ALGORITHMS`."""
+
+
 def _choices(enum: type[StrEnum]) -> tuple[str, ...]:
     return tuple(e.value for e in enum)
 
@@ -124,7 +129,7 @@ class RunConfig:
 
     algorithm: str = _opt(
         "vracer", "off-policy algorithm: vracer, ddpg or naf (its table holds its settings)",
-        ("vracer", "ddpg", "naf"),
+        ALGORITHM_NAMES,
     )
     env: str = _opt(
         "HalfCheetah-v5",
@@ -154,8 +159,8 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         _enum_field(self, "action_bounds", ActionBounds)
-        _require(self.algorithm in ("vracer", "ddpg", "naf"), "run.algorithm", self.algorithm,
-                 "vracer, ddpg, naf")
+        _require(self.algorithm in ALGORITHM_NAMES, "run.algorithm", self.algorithm,
+                 ", ".join(ALGORITHM_NAMES))
         _require(self.steps > 0, "run.steps", self.steps, "integers > 0")
         _require(self.log_every > 0, "run.log_every", self.log_every, "integers > 0")
         _require(self.threads > 0, "run.threads", self.threads, "integers > 0")

@@ -67,3 +67,13 @@ def test_existing_run_dir_is_never_overwritten(in_tmp, capsys):
     assert main(["--env", "Pendulum-v1", "--run-dir", str(d), "--steps", "10"]) == 2
     assert "already holds files" in capsys.readouterr().err
     assert (d / "episodes.csv").read_text() == "precious\n"
+
+
+def test_every_algorithm_has_a_table_and_a_class():
+    from hpc_refer.algorithms import ALGORITHMS
+    from hpc_refer.config import ALGORITHM_NAMES, Config
+
+    assert tuple(ALGORITHMS) == ALGORITHM_NAMES
+    for name, cls in ALGORITHMS.items():
+        table = getattr(Config(), name)
+        assert table.section == name and cls.name == name
