@@ -121,9 +121,13 @@ def all_weights(learner: Learner) -> np.ndarray:
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("sampling", ["uniform", "per"])
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
-def test_learner_weights_stay_identical_and_ratio_holds(tmp_path, monkeypatch, algorithm):
+def test_learner_weights_stay_identical_and_ratio_holds(tmp_path, monkeypatch, algorithm,
+                                                        sampling):
     config = small_config(steps=800, algorithm=algorithm)
+    config = build_config({**config.to_dict(), "replay": {**config.to_dict()["replay"],
+                                                          "sampling": sampling}})
     result, _, _ = train_everywhere(config, tmp_path, monkeypatch)
     learner = result.learner if isinstance(result, LearnerResult) else None
     weights = COMM.allgather(None if learner is None else all_weights(learner))
