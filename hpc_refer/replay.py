@@ -145,7 +145,9 @@ class PriorityConfig(NamedTuple):
 RTOL, ATOL = 1e-6, 1e-7
 """A backward pass stops once V-tbc changes by less than ATOL + RTOL |V-tbc| (float32
 resolution): earlier rows would change by even less, since each step multiplies the change by
-gamma min(1, rho) <= 1."""
+gamma min(1, rho) <= 1. Rows just stored hold NaN, which never counts as unchanged, so a pass
+always reaches the open tail that a new chunk continues (whose V-tbc was computed without
+it)."""
 
 
 @numba.njit(cache=True, nogil=True)
@@ -236,8 +238,9 @@ class ReplayShard:
         Under PER the transitions that become sampleable (those of the chunk, and the open
         tail of its episode that it continues) get the largest priority so far.
 
-        The new rows get V = 0, rho = 1 and log mu = 0 until the learner stores the network's
-        values (:meth:`refresh`) and the behaviour log-probabilities (``log_mu``).
+        The new rows get V = 0, rho = 1, log mu = 0 and an unknown V-tbc (NaN) until the
+        learner stores the network's values (:meth:`refresh`, which runs eq. 8 over them and
+        the open tail they continue) and the behaviour log-probabilities (``log_mu``).
         """
         n = chunk.obs.shape[0]
         m = chunk.act.shape[0]
@@ -254,7 +257,9 @@ class ReplayShard:
         self.mu_std[rows[:m]] = chunk.mu_std
         self.value[rows] = 0.0
         self.rho[rows] = 1.0
-        self.vtbc[rows] = 0.0
+        # Unknown until eq. 8 runs over them: NaN never counts as "unchanged", so the pass
+        # of :meth:`refresh` crosses every new row into the open tail that the chunk continues.
+        self.vtbc[rows] = np.nan if self.retrace else 0.0
         self.flags[rows] = IN_USE
         self.flags[rows[:m]] |= HAS_ACTION
         if chunk.end == TERMINATED:
@@ -309,9 +314,15 @@ class ReplayShard:
         if self.tree is not None:
             return self.tree.sample(batch, rng)
         out = np.empty(0, np.int64)
+        rounds = 0
         while out.size < batch:
             cand = rng.integers(0, self.size, size=batch + batch // 4 + 8)
             out = np.concatenate([out, cand[self.sampleable(cand)]])
+            rounds += 1
+            if rounds == 64 and out.size == 0 and not self.sampleable(
+                    np.arange(self.size)).any():
+                raise ValueError("no stored transition has its successor yet: nothing to "
+                                 "sample (replay.learn_start below one chunk?)")
         return out[:batch]
 
     def q_ret(self, rows: np.ndarray) -> np.ndarray:

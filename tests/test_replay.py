@@ -193,3 +193,12 @@ def test_far_count_is_incremental_and_matches_recount():
     r = replay.rho[: replay.size][acts]
     assert incremental == np.count_nonzero((r <= 0.5) | (r >= 2.0))
     assert replay.recount_far(2.0) == incremental
+
+
+def test_sampling_with_no_complete_transition_is_an_error():
+    """A single open chunk of one step: its successor has not arrived, nothing is
+    sampleable, and sampling says so instead of looping forever."""
+    replay = ReplayShard(16, 3, 2, GAMMA)
+    replay.add(make_chunk(np.random.default_rng(0), 1, OPEN), 2.0)
+    with pytest.raises(ValueError, match="nothing to sample"):
+        replay.sample_rows(4, np.random.default_rng(1))
