@@ -274,3 +274,76 @@ def test_actor_stores_the_raw_gaussian_sample_and_its_mu(algorithm):
     want = gaussian_log_prob(*(torch.from_numpy(x) for x in (chunk.act, chunk.mu_mean,
                                                              chunk.mu_std)))
     np.testing.assert_allclose(replay.log_mu[stored], want.numpy(), rtol=1e-5)
+
+
+class HalfOfTwoLearners:
+    """A reducer of two learners whose other learner holds ``other`` (a flat gradient):
+    ``average_`` gives (mine + other) / 2, as MpiReducer's Allreduce would."""
+
+    size = 2
+    rank = 0
+
+    def __init__(self) -> None:
+        self.other: np.ndarray | None = None
+
+    def average_(self, flat: np.ndarray) -> None:
+        assert self.other is not None
+        flat += self.other
+        flat /= 2
+
+    def sum(self, values: np.ndarray) -> np.ndarray:
+        return values
+
+    def gather(self, obj):
+        return [obj]
+
+    def checksums_agree(self, checksum: float) -> bool:
+        return True
+
+
+def _flat_grads(algo) -> np.ndarray:
+    return np.concatenate([p.grad.reshape(-1).numpy() for opt, _ in algo.optimizers.values()
+                           for g in opt.param_groups for p in g["params"]])
+
+
+@pytest.mark.parametrize("algorithm", ALGOS)
+def test_gradients_are_averaged_over_learners_in_one_flat_vector(algorithm):
+    """Two learners with halves of a minibatch end with the full minibatch's gradient in
+    every parameter (the order of the flat vector matches the parameters')."""
+    learner = make(algorithm)
+    fill(learner)
+    replay = learner.replay
+    rows = replay.sample_rows(32, np.random.default_rng(0))
+    # Learning rate 0: the optimizers' steps leave the weights as they are.
+    learner.algo.optimizers = {k: (opt, 0.0) for k, (opt, _) in learner.algo.optimizers.items()}
+    twin = copy.deepcopy(learner.algo)
+    learner.algo.train_step(replay.batch(rows), learner.terms)
+    full = _flat_grads(learner.algo)
+    twin.train_step(replay.batch(rows[16:]), learner.terms)
+    other = _flat_grads(twin)
+    reducer = HalfOfTwoLearners()
+    reducer.other = other
+    twin.reducer = reducer  # type: ignore[assignment]
+    twin.train_step(replay.batch(rows[:16]), learner.terms)
+    np.testing.assert_allclose(_flat_grads(twin), full, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("algorithm", ALGOS)
+def test_state_dict_round_trip_and_checksum(algorithm):
+    """An algorithm's state (networks, targets, optimizers) restores another instance so that
+    both take the same next step; the checksum tells different weights apart."""
+    learner = make(algorithm)
+    fill(learner)
+    for _ in range(3):
+        learner.train_step()
+    other = make(algorithm).algo
+    assert other.checksum() != learner.algo.checksum()
+    other.load_state_dict(copy.deepcopy(learner.algo.state_dict()))
+    assert other.checksum() == learner.algo.checksum()
+    assert set(learner.algo.state_dict()) == {f"module/{k}" for k in learner.algo.modules} | {
+        f"optimizer/{k}" for k in learner.algo.optimizers}
+    batch = learner.replay.batch(learner.replay.sample_rows(16, np.random.default_rng(1)))
+    a = learner.algo.train_step(batch, learner.terms)
+    b = other.train_step(batch, learner.terms)
+    assert a.stats == b.stats
+    assert other.checksum() == learner.algo.checksum()
