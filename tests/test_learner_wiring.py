@@ -347,3 +347,46 @@ def test_state_dict_round_trip_and_checksum(algorithm):
     b = other.train_step(batch, learner.terms)
     assert a.stats == b.stats
     assert other.checksum() == learner.algo.checksum()
+
+
+def test_vracer_minibatch_loss_is_eq_10_over_eqs_5_and_9_and_its_error_is_q_ret_minus_v():
+    """The loss of a V-RACER step is refer_loss over L_pi + L_V (eqs. 5, 9, 10) of the
+    network's outputs, and the error that PER ranks rows by is Q-ret_k - V_w(s_k)."""
+    from hpc_refer.algorithms.vracer import policy_loss, value_loss
+    from hpc_refer.refer import near_policy, refer_loss
+
+    learner = make("vracer", refer={"beta_init": 0.3})
+    fill(learner)
+    algo = learner.algo
+    batch = learner.replay.batch(learner.replay.sample_rows(32, np.random.default_rng(2)))
+    terms = learner.terms
+    loss, *_ = algo.losses(batch, terms)  # type: ignore[attr-defined]
+    t = {k: torch.from_numpy(getattr(batch, k)) for k in ("obs", "act", "mu_mean", "mu_std",
+                                                          "log_mu", "q_ret", "weight")}
+    with torch.no_grad():
+        value, mean, std = algo.net(t["obs"])  # type: ignore[attr-defined]
+        rho = importance_ratio(gaussian_log_prob(t["act"], mean, std), t["log_mu"])
+        objective = (policy_loss(rho, t["q_ret"], value, gaussian_log_prob(t["act"], mean, std))
+                     + value_loss(rho, t["q_ret"], value))
+        kl = gaussian_kl(t["mu_mean"], t["mu_std"], mean, std)
+        want = refer_loss(objective, kl, near_policy(rho, terms.c_max), terms.beta,
+                          ReferMode.REFER, t["weight"])
+    assert loss.item() == pytest.approx(want.item(), rel=1e-5)
+    result = algo.train_step(batch, terms)
+    assert batch.q_ret is not None
+    np.testing.assert_allclose(result.error, batch.q_ret - value.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_steps_due_counts_from_the_start_of_training():
+    """grad_ratio * (env steps - env steps when training started) - gradient steps done."""
+    learner = make("vracer", grad_ratio=0.5)
+    fill(learner, episodes=1)
+    assert learner.steps_due(10_000) == 0, "training has not started"
+    learner.start_env_steps = None
+    learner.update_start(learner.config.replay.start, 1_000)
+    assert learner.start_env_steps == 1_000
+    assert learner.steps_due(1_000) == 0
+    assert learner.steps_due(1_301) == 150
+    learner.grad_steps = 100
+    assert learner.steps_due(1_301) == 50
+    assert learner.steps_due(900) == 0
