@@ -309,3 +309,40 @@ def test_naf_refer_learns_inverted_pendulum(in_tmp):
     first, last = rets[:20].mean(), rets[-10:].mean()
     assert first < 15.0, "the untrained policy is near random"
     assert last > 3.0 * first and last > 25.0, (first, last)
+
+
+@pytest.mark.parametrize("mode", ["er", "refer1"])
+def test_without_rule_2_the_gradient_is_plain_q_learning(mode):
+    """No Rule 2: the mean's path is not scaled (beta = 1 whatever the learner's beta) and
+    there is no KL term: the gradient is that of 1/B sum_k keep_k L_Q,k."""
+    algo = make_naf(mode)
+    perturb(algo.net, seed=5)
+    far = [False, True, False, False]
+    batch = make_batch(algo, far)
+    batch = batch._replace(act=batch.act + 0.05)
+    got = grads(algo, algo.losses(batch, ReferTerms(0.3, 2.0, 1.0))[0])
+    obs, act = torch.from_numpy(batch.obs), torch.from_numpy(batch.act)
+    value, mean, tril = algo.net(obs)
+    with torch.no_grad():
+        v_next = algo.target(torch.from_numpy(batch.next_obs))[0]
+        y = torch.from_numpy(batch.rew) + GAMMA * (1 - torch.from_numpy(batch.done)) * v_next
+    keep = torch.tensor([0.0 if f and mode == "refer1" else 1.0 for f in far])
+    want = grads(algo, (keep * 0.5 * (y - naf_q(value, mean, tril, act)).pow(2)).mean())
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_default_kl_is_kl_of_mu_to_pi():
+    """Eq. 11's direction by default: the KL statistic is KL(mu_k || pi_w(.|s_k))."""
+    from hpc_refer.networks import gaussian_kl
+
+    algo = make_naf("refer")
+    perturb(algo.net, seed=6)
+    batch = make_batch(algo, [False, True, False])
+    batch = batch._replace(mu_std=batch.mu_std * 1.5)
+    stats = algo.losses(batch, ReferTerms(0.5, 2.0, 1.0))[1]
+    with torch.no_grad():
+        mean = algo.net(torch.from_numpy(batch.obs))[1]
+        want = gaussian_kl(torch.from_numpy(batch.mu_mean), torch.from_numpy(batch.mu_std),
+                           mean, algo.net.sigma)
+    torch.testing.assert_close(stats["kl"].detach(), want)
