@@ -402,3 +402,66 @@ def test_networks_start_near_zero_mean_and_value(algorithm):
     with torch.no_grad():
         mean, _ = learner.algo.behaviour.policy(obs)
     assert mean.abs().max().item() < 0.1  # measured about 0.03 (0.33 without the scaling)
+
+
+def test_reward_scale_and_state_moments_are_exact():
+    """1 / std of the stored rewards (rows with an action only; final states carry none) and
+    the mean / std of every stored state, from the replay's sums."""
+    learner = make("vracer")
+    fill(learner, reward_std=0.5)  # variance below 1
+    replay = learner.replay
+    acts = (replay.flags[: replay.size] & HAS_ACTION) != 0
+    assert not acts.all(), "truncated episodes store final states without reward"
+    rewards = replay.rew[: replay.size][acts].astype(np.float64)
+    assert replay.reward_scale == pytest.approx(1 / rewards.std(), rel=1e-6)
+    mean, std, r_std = replay.scaling_sums().moments()
+    obs = replay.obs[: replay.size].astype(np.float64)
+    np.testing.assert_allclose(mean, obs.mean(0), rtol=1e-9)
+    np.testing.assert_allclose(std, obs.std(0), rtol=1e-7)
+    assert r_std == pytest.approx(rewards.std(), rel=1e-9)
+
+
+def test_batch_successors_and_done_flags_across_the_ring():
+    """Batch.next_obs is s_{k+1} (the linked row, also across the ring's end), done marks
+    terminal transitions, and rew is scaled."""
+    learner = make("ddpg", size=100)
+    fill(learner, episodes=5)  # 150+ states in a ring of 100: rows wrap around
+    replay = learner.replay
+    rows = np.flatnonzero(replay.sampleable(np.arange(replay.size)))
+    batch = replay.batch(rows)
+    terminal = (replay.flags[rows] & TERMINAL) != 0
+    assert terminal.any() and (~terminal).any()
+    assert (replay.next[rows[~terminal]] == 0).any(), "a successor at row 0"
+    np.testing.assert_array_equal(batch.done, terminal.astype(np.float32))
+    np.testing.assert_array_equal(batch.next_obs[~terminal],
+                                  replay.obs[replay.next[rows[~terminal]]])
+    np.testing.assert_allclose(batch.rew, replay.reward_scale * replay.rew[rows], rtol=1e-6)
+
+
+def test_scaling_is_refreshed_every_stats_every_steps(monkeypatch):
+    """The state and reward scaling are recomputed after every ``stats_every`` gradient
+    steps (and only then)."""
+    learner = make("vracer", stats_every=3)
+    fill(learner)
+    calls = []
+    original = learner.refresh_scaling
+    monkeypatch.setattr(learner, "refresh_scaling", lambda: (calls.append(
+        learner.grad_steps), original())[1])
+    for _ in range(7):
+        learner.train_step()
+    assert calls == [3, 6]
+
+
+@pytest.mark.parametrize("algorithm", ALGOS)
+def test_every_algorithm_penalises_kl_of_mu_to_pi_by_default(algorithm, monkeypatch):
+    """The KL statistic of a step is KL(mu_k || pi_w(.|s_k)) under the pre-step policy."""
+    learner = make(algorithm, refer={"beta_init": 0.5})
+    fill(learner)
+    seen = record_rows(learner, monkeypatch)
+    before = copy.deepcopy(learner.algo)
+    stats = learner.train_step().stats
+    b = learner.replay.batch(seen[0])
+    with torch.no_grad():
+        mean, std = before.behaviour.policy(torch.from_numpy(b.obs))
+        kl = gaussian_kl(torch.from_numpy(b.mu_mean), torch.from_numpy(b.mu_std), mean, std)
+    assert stats["kl"] == pytest.approx(kl.mean().item(), rel=1e-5)
