@@ -268,10 +268,8 @@ class ReplayShard:
         self.next[rows[:-1]] = rows[1:]
         self.next[rows[-1]] = -1
         self.prev[rows[0]] = self._link(chunk.source, rows[0], n)
-        if chunk.end == OPEN:
+        if chunk.end == OPEN:  # (``_link`` took the source's previous open tail)
             self._open[chunk.source] = (int(rows[-1]), self._written + n - 1)
-        else:
-            self._open.pop(chunk.source, None)
         self._written += n
         self.head = int((self.head + n) % self.capacity)
         self.size = min(self.capacity, self.size + n)

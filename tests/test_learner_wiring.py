@@ -465,3 +465,30 @@ def test_every_algorithm_penalises_kl_of_mu_to_pi_by_default(algorithm, monkeypa
         mean, std = before.behaviour.policy(torch.from_numpy(b.obs))
         kl = gaussian_kl(torch.from_numpy(b.mu_mean), torch.from_numpy(b.mu_std), mean, std)
     assert stats["kl"] == pytest.approx(kl.mean().item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("algorithm", ALGOS)
+def test_stored_rows_get_rho_of_the_current_policy(algorithm):
+    """At ingest every new transition gets rho = pi_w(a|s) / mu(a|s) under the current policy
+    (not 1), so far-policy data counts from the moment it is stored."""
+    learner = make(algorithm)
+    fill(learner, episodes=2)
+    replay = learner.replay
+    rows = np.flatnonzero(replay.flags[: replay.size] & HAS_ACTION)
+    _, log_pi = learner.algo.evaluate(replay.obs[rows], replay.act[rows])
+    want = importance_ratio(torch.from_numpy(log_pi), torch.from_numpy(replay.log_mu[rows]))
+    np.testing.assert_allclose(replay.rho[rows], want.numpy(), rtol=1e-5)
+    assert (np.abs(replay.rho[rows] - 1.0) > 1e-3).any()
+    assert replay.n_far == recount_far(learner, learner.refer.c_max) > 0
+
+
+def test_uniform_sampling_keeps_no_priorities_and_per_does():
+    assert make("vracer").replay.tree is None
+    assert make("vracer", sampling="per").replay.tree is not None
+
+
+def test_constant_rewards_keep_a_unit_reward_scale():
+    """std(r) = 0 (a task whose reward never varies): the scale stays 1, not 1/0."""
+    learner = make("vracer")
+    fill(learner, reward_std=0.0)
+    assert learner.replay.reward_scale == 1.0
