@@ -20,7 +20,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, TextIO
 
-from hpc_refer.config import Config, ConfigError
+from hpc_refer.config import Config, ConfigError, Sampling
 from hpc_refer.envs import episode_metric_names
 
 EPISODE_FIELDS = ("env_step", "rank", "return", "length", "wall_s")
@@ -39,7 +39,7 @@ def episode_columns(env_id: str) -> tuple[str, ...]:
 def default_run_name(config: Config) -> str:
     """``<env>-<algorithm>-<mode>[-per]-seed<seed>`` with characters unsafe in paths
     replaced."""
-    per = "-per" if config.replay.sampling == "per" else ""
+    per = "-per" if config.replay.sampling is Sampling.PER else ""
     name = (f"{config.run.env}-{config.run.algorithm}-{config.refer.mode}{per}"
             f"-seed{config.run.seed}")
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)

@@ -225,20 +225,6 @@ def test_default_kl_direction_is_the_papers():
                               gaussian_kl(pi_m, pi_s, mu_m, mu_s))
 
 
-def test_vracer_step_reports_the_default_kl(monkeypatch):
-    """The KL that a V-RACER step reports is KL(mu || pi) of its minibatch."""
-    learner = make("vracer")
-    fill(learner)
-    seen = record_rows(learner, monkeypatch)
-    before = copy.deepcopy(learner.algo)
-    stats = learner.train_step().stats
-    b = learner.replay.batch(seen[0])
-    with torch.no_grad():
-        _, mean, std = before.net(torch.from_numpy(b.obs))
-        kl = gaussian_kl(torch.from_numpy(b.mu_mean), torch.from_numpy(b.mu_std), mean, std)
-    assert stats["kl"] == pytest.approx(kl.mean().item(), rel=1e-5)
-
-
 @pytest.mark.parametrize("algorithm", ALGOS)
 def test_actor_stores_the_raw_gaussian_sample_and_its_mu(algorithm):
     """The stored action is u = m + sigma z (before clipping into the box), and mu is the

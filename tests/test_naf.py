@@ -56,6 +56,18 @@ def make_batch(algo: NAF, far: list[bool], seed: int = 0) -> Batch:
                  (np.arange(n) % 3 == 2).astype(np.float32), None, np.ones(n, np.float32))
 
 
+def reference_td(algo: NAF, batch: Batch, keep: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The online outputs V, m, L and 1/B sum_k keep_k 1/2 (y_k - Q(s_k, a_k))^2, written
+    out from eq. 4 and the target network's y_k."""
+    value, mean, tril = algo.net(torch.from_numpy(batch.obs))
+    with torch.no_grad():
+        v_next = algo.target(torch.from_numpy(batch.next_obs))[0]
+        y = torch.from_numpy(batch.rew) + GAMMA * (1 - torch.from_numpy(batch.done)) * v_next
+    q = naf_q(value, mean, tril, torch.from_numpy(batch.act))
+    return value, mean, tril, (keep * 0.5 * (y - q).pow(2)).mean()
+
+
 def grads(algo: NAF, loss: torch.Tensor) -> list[torch.Tensor]:
     algo.net.zero_grad(set_to_none=False)
     loss.backward()
@@ -179,13 +191,8 @@ def test_rule_2_scales_only_the_mean_path_by_beta(mode):
     loss = algo.losses(batch, ReferTerms(beta, 2.0, 1.0))[0]
     got = grads(algo, loss)
 
-    obs, act = torch.from_numpy(batch.obs), torch.from_numpy(batch.act)
-    value, mean, tril = algo.net(obs)
-    with torch.no_grad():
-        v_next = algo.target(torch.from_numpy(batch.next_obs))[0]
-        y = torch.from_numpy(batch.rew) + GAMMA * (1 - torch.from_numpy(batch.done)) * v_next
     keep = torch.tensor([0.0 if f and mode == "refer" else 1.0 for f in far])
-    td = (keep * 0.5 * (y - naf_q(value, mean, tril, act)).pow(2)).mean()
+    value, mean, tril, td = reference_td(algo, batch, keep)
     kl = kl_penalty(torch.from_numpy(batch.mu_mean), torch.from_numpy(batch.mu_std), mean,
                     algo.net.sigma, algo.refer_config.kl_direction).mean()
     g_v, g_m_td, g_l = torch.autograd.grad(td, (value, mean, tril), retain_graph=True)
@@ -199,8 +206,9 @@ def test_rule_2_scales_only_the_mean_path_by_beta(mode):
     # gradient alone, the mean rows beta * TD + (1 - beta) * KL.
     td_only = grads(algo, algo.losses(batch, ReferTerms(1.0, 2.0, 1.0))[0])[-2:]
     kl_only = grads(algo, kl_penalty(
-        torch.from_numpy(batch.mu_mean), torch.from_numpy(batch.mu_std), algo.net(obs)[1],
-        algo.net.sigma, algo.refer_config.kl_direction).mean())[-2:]
+        torch.from_numpy(batch.mu_mean), torch.from_numpy(batch.mu_std),
+        algo.net(torch.from_numpy(batch.obs))[1], algo.net.sigma,
+        algo.refer_config.kl_direction).mean())[-2:]
     for g, g_td, g_kl in zip(got[-2:], td_only, kl_only, strict=True):
         torch.testing.assert_close(g[0], g_td[0])
         torch.testing.assert_close(g[1 + ACT :], g_td[1 + ACT :])
@@ -321,13 +329,8 @@ def test_without_rule_2_the_gradient_is_plain_q_learning(mode):
     batch = make_batch(algo, far)
     batch = batch._replace(act=batch.act + 0.05)
     got = grads(algo, algo.losses(batch, ReferTerms(0.3, 2.0, 1.0))[0])
-    obs, act = torch.from_numpy(batch.obs), torch.from_numpy(batch.act)
-    value, mean, tril = algo.net(obs)
-    with torch.no_grad():
-        v_next = algo.target(torch.from_numpy(batch.next_obs))[0]
-        y = torch.from_numpy(batch.rew) + GAMMA * (1 - torch.from_numpy(batch.done)) * v_next
     keep = torch.tensor([0.0 if f and mode == "refer1" else 1.0 for f in far])
-    want = grads(algo, (keep * 0.5 * (y - naf_q(value, mean, tril, act)).pow(2)).mean())
+    want = grads(algo, reference_td(algo, batch, keep)[3])
     for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
 
