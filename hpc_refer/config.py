@@ -157,6 +157,25 @@ class RunConfig:
         _choices(ActionBounds),
     )
 
+    checkpoint_every: int = _opt(
+        100_000, "environment steps between checkpoints (HDF5, in RUN_DIR/checkpoints); one is "
+        "always written at the end and on SIGTERM/SIGUSR1 (0: only those)"
+    )
+    checkpoint_keep: int = _opt(2, "complete checkpoints kept (older ones are deleted)")
+    eval_every: int = _opt(
+        0, "environment steps between evaluation rounds of the mean policy (0: off); the "
+        "episodes go to eval.csv"
+    )
+    eval_episodes: int = _opt(5, "episodes per evaluation round")
+    env_step_timeout: float = _opt(
+        600.0, "seconds a solver may take to answer one reset or step before it counts as a "
+        "solver fault (first message: a start-up error); 0: wait forever"
+    )
+    max_env_failures: int = _opt(
+        20, "consecutive solver faults of one environment after which the run checkpoints "
+        "and stops"
+    )
+
     def __post_init__(self) -> None:
         _enum_field(self, "action_bounds", ActionBounds)
         _require(self.algorithm in ALGORITHM_NAMES, "run.algorithm", self.algorithm,
@@ -171,6 +190,17 @@ class RunConfig:
         _require(self.chunk_len >= 1, "run.chunk_len", self.chunk_len, "integers >= 1")
         _require(self.checksum_every >= 0, "run.checksum_every", self.checksum_every,
                  "integers >= 0")
+        _require(self.checkpoint_every >= 0, "run.checkpoint_every", self.checkpoint_every,
+                 "integers >= 0")
+        _require(self.checkpoint_keep >= 1, "run.checkpoint_keep", self.checkpoint_keep,
+                 "integers >= 1")
+        _require(self.eval_every >= 0, "run.eval_every", self.eval_every, "integers >= 0")
+        _require(self.eval_episodes >= 1, "run.eval_episodes", self.eval_episodes,
+                 "integers >= 1")
+        _require(math.isfinite(self.env_step_timeout) and self.env_step_timeout >= 0,
+                 "run.env_step_timeout", self.env_step_timeout, "seconds >= 0 (0: no limit)")
+        _require(self.max_env_failures >= 1, "run.max_env_failures", self.max_env_failures,
+                 "integers >= 1")
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,11 @@ and ``unpack`` (which validates what it reads), so no code indexes positions of 
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import json
+from typing import Any, NamedTuple
 
 import numpy as np
+import torch
 
 from hpc_refer.replay import Chunk, ChunkEnd
 
@@ -75,3 +77,31 @@ class LoggedEpisode(NamedTuple):
     ret: float
     length: int
     values: tuple[float, ...]
+
+
+StateTree = dict[str, Any]
+"""What an owner of run state hands to a checkpoint (``checkpoint_state()``) and takes back
+(``restore_state(tree)``): nested dicts whose leaves are numpy arrays, Python scalars
+(bool, int, float, str) or None. :mod:`hpc_refer.checkpoint` maps dicts to HDF5 groups, arrays
+to datasets and scalars to attributes, so nothing in it is pickled."""
+
+
+def numpy_rng_state(rng: np.random.Generator) -> str:
+    """The full state of a numpy Generator as a JSON string (its 128-bit integers exceed
+    int64, so they travel as JSON numbers rather than HDF5 integers)."""
+    return json.dumps(rng.bit_generator.state)
+
+
+def set_numpy_rng_state(rng: np.random.Generator, state: str) -> None:
+    """Inverse of :func:`numpy_rng_state` (the generator continues bit for bit)."""
+    rng.bit_generator.state = json.loads(state)
+
+
+def torch_rng_state() -> np.ndarray:
+    """torch's CPU generator state as a uint8 array."""
+    return torch.get_rng_state().numpy().copy()
+
+
+def set_torch_rng_state(state: np.ndarray) -> None:
+    """Inverse of :func:`torch_rng_state`."""
+    torch.set_rng_state(torch.from_numpy(np.asarray(state, np.uint8).copy()))
