@@ -15,6 +15,12 @@ and samples B / L rows of it per step. Training starts once the learners togethe
 (env_steps - env_steps_at_start)``, counted over all actors. Counts that decide anything (far
 and stored transitions, scaling sums) are summed over learners through the reducer, so every
 learner takes the same decisions.
+
+Checkpoints: :meth:`Learner.checkpoint_state` gathers the state of every owner (algorithm,
+replay shard, ReF-ER) with the counters and both random generators; :meth:`restore_state`
+continues bit for bit. After a change of the number of learners, each learner restores
+everything but its shard and sampling generator and refills its empty shard with the
+episodes :func:`~hpc_refer.checkpoint.split_episodes` gives it (:meth:`restore_resized`).
 """
 
 from __future__ import annotations
@@ -27,8 +33,26 @@ import torch
 from hpc_refer.algorithms.base import Algorithm, ReferTerms, StepResult
 from hpc_refer.config import Config, Sampling
 from hpc_refer.networks import gaussian_log_prob
+from hpc_refer.records import (
+    StateTree,
+    numpy_rng_state,
+    set_numpy_rng_state,
+    set_torch_rng_state,
+    torch_rng_state,
+)
 from hpc_refer.refer import ReferState, importance_ratio
-from hpc_refer.replay import HAS_ACTION, Chunk, PriorityConfig, ReplayShard, ScalingSums
+from hpc_refer.replay import (
+    HAS_ACTION,
+    OPEN,
+    Chunk,
+    PriorityConfig,
+    ReplayShard,
+    ScalingSums,
+    StoredEpisode,
+)
+
+ADOPTED_SOURCE = -1
+"""The source under which :meth:`Learner.adopt` stores episodes (no actor uses it)."""
 
 
 class FarCounts(NamedTuple):
@@ -75,8 +99,9 @@ class Learner:
         """ReF-ER's beta, c_max and learning-rate factor for the next step."""
         return ReferTerms(self.refer.beta, self.refer.c_max, self.refer.lr_factor)
 
-    def store(self, chunk: Chunk) -> None:
-        """Store an actor's chunk with log mu_k(a_k|s_k), the current V and rho, and V-tbc."""
+    def store(self, chunk: Chunk) -> np.ndarray:
+        """Store an actor's chunk with log mu_k(a_k|s_k), the current V and rho, and V-tbc;
+        return the ring rows written."""
         replay = self.replay
         rows = replay.add(chunk, self.refer.c_max)
         acts = rows[(replay.flags[rows] & HAS_ACTION) != 0]
@@ -85,6 +110,7 @@ class Learner:
                 *(torch.from_numpy(x[acts]) for x in (replay.act, replay.mu_mean, replay.mu_std))
             ).numpy()
         self.refresh(rows)
+        return rows
 
     def refresh(self, rows: np.ndarray) -> None:
         """Store the algorithm's current V (if any) and rho of ``rows``, then V-tbc (eq. 8)."""
@@ -155,6 +181,75 @@ class Learner:
         self.replay.reward_scale = 1.0 / r_std if r_std > 1e-8 else 1.0
         self.replay.recompute_all_vtbc()
         self.replay.recount_far(self.refer.c_max)
+
+    def checkpoint_state(self) -> StateTree:
+        """Everything a restart needs: the algorithm's, the replay shard's and ReF-ER's
+        state, the counters, the sampling generator (JSON) and torch's generator (uint8)."""
+        return {"algorithm": self.algo.checkpoint_state(),
+                "replay": self.replay.checkpoint_state(),
+                "refer": self.refer.checkpoint_state(),
+                "grad_steps": self.grad_steps, "start_env_steps": self.start_env_steps,
+                "local_batch": self.local_batch, "rng": numpy_rng_state(self.rng),
+                "torch_rng": torch_rng_state()}
+
+    def restore_state(self, tree: StateTree, replay: bool = True) -> None:
+        """Inverse of :meth:`checkpoint_state`. With ``replay=False`` (another number of
+        learners than the checkpoint's) the shard, its minibatch size and the sampling
+        generator stay as built for this rank; :meth:`adopt` fills the shard."""
+        self.algo.restore_state(tree["algorithm"])
+        self.refer.restore_state(tree["refer"])
+        self.grad_steps = int(tree["grad_steps"])
+        start = tree["start_env_steps"]
+        self.start_env_steps = None if start is None else int(start)
+        set_torch_rng_state(tree["torch_rng"])
+        if replay:
+            self.replay.restore_state(tree["replay"])
+            self.local_batch = int(tree["local_batch"])
+            set_numpy_rng_state(self.rng, tree["rng"])
+
+    def restore_resized(self, tree: StateTree, episodes: list[StoredEpisode]) -> None:
+        """Restore from a checkpoint written by another number of learners: everything of
+        ``tree`` (learner 0's, say) but its shard, then :meth:`adopt` this learner's share
+        ``episodes`` of all old shards."""
+        self.restore_state(tree, replay=False)
+        self.adopt(episodes)
+
+    def adopt(self, episodes: list[StoredEpisode]) -> None:
+        """Store ``episodes`` in this empty shard, in the given order (oldest first).
+
+        Every learner calls it, with its share from
+        :func:`~hpc_refer.checkpoint.split_episodes`. Each episode is stored as one chunk
+        (its last ``capacity`` rows at most), so log mu, V, rho and V-tbc come from this
+        learner's networks, as at ingest. An episode whose next chunk had not arrived (or the
+        first part of an episode split over two shards) keeps its stored rows, but no chunk
+        will continue it (actors are dealt out to the learners anew): its last transition
+        stays unsampleable (:meth:`~hpc_refer.replay.ReplayShard.forget_open_tails`). Under
+        PER each sampleable transition keeps its priority and the tree the largest running
+        maximum of the old trees. Once training has started, the scaling is refreshed over
+        all learners (collective, like every reduction), which sets the reward scale and
+        redoes V-tbc; before, the scale is 1 on every shard anyway.
+        """
+        replay = self.replay
+        if replay.size:
+            raise ValueError(f"adopt fills an empty replay shard; this one holds "
+                             f"{replay.size} states")
+        for episode in episodes:
+            chunk, priorities = episode.chunk, episode.priorities
+            cut = chunk.obs.shape[0] - replay.capacity
+            if cut > 0:
+                chunk = chunk._replace(obs=chunk.obs[cut:], act=chunk.act[cut:],
+                                       rew=chunk.rew[cut:], mu_mean=chunk.mu_mean[cut:],
+                                       mu_std=chunk.mu_std[cut:])
+                priorities = None if priorities is None else priorities[cut:]
+            rows = self.store(chunk._replace(source=ADOPTED_SOURCE))
+            if chunk.end is OPEN:
+                replay.forget_open_tails()
+            if replay.tree is not None and priorities is not None:
+                replay.tree.raise_max_priority(episode.max_priority)
+                keep = (priorities > 0) & replay.sampleable(rows)
+                replay.tree.update(rows[keep], priorities[keep])
+        if self.start_env_steps is not None:
+            self.refresh_scaling()
 
     def policy(self) -> np.ndarray:
         """The behaviour policy's parameters and input scaling, as one vector for actors."""

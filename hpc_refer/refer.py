@@ -20,10 +20,14 @@ and no annealing of the learning rate).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from hpc_refer.config import ReferConfig, ReferMode
+
+if TYPE_CHECKING:
+    from hpc_refer.records import StateTree
 
 LOG_RHO_CLIP = 7.0
 
@@ -123,6 +127,14 @@ class ReferState:
     def beta_rate(self) -> float:
         """eta of eq. 12: the configured rate, or the network's initial learning rate."""
         return self.config.beta_rate or self.eta0
+
+    def checkpoint_state(self) -> StateTree:
+        """beta and t (c_max and the learning rate follow from t and the config)."""
+        return {"beta": float(self.beta), "t": int(self.t)}
+
+    def restore_state(self, tree: StateTree) -> None:
+        """Inverse of :meth:`checkpoint_state`."""
+        self.beta, self.t = float(tree["beta"]), int(tree["t"])
 
     def update(self, n_far: int, n_stored: int) -> None:
         """Advance t by one gradient step and beta by eq. 12 (beta stays 1 without Rule 2)."""

@@ -36,17 +36,30 @@ exchange rows. Counts that must be global (stored transitions, far-policy transi
 exposed as plain integers for the caller to reduce. Under PER each learner draws its B / L
 rows from its own shard's priorities, with N and P(k) local to the shard (see ARCHITECTURE.md
 for how this approximates one global distribution).
+
+Checkpoints
+-----------
+:meth:`ReplayShard.checkpoint_state` hands over the first ``size`` rows of every column (rows
+0 .. size-1 are the rows in use: the ring fills them in order and, once it has wrapped, size
+is the capacity), the ring counters, the open tails and the PER tree; :meth:`restore_state`
+makes a shard of the same capacity continue bit for bit. With another number of learners,
+:func:`hpc_refer.checkpoint.split_episodes` deals the stored episodes of the old shards
+(:func:`stored_episodes`, :func:`episode_chunk`) out to the new ones, and
+:meth:`~hpc_refer.learner.Learner.adopt` stores them again, one chunk per episode.
 """
 
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numba
 import numpy as np
 
 from hpc_refer.sumtree import SumTree
+
+if TYPE_CHECKING:
+    from hpc_refer.records import StateTree
 
 HAS_ACTION = np.uint8(1)
 TERMINAL = np.uint8(2)
@@ -62,6 +75,13 @@ class ChunkEnd(IntEnum):
 
 
 OPEN, TERMINATED, TRUNCATED = ChunkEnd.OPEN, ChunkEnd.TERMINATED, ChunkEnd.TRUNCATED
+
+COLUMNS = ("obs", "act", "rew", "mu_mean", "mu_std", "log_mu", "value", "rho", "vtbc", "prev",
+           "next", "flags")
+"""The per-row columns of a shard, as a checkpoint stores them."""
+
+_UNUSED_FILL = {"mu_std": 1, "rho": 1, "prev": -1, "next": -1}
+"""Value of a column in rows never written (0 for the columns not named)."""
 
 
 class Chunk(NamedTuple):
@@ -219,6 +239,68 @@ class ReplayShard:
         self.reward_scale = 1.0
         self._open: dict[int, tuple[int, int]] = {}
         self._written = 0
+
+    def checkpoint_state(self) -> StateTree:
+        """The shard's state: rows 0 .. size-1 of every column of :data:`COLUMNS` (copies),
+        the ring counters, the open tails and, under PER, the sum tree.
+
+        ``open`` holds three int64 arrays of equal length, one entry per episode whose next
+        chunk has not arrived: the actor ``source``, the ring ``row`` of its tail and the
+        ``written`` count at that row (which tells whether the tail was overwritten since).
+        The V-tbc pass's visit stamps are not stored: each pass uses a new mark, so a shard
+        restored with cleared stamps takes the same decisions.
+        """
+        n = self.size
+        tree: StateTree = {name: getattr(self, name)[:n].copy() for name in COLUMNS}
+        sources = list(self._open)
+        tree.update(
+            capacity=self.capacity, retrace=self.retrace, head=self.head, size=n,
+            n_transitions=self.n_transitions, n_far=self.n_far, n_removed=self.n_removed,
+            reward_scale=float(self.reward_scale), written=self._written,
+            open={"source": np.array(sources, np.int64),
+                  "row": np.array([self._open[k][0] for k in sources], np.int64),
+                  "written": np.array([self._open[k][1] for k in sources], np.int64)},
+        )
+        if self.tree is not None:
+            tree["priorities"] = self.tree.checkpoint_state()
+        return tree
+
+    def restore_state(self, tree: StateTree) -> None:
+        """Inverse of :meth:`checkpoint_state`, into a shard of the same capacity, state and
+        action sizes, V-tbc setting and sampling (ValueError naming what differs)."""
+        per = self.tree is not None
+        saved = {"capacity": int(tree["capacity"]), "retrace": bool(tree["retrace"]),
+                 "obs_dim": tree["obs"].shape[1], "act_dim": tree["act"].shape[1],
+                 "prioritized": "priorities" in tree}
+        here = {"capacity": self.capacity, "retrace": self.retrace,
+                "obs_dim": self.obs.shape[1], "act_dim": self.act.shape[1], "prioritized": per}
+        differ = [f"{k}: checkpoint {saved[k]}, here {here[k]}" for k in saved
+                  if saved[k] != here[k]]
+        if differ:
+            raise ValueError("replay shard does not match the checkpoint: " + "; ".join(differ))
+        n = int(tree["size"])
+        for name in COLUMNS:
+            column = getattr(self, name)
+            column[:n] = tree[name]
+            column[n:] = _UNUSED_FILL.get(name, 0)
+        self._stamp[:] = 0
+        self._mark = 0
+        self.head, self.size = int(tree["head"]), n
+        self.n_transitions, self.n_far = int(tree["n_transitions"]), int(tree["n_far"])
+        self.n_removed, self._written = int(tree["n_removed"]), int(tree["written"])
+        self.reward_scale = float(tree["reward_scale"])
+        tails = tree["open"]
+        self._open = {int(k): (int(r), int(w))
+                      for k, r, w in zip(tails["source"], tails["row"], tails["written"],
+                                         strict=True)}
+        if self.tree is not None:
+            self.tree.restore_state(tree["priorities"])
+
+    def forget_open_tails(self) -> None:
+        """No chunk will continue the open episodes any more (their actors went elsewhere):
+        their tails stay stored, and the last transition of each stays unsampleable, as
+        when an actor's next chunk never comes."""
+        self._open.clear()
 
     @property
     def column_bytes(self) -> int:
@@ -426,3 +508,56 @@ class ReplayShard:
         rew = self.rew[:n][(self.flags[:n] & HAS_ACTION) != 0].astype(np.float64)
         return ScalingSums(n, rew.size, obs.sum(0), (obs**2).sum(0), float(rew.sum()),
                            float((rew**2).sum()))
+
+
+class StoredEpisode(NamedTuple):
+    """One episode of a shard checkpoint, on its way to another shard (see
+    :func:`hpc_refer.checkpoint.split_episodes` and :meth:`~hpc_refer.learner.Learner.adopt`)."""
+
+    chunk: Chunk
+    """Its stored rows as one chunk (:func:`episode_chunk`)."""
+    priorities: np.ndarray | None
+    """PER: the priority of each of its rows (0: not sampleable); None from a uniform shard."""
+    max_priority: float
+    """PER: the running maximum of its shard's tree (0.0 from a uniform shard)."""
+
+
+def stored_episodes(tree: StateTree) -> list[np.ndarray]:
+    """The rows of every episode stored in a shard checkpoint, each in link order, the
+    episodes ordered by the ring age of their first row (oldest first).
+
+    An episode starts at a row without predecessor (its start, or its first row not yet
+    forgotten) and follows ``next`` to its last stored row.
+    """
+    n, head, capacity = int(tree["size"]), int(tree["head"]), int(tree["capacity"])
+    prev, nxt = tree["prev"], tree["next"]
+    starts = np.flatnonzero(prev[:n] < 0)
+    starts = starts[np.argsort((starts - head) % capacity, kind="stable")]
+    episodes = []
+    for s in starts:
+        rows = [int(s)]
+        while nxt[rows[-1]] >= 0:
+            rows.append(int(nxt[rows[-1]]))
+            if len(rows) > n:
+                raise ValueError("replay checkpoint: the next links of its rows form a cycle")
+        episodes.append(np.array(rows, np.int64))
+    return episodes
+
+
+def episode_chunk(tree: StateTree, rows: np.ndarray) -> Chunk:
+    """The stored ``rows`` of one episode (link order) of a shard checkpoint, as one chunk
+    (of source 0: whoever stores it sets its own).
+
+    Its end is TERMINATED after a terminal transition, TRUNCATED when the last row is a
+    final state s_T (no action), and OPEN when the episode's next chunk had not arrived.
+    """
+    last = tree["flags"][rows[-1]]
+    if last & TERMINAL:
+        end, m = TERMINATED, rows.size
+    elif last & HAS_ACTION:
+        end, m = OPEN, rows.size
+    else:
+        end, m = TRUNCATED, rows.size - 1
+    acts = rows[:m]
+    return Chunk(tree["obs"][rows], tree["act"][acts], tree["rew"][acts], tree["mu_mean"][acts],
+                 tree["mu_std"][acts], end)

@@ -37,8 +37,13 @@ with positive priority.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numba
 import numpy as np
+
+if TYPE_CHECKING:
+    from hpc_refer.records import StateTree
 
 
 @numba.njit(cache=True, nogil=True)
@@ -111,6 +116,40 @@ class SumTree:
         ``max(tree.max_priority, 1.0)`` or another positive floor (Algorithm 1 starts at 1).
         """
         return self._max
+
+    def raise_max_priority(self, priority: float) -> None:
+        """Raise the running maximum to at least ``priority`` (rows carried over from another
+        tree, whose running maximum may exceed every priority it still holds)."""
+        self._max = max(self._max, float(priority))
+
+    def checkpoint_state(self) -> StateTree:
+        """The leaves p_0 .. p_{capacity-1} (float64) and the running maximum.
+
+        The internal nodes are not stored: each is the rounded sum of its two children
+        (see the module docstring), so :meth:`restore_state` rebuilds them bit for bit.
+        """
+        return {"capacity": self.capacity,
+                "leaves": self.tree[self.n_leaves : self.n_leaves + self.capacity].copy(),
+                "max_priority": self._max}
+
+    def restore_state(self, state: StateTree) -> None:
+        """Inverse of :meth:`checkpoint_state` (same capacity): the leaves, then every level
+        of internal nodes from the level below, tree[i] = tree[2i] + tree[2i + 1]."""
+        if int(state["capacity"]) != self.capacity:
+            raise ValueError(f"SumTree capacity {state['capacity']} in the checkpoint, "
+                             f"{self.capacity} here")
+        leaves = np.asarray(state["leaves"], np.float64)
+        if leaves.shape != (self.capacity,):
+            raise ValueError(f"SumTree leaves of shape {leaves.shape}, expected "
+                             f"({self.capacity},)")
+        self.tree[:] = 0.0
+        self.tree[self.n_leaves : self.n_leaves + self.capacity] = leaves
+        width = self.n_leaves // 2
+        while width >= 1:
+            level = self.tree[2 * width : 4 * width]
+            self.tree[width : 2 * width] = level[0::2] + level[1::2]
+            width //= 2
+        self._max = float(state["max_priority"])
 
     def _rows(self, rows: np.ndarray) -> np.ndarray:
         r = np.asarray(rows)

@@ -16,7 +16,9 @@ networks, optimizers and losses and answers the learner through :class:`Algorith
 ``evaluate``           V_w(s) (or None) and log pi_w(a|s) of stored rows (ingest, refresh)
 ``values``             V_w(s) of rows without action (bootstrap states of V-tbc)
 ``set_input_scaling``  the state normalisation computed by the learner from the replay
-``state_dict``         named tensors of networks and optimizers (for checkpoints)
+``state_dict``         named tensors of networks and optimizers
+``checkpoint_state``   the same as a :data:`~hpc_refer.records.StateTree` of numpy arrays
+                       and plain scalars (HDF5 checkpoints; ``restore_state`` inverts it)
 ====================== ==================================================================
 
 Algorithms never import mpi4py and never write replay arrays: gradients are averaged over
@@ -28,7 +30,7 @@ means one new module with a subclass of :class:`Algorithm` and one line in
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
 import torch
@@ -44,6 +46,9 @@ from hpc_refer.networks import (
 )
 from hpc_refer.parallel import Reducer, SerialReducer
 from hpc_refer.replay import Batch
+
+if TYPE_CHECKING:
+    from hpc_refer.records import StateTree
 
 
 class ReferTerms(NamedTuple):
@@ -93,6 +98,75 @@ def polyak_(target: nn.Module, source: nn.Module, tau: float) -> None:
             p_target.lerp_(p_source, tau)
         for b_target, b_source in zip(target.buffers(), source.buffers(), strict=True):
             b_target.copy_(b_source)
+
+
+def module_state(module: nn.Module) -> dict[str, np.ndarray]:
+    """Every parameter and buffer of ``module`` by its state-dict name, as numpy copies."""
+    return {k: t.detach().cpu().numpy().copy() for k, t in module.state_dict().items()}
+
+
+def _leaf(value: Any, where: str) -> Any:
+    """An optimizer state value as a StateTree leaf: tensors and tuples or lists of numbers
+    become arrays; None, bool, int, float and str stay."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().numpy().copy()
+    if isinstance(value, (tuple, list)):
+        out = np.asarray(value)
+        if out.dtype.kind not in "biuf":
+            raise TypeError(f"{where}: cannot store {value!r} (not a sequence of numbers)")
+        return out
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"{where}: cannot store a value of type {type(value).__name__}")
+
+
+def optimizer_tree(optimizer: torch.optim.Optimizer) -> StateTree:
+    """A torch optimizer's ``state_dict`` as a StateTree, without pickle::
+
+        state/<i>/<key>            per parameter i (int ``state_dict`` index, as a string):
+                                   Adam's exp_avg, exp_avg_sq (arrays) and step (0-d array)
+        param_groups/<j>/<key>     hyper-parameters of group j (lr, eps, weight_decay, ...;
+                                   betas as a float64 array, params as an int64 array)
+    """
+    sd = optimizer.state_dict()
+    return {
+        "state": {str(i): {k: _leaf(v, f"state {i} {k}") for k, v in s.items()}
+                  for i, s in sd["state"].items()},
+        "param_groups": {str(j): {k: _leaf(v, f"param_groups {j} {k}") for k, v in g.items()}
+                         for j, g in enumerate(sd["param_groups"])},
+    }
+
+
+def _like(template: Any, value: Any) -> Any:
+    """``value`` from a StateTree in the type of the optimizer's own ``template`` value."""
+    if isinstance(template, tuple):
+        return tuple(np.asarray(value).tolist())
+    if isinstance(template, list):
+        return list(np.asarray(value).tolist())
+    if isinstance(template, torch.Tensor):
+        return torch.as_tensor(value, dtype=template.dtype)
+    return value
+
+
+def optimizer_state_dict(tree: StateTree, template: dict[str, Any]) -> dict[str, Any]:
+    """Inverse of :func:`optimizer_tree`, in the layout of ``template`` (the state_dict of
+    the optimizer being restored): each hyper-parameter takes the template's type (tuple,
+    list, tensor or scalar; one the checkpoint lacks keeps the template's value), each
+    per-parameter array becomes a tensor of its stored dtype and shape."""
+    groups = []
+    for j, own in enumerate(template["param_groups"]):
+        if str(j) not in tree["param_groups"]:
+            raise ValueError(f"parameter group {j} is missing from the checkpoint")
+        saved = tree["param_groups"][str(j)]
+        group = {k: _like(v, saved[k]) if k in saved else v for k, v in own.items()}
+        if group["params"] != own["params"]:
+            raise ValueError(f"parameter group {j}: parameters {group['params']} in the "
+                             f"checkpoint, {own['params']} here")
+        groups.append(group)
+    state = {int(i): {k: torch.from_numpy(np.array(v)) if isinstance(v, np.ndarray) else v
+                      for k, v in s.items()}
+             for i, s in sorted(tree["state"].items(), key=lambda x: int(x[0]))}
+    return {"state": state, "param_groups": groups}
 
 
 class Algorithm(ABC):
@@ -172,6 +246,41 @@ class Algorithm(ABC):
             m.load_state_dict(state[f"module/{k}"])
         for k, (o, _) in self.optimizers.items():
             o.load_state_dict(state[f"optimizer/{k}"])
+
+    def checkpoint_state(self) -> StateTree:
+        """The algorithm's whole state: ``name``, ``obs_dim``, ``act_dim``, ``behaviour``
+        (the name of the module actors receive), ``modules/<name>/<tensor>`` (every network,
+        target networks included, with its normaliser buffers; float32 arrays) and
+        ``optimizers/<name>`` (:func:`optimizer_tree`)."""
+        behaviour = next(k for k, m in self.modules.items() if m is self.behaviour)
+        return {"name": self.name, "obs_dim": self.obs_dim, "act_dim": self.act_dim,
+                "behaviour": behaviour,
+                "modules": {k: module_state(m) for k, m in self.modules.items()},
+                "optimizers": {k: optimizer_tree(o) for k, (o, _) in self.optimizers.items()}}
+
+    def restore_state(self, tree: StateTree) -> None:
+        """Inverse of :meth:`checkpoint_state`: subsequent steps are bit for bit those the
+        saved algorithm would take. A different algorithm, size or network structure is a
+        ValueError naming it."""
+        saved = (tree["name"], int(tree["obs_dim"]), int(tree["act_dim"]))
+        if saved != (self.name, self.obs_dim, self.act_dim):
+            raise ValueError(f"algorithm (name, obs_dim, act_dim) = {saved} in the checkpoint, "
+                             f"{(self.name, self.obs_dim, self.act_dim)} here")
+        for k, m in self.modules.items():
+            if k not in tree["modules"]:
+                raise ValueError(f"module {k} is missing from the checkpoint")
+            tensors = {n: torch.from_numpy(np.array(a)) for n, a in tree["modules"][k].items()}
+            try:
+                m.load_state_dict(tensors)
+            except RuntimeError as err:
+                raise ValueError(f"module {k} does not match the checkpoint: {err}") from None
+        for k, (o, _) in self.optimizers.items():
+            if k not in tree["optimizers"]:
+                raise ValueError(f"optimizer {k} is missing from the checkpoint")
+            try:
+                o.load_state_dict(optimizer_state_dict(tree["optimizers"][k], o.state_dict()))
+            except ValueError as err:
+                raise ValueError(f"optimizer {k}: {err}") from None
 
     def checksum(self) -> float:
         """Sum of every module's parameters and buffers (float64), to compare learners."""
