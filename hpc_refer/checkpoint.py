@@ -9,7 +9,7 @@ with an empty dataspace, h5py's ``Empty``). The root carries ``schema_version`` 
 
 Integrity: files use HDF5's v110+ formats (``libver=("v110", "latest")``), whose metadata
 (object headers with their attributes, B-trees, heaps) is checksummed; datasets of more than
-:data:`COMPACT_BYTES` are chunked (about 1 MiB a chunk) with the Fletcher-32 checksum filter,
+:data:`COMPACT_BYTES` are chunked (at most 1 MiB a chunk) with the Fletcher-32 checksum filter,
 smaller ones are compact (stored in their checksummed object header). So a truncated file or
 a flipped byte makes :func:`read_tree` fail (:class:`CheckpointError` naming the file) rather
 than return other numbers; the manifest's SHA-256 (:func:`verify`) covers every byte besides.
@@ -26,8 +26,8 @@ Publishing is atomic: each part is written to ``NAME.tmp``, fsynced and renamed;
 likewise; then the partial directory is renamed to ``step-...`` and ``checkpoints/`` fsynced.
 A directory ``step-...`` with a manifest is therefore complete, whatever was killed when.
 
-Only h5py and numpy are needed to read and write files: :func:`load_policy` imports torch and
-the algorithms when it is called, so tools that only read trees do without them.
+The module never imports mpi4py, and torch only when :func:`load_policy` is called: tools
+that read or write trees, and the subprocesses of the tests, do without it.
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ COMPACT_BYTES = 16 * 1024
 """Datasets up to this size are stored compact (inside their checksummed object header)."""
 
 CHUNK_BYTES = 1 << 20
-"""Target size of a chunk of the larger datasets (each chunk carries a Fletcher-32 sum)."""
+"""Largest size of a chunk of the larger datasets, which are cut along their first axis
+into equal chunks (each carries a Fletcher-32 sum)."""
 
 LIBVER = ("v110", "latest")
 """HDF5 format bounds: the v110 formats (readable by HDF5 >= 1.10) checksum all metadata."""
@@ -156,8 +157,8 @@ def _write_dataset(group: h5py.Group, key: str, value: np.ndarray, where: str) -
             dataset.write(h5py.h5s.ALL, h5py.h5s.ALL, arr)
         dataset.close()
         return
-    row = max(arr[:1].nbytes, 1)
-    chunks = (max(1, min(arr.shape[0], CHUNK_BYTES // row)), *arr.shape[1:])
+    n_chunks = -(-arr.nbytes // CHUNK_BYTES)  # equal chunks: the last is padded by < n rows
+    chunks = (-(-arr.shape[0] // n_chunks), *arr.shape[1:])
     group.create_dataset(key, data=arr, chunks=chunks, fletcher32=True)
 
 
