@@ -16,11 +16,23 @@ Ornstein-Uhlenbeck noise instead (``Exploration.OU``: u = m_w(s) + sigma x_t wit
 x_t = (1 - theta) x_{t-1} + N(0, 1), theta = 0.15, x = 0 at each episode start); the stored
 mu is then still the Gaussian's, which plain ER never reads.
 
-Solver faults (:class:`~hpc_refer.envs.external.SolverFault`, raised by an environment whose
-message fails validation) end the episode: the faulty step is dropped, the fault is counted
-(``Actor.faults``) and logged on stderr with the actor's rank, the episode's valid steps not
-yet sent go to the learner as a truncated chunk (this also closes the episode's chunks already
-sent), no episode record is made, and the environment is reset at the next step.
+Solver faults (:class:`~hpc_refer.envs.external.SolverFault`: an answer that fails
+validation, an exception of a Python solver, an in-process solver that did not answer in
+time; see :class:`~hpc_refer.envs.TeamDriver`) end the episode: the faulty step is dropped,
+the fault is counted (``Actor.faults``) and logged on stderr with the actor's rank, the
+episode's valid steps not yet sent go to the learner as a truncated chunk (this also closes
+the episode's chunks already sent), no episode record is made, and the environment (a Python
+solver rebuilt by the driver) is reset at the next step. ``max_failures`` faults in a row
+(``run.max_env_failures``) raise :class:`~hpc_refer.envs.external.SolverFailure` naming the
+environment, the actor's rank and the last fault, as does an environment that failed for
+good; the episode in progress is then *interrupted*: the next step returns its closing chunk.
+
+Checkpoints: :meth:`Actor.checkpoint_state` and :meth:`Actor.restore_state` carry the
+generator, the noise, the episode in progress and the environment's state (when its solver
+provides ``get_state``/``set_state``); without the latter a restored episode is interrupted
+the same way, so the learner's open tail is closed and never joined to a new episode.
+:meth:`Actor.cut` hands over the pending steps mid-chunk, :meth:`Actor.evaluate` runs
+episodes of the mean policy between training episodes.
 """
 
 from __future__ import annotations
@@ -31,15 +43,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from hpc_refer.config import ActionBounds, Exploration
+from hpc_refer.config import ActionBounds, Exploration, RunConfig
 from hpc_refer.envs import TeamDriver
-from hpc_refer.envs.external import SolverFault
+from hpc_refer.envs.external import SolverFailure, SolverFault
 from hpc_refer.envs.gym_env import Status
 from hpc_refer.networks import BehaviourPolicy, load_flat_state
-from hpc_refer.records import EpisodeRecord
+from hpc_refer.records import EpisodeRecord, StateTree, numpy_rng_state, set_numpy_rng_state
 from hpc_refer.replay import Chunk, ChunkEnd
 
 OU_THETA = 0.15
+
 
 @dataclass
 class _Pending:
@@ -49,21 +62,41 @@ class _Pending:
     mean: list[np.ndarray] = field(default_factory=list)
     std: list[np.ndarray] = field(default_factory=list)
 
+    def state(self, obs_dim: int, act_dim: int) -> StateTree:
+        """The pending steps as arrays (float32 rows, float64 rewards: exact copies)."""
+        def rows(x: list[np.ndarray], width: int) -> np.ndarray:
+            return np.stack(x) if x else np.empty((0, width), np.float32)
 
-MAX_FAULTS_IN_A_ROW = 20
-"""More solver faults than this without one valid step in between stop the run."""
+        return {"obs": rows(self.obs, obs_dim), "act": rows(self.act, act_dim),
+                "rew": np.asarray(self.rew, np.float64), "mean": rows(self.mean, act_dim),
+                "std": rows(self.std, act_dim)}
+
+    @classmethod
+    def of(cls, tree: StateTree) -> _Pending:
+        """Inverse of :meth:`state`."""
+        def rows(name: str) -> list[np.ndarray]:
+            return [np.array(r, np.float32) for r in np.asarray(tree[name])]
+
+        return cls(rows("obs"), rows("act"), [float(r) for r in np.asarray(tree["rew"])],
+                   rows("mean"), rows("std"))
 
 
 class Actor:
-    """Steps one environment, returning chunks of at most ``chunk_len`` transitions."""
+    """Steps one environment, returning chunks of at most ``chunk_len`` transitions.
+
+    ``max_failures`` (``run.max_env_failures``): that many solver faults in a row, without a
+    valid step in between, raise :class:`~hpc_refer.envs.external.SolverFailure`.
+    """
 
     def __init__(self, env: TeamDriver, net: BehaviourPolicy, action_bounds: ActionBounds,
                  seed: int, chunk_len: int, source: int = 0,
-                 exploration: Exploration = Exploration.GAUSSIAN) -> None:
+                 exploration: Exploration = Exploration.GAUSSIAN,
+                 max_failures: int = RunConfig.max_env_failures) -> None:
         self.env = env
         self.net = net
         self.chunk_len = chunk_len
         self.source = source
+        self.max_failures = max_failures
         self.rng = np.random.default_rng(seed)
         bounded = np.isfinite(env.low) & np.isfinite(env.high)
         self._center = np.where(bounded, 0.5 * (env.high + env.low), 0.0)
@@ -77,6 +110,9 @@ class Actor:
         self._length = 0
         self._sent = False
         """Whether chunks of the current episode went to the learner already."""
+        self._interrupted = False
+        """The episode in progress cannot go on (restored without the environment's state,
+        or its environment failed): the next step closes it."""
         self.faults = 0
         self._faults_in_a_row = 0
         self._obs: np.ndarray | None = None
@@ -109,8 +145,14 @@ class Actor:
 
         A new episode starts (``reset``) at the first step after the previous one ended, so an
         environment that raises :class:`~hpc_refer.envs.EnvironmentFinished` from ``reset``
-        does it after its last chunk was returned.
+        does it after its last chunk was returned. An interrupted episode (see
+        :meth:`restore_state`) is first closed: this step returns its closing chunk, if it
+        has one, and takes no environment step.
         """
+        if self._interrupted:
+            closing = self._end_episode()
+            if closing is not None:
+                return closing, None
         try:
             if self._obs is None:
                 self._obs = self.env.reset(self._seed)
@@ -120,7 +162,11 @@ class Actor:
             u = (mean + std * self._draw(mean.shape)).astype(np.float32)
             nxt, reward, status = self.env.step(self.to_env(u))
         except SolverFault as fault:
-            return self._fault(fault), None
+            self._count_fault(fault, "episode ended and environment reset")
+            return self._end_episode(), None
+        except SolverFailure as failure:
+            self._interrupted = True
+            raise SolverFailure(f"actor rank {self.source}: {failure}") from failure
         self._faults_in_a_row = 0
         p = self._pending
         p.obs.append(self._obs)
@@ -144,15 +190,26 @@ class Actor:
         self._sent = False
         return chunk, record
 
-    def _fault(self, fault: SolverFault) -> Chunk | None:
-        """End the episode after a solver fault; the chunk that closes it, if one is due."""
+    def _count_fault(self, fault: SolverFault, what: str) -> None:
+        """Count and log a solver fault; the ``max_failures``-th in a row raises
+        :class:`~hpc_refer.envs.external.SolverFailure` (the episode in progress is then
+        interrupted: its closing chunk is the next step's, e.g. after a checkpoint)."""
         self.faults += 1
         self._faults_in_a_row += 1
-        print(f"hpc_refer: actor rank {self.source}: solver fault {self.faults}, episode "
-              f"ended and environment reset: {fault}", file=sys.stderr, flush=True)
-        if self._faults_in_a_row > MAX_FAULTS_IN_A_ROW:
-            raise RuntimeError(f"{MAX_FAULTS_IN_A_ROW + 1} solver faults in a row on actor "
-                               f"rank {self.source}, the last: {fault}") from fault
+        print(f"hpc_refer: actor rank {self.source}: solver fault {self.faults}, {what}: "
+              f"{fault}", file=sys.stderr, flush=True)
+        if self._faults_in_a_row >= self.max_failures:
+            self._faults_in_a_row = 0  # a resumed run gets max_failures faults again
+            self._interrupted = True
+            raise SolverFailure(
+                f"env {self.env.index} on actor rank {self.source}: {self.max_failures} "
+                f"consecutive solver faults (run.max_env_failures), the last: {fault}"
+            ) from fault
+
+    def _end_episode(self) -> Chunk | None:
+        """End the episode in progress without an episode record (after a solver fault, or
+        an interruption); the chunk that closes it, if one is due: its steps not yet sent
+        and its last valid state, truncated, which also closes its chunks already sent."""
         chunk = None
         if self._obs is not None and (self._pending.act or self._sent):
             chunk = self._flush(ChunkEnd.TRUNCATED, self._obs)
@@ -160,7 +217,86 @@ class Actor:
         self._return, self._length = 0.0, 0
         self._obs = None
         self._sent = False
+        self._interrupted = False
         return chunk
+
+    def cut(self) -> Chunk | None:
+        """The steps collected so far as an OPEN chunk (None when there are none): a
+        preempted actor hands over what it has before its chunk is full. The episode goes
+        on; its next chunk continues this one."""
+        if not self._pending.act:
+            return None
+        self._sent = True
+        return self._flush(ChunkEnd.OPEN, None)
+
+    def evaluate(self, episodes: int, seed: int | None = None) -> list[EpisodeRecord]:
+        """Run ``episodes`` whole episodes of the deterministic policy (action =
+        ``to_env(mean)``), the first reset with ``seed``; nothing is recorded for training
+        and the actor's generator and noise are untouched. Only between episodes (raises
+        RuntimeError while one is in progress: call it at an episode boundary). A solver
+        fault ends its evaluation episode without a record (counted and logged)."""
+        if self._obs is not None:
+            raise RuntimeError(f"actor rank {self.source}: evaluation asked for while an "
+                               f"episode is in progress; evaluate at an episode boundary")
+        records = []
+        for k in range(episodes):
+            try:
+                obs = self.env.reset(seed if k == 0 else None)
+                ret, length, status = 0.0, 0, Status.CONTINUE
+                while status == Status.CONTINUE:
+                    mean, _ = self._policy(obs)
+                    obs, reward, status = self.env.step(self.to_env(mean))
+                    ret += reward
+                    length += 1
+                self._faults_in_a_row = 0
+                records.append(EpisodeRecord(ret, length, self.env.episode_values()))
+            except SolverFault as fault:
+                self._count_fault(fault, "evaluation episode ended")
+            except SolverFailure as failure:
+                raise SolverFailure(f"actor rank {self.source}: {failure}") from failure
+        return records
+
+    def checkpoint_state(self) -> StateTree:
+        """Everything the actor needs to continue: its generator, the OU noise, the episode
+        in progress (current state, pending steps, return, length, whether chunks of it were
+        sent, whether it is interrupted), the first reset's seed if still unused, the fault
+        counters, and the environment's state (None when it cannot give one, see
+        :meth:`~hpc_refer.envs.TeamDriver.checkpoint_state`). The policy copy is not part
+        of it (the caller saves the parameters it loads)."""
+        return {
+            "rng": numpy_rng_state(self.rng),
+            "noise": self._noise.copy(),
+            "obs": None if self._obs is None else self._obs.copy(),
+            "pending": self._pending.state(self.env.obs_dim, self.env.act_dim),
+            "return": self._return,
+            "length": self._length,
+            "sent": self._sent,
+            "interrupted": self._interrupted,
+            "seed": self._seed,
+            "faults": self.faults,
+            "faults_in_a_row": self._faults_in_a_row,
+            "env": self.env.checkpoint_state(),
+        }
+
+    def restore_state(self, tree: StateTree) -> None:
+        """Continue from :meth:`checkpoint_state` (on a fresh actor of the same environment
+        kind). The episode in progress continues when the environment takes the saved
+        state; otherwise it is interrupted: the next :meth:`step` returns its closing
+        truncated chunk at its last state (what a solver fault sends, without counting
+        one), so the learner's open tail is closed and never joined to the next episode."""
+        set_numpy_rng_state(self.rng, tree["rng"])
+        self._noise = np.array(tree["noise"], np.float64)
+        self._obs = None if tree["obs"] is None else np.array(tree["obs"], np.float32)
+        self._pending = _Pending.of(tree["pending"])
+        self._return = float(tree["return"])
+        self._length = int(tree["length"])
+        self._sent = bool(tree["sent"])
+        self._seed = None if tree["seed"] is None else int(tree["seed"])
+        self.faults = int(tree["faults"])
+        self._faults_in_a_row = int(tree["faults_in_a_row"])
+        restored = tree["env"] is not None and self.env.restore_state(tree["env"])
+        self._interrupted = bool(tree["interrupted"]) or (self._obs is not None
+                                                           and not restored)
 
     def _flush(self, end: ChunkEnd, final_obs: np.ndarray | None) -> Chunk:
         p = self._pending

@@ -88,7 +88,10 @@ def test_a_fault_after_chunks_were_sent_truncates_the_episode_at_its_last_valid_
     episode 2 at step 9 (two chunks sent, nothing pending), episode 3 runs its 20 steps.
     Each faulty episode ends as truncated at its last valid state, which bootstraps; the
     faulty step is stored nowhere, and no episode is joined to the next one."""
-    env = TeamDriver(ScriptedSolver({(1, 11), (2, 9)}), None)
+    solver = ScriptedSolver({(1, 11), (2, 9)})
+    # "Rebuilt" after each fault as itself: its episode count goes on (the rebuild of
+    # Python solvers is tested in test_faults.py).
+    env = TeamDriver(solver, None, factory=lambda team: solver)
     actor = Actor(env, GaussianPolicyValueNet(2, 1, (8,), 0.5), ActionBounds.CLIP, seed=0,
                   chunk_len=4)
     cfg = build_config({"vracer": {"hidden": [8], "batch": 16},

@@ -2,7 +2,9 @@
 Fortran (built with the system Open MPI's mpifort, hpc_refer then runs on that MPI through
 MPI4PY_LIBMPI), trained against in an MPMD mpirun, through MPI_Comm_spawn (with injected
 solver faults) and as a separate job that connects to a port (MPI_Comm_connect under the
-system Open MPI 4 and its ompi-server); validation of the ``--env external`` ids."""
+system Open MPI 4 and its ompi-server); validation of the ``--env external`` ids; timeouts
+of a spawned solver in Python (``tests/stuck_solver.py``) that never says HELLO or stops
+answering."""
 
 from __future__ import annotations
 
@@ -389,3 +391,77 @@ def test_connect_spec_and_its_port_directory(tmp_path, monkeypatch):
     (tmp_path / "file").write_text("")
     with pytest.raises(ConfigError, match="file is not a directory"):
         check_port_dir("external:--connect file")
+
+
+STUCK_DRIVER = """
+import sys, time
+import numpy as np
+from mpi4py import MPI
+from hpc_refer.envs import SolverFailure, SolverStartError, TeamDriver
+from hpc_refer.envs.external import ExternalEnv
+
+mode, spec = sys.argv[1], sys.argv[2]
+start = time.monotonic()
+try:
+    env = TeamDriver(ExternalEnv(spec, 0, 1, timeout=2.0), None, timeout=2.0)
+    print("started", env.reset(1).tolist(), env.step(np.zeros(1))[0].tolist(), flush=True)
+    env.step(np.zeros(1))
+    start = time.monotonic()
+    env.step(np.zeros(1))
+except (SolverStartError, SolverFailure) as err:
+    print(f"{type(err).__name__} after {time.monotonic() - start:.1f} s: {err}", flush=True)
+    if mode == "stall":
+        try:
+            env.reset(None)
+        except SolverFailure as again:
+            print(f"again: {again}", flush=True)
+        env.close()  # no MPI_Comm_disconnect with a stuck group
+        print("closed", flush=True)
+MPI.COMM_WORLD.Abort(3)  # as hpc_refer.run does after a failure: a stuck group stays
+"""
+
+
+def _run_stuck(mode: str, tmp_path: Path) -> str:
+    """Drive tests/stuck_solver.py (spawned, in Python) with a 2 s timeout; its output. The
+    solver, left sleeping, is killed."""
+    driver = tmp_path / "driver.py"
+    driver.write_text(STUCK_DRIVER)
+    pidfile = tmp_path / "solver.pid"
+    spec = f"external:-n 1 {sys.executable} {ROOT / 'tests/stuck_solver.py'} {pidfile} {mode}"
+    env = {**os.environ, **ENV, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    try:
+        proc = subprocess.run([sys.executable, str(driver), mode.split()[0], spec],
+                              cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=90)
+    finally:
+        if pidfile.exists():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="no mpirun (MPI_Comm_spawn needs its runtime)")
+def test_a_spawned_solver_that_never_says_hello_is_a_start_up_error(tmp_path):
+    """The program starts (MPI initialised) but never sends HELLO: a start-up error naming
+    the environment, the launch mode and the timeout, not a hang (the actor's ASSIGN is not
+    a blocking send: the spawned process never takes part in setting up the connection)."""
+    out = _run_stuck("silent", tmp_path)
+    assert "SolverStartError after" in out, out
+    assert ("external env 0 (spawned rank 0 of python), launched by spawn: no HELLO within "
+            "run.env_step_timeout = 2 s") in out.replace(Path(sys.executable).name, "python")
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="no mpirun (MPI_Comm_spawn needs its runtime)")
+def test_an_external_solver_that_stops_answering_fails_within_the_timeout(tmp_path):
+    """It answers RESET and two ACTIONs, then never the third: SolverFailure after the
+    2 s timeout, every later call fails at once, and close() returns."""
+    out = _run_stuck("stall 2", tmp_path)
+    lines = out.splitlines()
+    assert lines[0] == "started [0.5, 0.5] [0.5, 0.5]", out
+    seconds = float(lines[1].split(" after ")[1].split(" s:")[0])
+    assert lines[1].startswith("SolverFailure after ") and 2 <= seconds < 4, out
+    assert lines[1].endswith("no answer to ACTION within run.env_step_timeout = 2 s; the "
+                             "solver is no longer driven"), out
+    assert lines[2].startswith("again: ") and "stopped answering earlier" in lines[2], out
+    assert lines[3] == "closed", out

@@ -1,9 +1,34 @@
 """Environments behind one interface, and the driver that runs them over a team of ranks.
 
-The interface (what the actor calls)::
+The interface (what the actor calls; a Python solver class provides it)::
 
-    obs_dim, act_dim, low, high
-    reset(seed) -> state            step(action) -> (state, reward, Status)        close()
+    obs_dim, act_dim, low, high                        class attributes (sizes, action box)
+    __init__(team)                                     team: hpc_refer.parallel.Team or None
+    reset(seed) -> state                               state: float array of shape (obs_dim,)
+    step(action) -> (state, reward, Status)            reward: a finite real scalar
+    close()
+    get_state() -> dict[str, np.ndarray] | None        optional: the solver's whole state
+    set_state(state: dict[str, np.ndarray])            optional: continue from such a state
+
+``get_state``/``set_state`` (optional) let a checkpoint continue an episode bit for bit: the
+actor saves ``get_state()`` (None: nothing to save at this moment) and, on resume,
+``set_state`` gives it to a freshly constructed solver, which must then behave exactly as the
+one that was saved (including its random generator). Without them, or for a team of K > 1
+ranks (whose state is spread over its ranks), a resumed run ends the interrupted episode as
+truncated at its last state and starts a new one. :class:`~hpc_refer.envs.gym_env.GymEnv`
+implements them for MuJoCo and classic-control gymnasium environments.
+
+Faults. :class:`TeamDriver` checks every answer of a Python solver (built-in, user's class or
+gymnasium) as an external solver's messages are checked: the state has the declared shape
+(obs_dim,) and is finite (as float32), the reward is a finite real scalar, the status one of
+:class:`~hpc_refer.envs.gym_env.Status`. A failed check, an exception raised by ``reset`` or
+``step`` (other than :class:`EnvironmentFinished`) or no answer within ``run.env_step_timeout``
+seconds is a :class:`~hpc_refer.envs.external.SolverFault` naming the environment, the solver
+class, the call and the field, e.g. ``env 0 (KuramotoSivashinsky).step: state has shape (7,),
+expected (8,)``; the actor ends the episode (nothing of the faulty step is stored) and counts
+it, and the driver closes the solver and constructs it anew (on every rank of its team), so a
+solver left in a bad state cannot poison the next episodes. Timeouts: see
+:meth:`TeamDriver.step`.
 
 ``--env`` selects: a built-in solver by name (``Diffusion1D``), a user's class as
 ``package.module:Class`` (constructed with the team, see :class:`~hpc_refer.parallel.Team`),
@@ -25,15 +50,43 @@ from __future__ import annotations
 
 import importlib
 import re
+import sys
 from collections.abc import Callable
-from typing import Any
+from enum import IntEnum
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from hpc_refer.config import ConfigError
-from hpc_refer.envs.external import ExternalEnv, check_port_dir, is_external, parse_spec
+from hpc_refer.envs.external import (
+    ExternalEnv,
+    SolverFailure,
+    SolverFault,
+    SolverStartError,
+    check_port_dir,
+    is_external,
+    parse_spec,
+)
 from hpc_refer.envs.gym_env import GymEnv, Status, check_env_id
 from hpc_refer.parallel import Team, TeamCommand
+from hpc_refer.records import StateTree
+from hpc_refer.timeouts import CallTimeout, call_with_alarm, deadline_after
+
+__all__ = [
+    "BUILTIN",
+    "EnvironmentFinished",
+    "SolverFailure",
+    "SolverFault",
+    "SolverStartError",
+    "TeamDriver",
+    "check_env",
+    "env_dims",
+    "env_factory",
+    "episode_metric_names",
+    "is_external",
+    "make_env",
+    "serve_team",
+]
 
 BUILTIN = {
     "Diffusion1D": "hpc_refer.envs.diffusion:Diffusion1D",
@@ -80,10 +133,12 @@ def env_factory(env_id: str, ranks_per_env: int) -> Callable[[Team | None], Any]
 
 
 def make_env(env_id: str, ranks_per_env: int, team: Team | None, index: int = 0,
-             envs: int = 1) -> Any:
-    """The environment of team ``index`` (of ``envs``), on its actor or solver ranks."""
+             envs: int = 1, timeout: float = 0.0) -> Any:
+    """The environment of team ``index`` (of ``envs``), on its actor or solver ranks;
+    ``timeout`` (``run.env_step_timeout``) limits the wait for an external solver's
+    answers."""
     if is_external(env_id):
-        return ExternalEnv(env_id, index, envs)
+        return ExternalEnv(env_id, index, envs, timeout)
     return env_factory(env_id, ranks_per_env)(team)
 
 
@@ -153,34 +208,251 @@ def unpack_step(packed: np.ndarray) -> tuple[np.ndarray, float, Status]:
     return packed[2:], float(packed[0]), Status(int(packed[1]))
 
 
-class TeamDriver:
-    """Team rank 0's view of a collective environment: each call is broadcast first, and the
-    result comes from the solver's ``state_rank``."""
+def check_state(obs: Any, obs_dim: int) -> np.ndarray:
+    """A solver's state as float32 of shape (obs_dim,); SolverFault (naming the field) when
+    it has another shape, is not real-valued or not finite in float32."""
+    try:
+        raw = np.asarray(obs)
+    except (ValueError, TypeError) as err:
+        raise SolverFault(f"state is not an array ({err})") from None
+    if raw.shape != (obs_dim,):
+        raise SolverFault(f"state has shape {raw.shape}, expected ({obs_dim},)")
+    if raw.dtype.kind not in "biuf":
+        raise SolverFault(f"state has dtype {raw.dtype}, expected real numbers")
+    with np.errstate(over="ignore"):
+        state = raw.astype(np.float32)
+    bad = np.flatnonzero(~np.isfinite(state))
+    if bad.size:
+        raise SolverFault(f"state[{bad[0]}] = {raw[bad[0]]} is not finite in float32 "
+                          f"({bad.size} such values)")
+    return state
 
-    def __init__(self, env: Any, team: Team | None) -> None:
+
+def check_step(answer: Any, obs_dim: int) -> tuple[np.ndarray, float, Status]:
+    """A solver's ``step`` answer validated: (state as by :func:`check_state`, the reward as
+    a finite float, the Status); SolverFault naming the field otherwise."""
+    if not isinstance(answer, tuple | list) or len(answer) != 3:
+        raise SolverFault(f"returned {type(answer).__name__}, expected a tuple (state, "
+                          f"reward, status)")
+    obs, reward, status = answer
+    state = check_state(obs, obs_dim)
+    r = np.asarray(reward)
+    if r.ndim:
+        raise SolverFault(f"reward has shape {r.shape}, expected a scalar")
+    if r.dtype.kind not in "iuf":
+        raise SolverFault(f"reward = {reward!r} is not a real number")
+    if not np.isfinite(r):
+        raise SolverFault(f"reward = {float(r)} is not finite")
+    try:
+        return state, float(r), Status(status)
+    except (ValueError, TypeError):
+        raise SolverFault(f"status = {status!r} is unknown (0 continue, 1 terminal, "
+                          f"2 truncated)") from None
+
+
+class _Outcome(IntEnum):
+    """How one rank's part of a solver call ended; a team agrees on the largest."""
+
+    OK = 0
+    FINISHED = 1
+    """``reset`` raised EnvironmentFinished."""
+    ERROR = 2
+
+
+class _Answer(NamedTuple):
+    outcome: _Outcome
+    result: Any = None
+    """OK and checked: the validated state (reset) or (state, reward, status) (step)."""
+    error: str = ""
+    """ERROR: what went wrong."""
+
+
+def _attempt(env: Any, call: str, arg: Any, obs_dim: int, check: bool,
+             deadline: float | None) -> _Answer:
+    """One rank's part of ``env.<call>(arg)`` (call: ``reset`` or ``step``), its answer
+    validated when ``check``. Exceptions become an ERROR answer; :class:`CallTimeout` (the
+    ``deadline`` passed, see :func:`~hpc_refer.timeouts.call_with_alarm`) propagates."""
+    try:
+        answer = call_with_alarm(lambda: getattr(env, call)(arg), deadline)
+        if not check:
+            return _Answer(_Outcome.OK)
+        if call == "reset":
+            return _Answer(_Outcome.OK, check_state(answer, obs_dim))
+        return _Answer(_Outcome.OK, check_step(answer, obs_dim))
+    except EnvironmentFinished:
+        return _Answer(_Outcome.FINISHED)
+    except SolverFault as fault:
+        return _Answer(_Outcome.ERROR, error=str(fault))
+    except Exception as err:  # any failure of the solver's code is its fault
+        return _Answer(_Outcome.ERROR, error=f"raised {type(err).__name__}: {err}")
+
+
+def _close_faulty(env: Any, deadline: float | None) -> None:
+    """Close a solver that failed; what its close() raises is reported and ignored."""
+    try:
+        call_with_alarm(env.close, deadline)
+    except (Exception, CallTimeout) as err:
+        print(f"hpc_refer: closing the faulty {type(env).__name__} failed "
+              f"({type(err).__name__}: {err}); it is replaced anyway", file=sys.stderr,
+              flush=True)
+
+
+def rebuild_factory(env: Any) -> Callable[[Team | None], Any] | None:
+    """How :class:`TeamDriver` constructs ``env`` anew after a fault when it is given no
+    factory: a Python solver's class called with the team (as :func:`env_factory` builds
+    it), a GymEnv from its id; None for an external solver (reset over the wire instead)."""
+    if isinstance(env, ExternalEnv):
+        return None
+    if isinstance(env, GymEnv):
+        env_id = env.env_id
+        return lambda team: GymEnv(env_id)
+    cls = type(env)
+    return lambda team: cls(team)
+
+
+class TeamDriver:
+    """Team rank 0's view of an environment: each call is broadcast to the team first, every
+    answer is validated, the result comes from the solver's ``state_rank``, and faults and
+    timeouts are turned into :class:`SolverFault`, :class:`SolverFailure` or
+    :class:`SolverStartError`.
+
+    ``factory`` builds the solver anew after a fault (default :func:`rebuild_factory`; the
+    solver ranks of a team use theirs in :func:`serve_team`), ``index`` is the environment's
+    index (named in messages), ``timeout`` is ``run.env_step_timeout`` (0: no limit).
+    """
+
+    def __init__(self, env: Any, team: Team | None, *,
+                 factory: Callable[[Team | None], Any] | None = None, index: int = 0,
+                 timeout: float = 0.0) -> None:
         self.env = env
         self.team = team if team is not None and team.size > 1 else None
+        self._solver_team = team
+        """What the factory is called with (a team of one rank stays a Team)."""
+        self.factory = factory if factory is not None else rebuild_factory(env)
+        self.index = index
+        self.timeout = timeout
+        self.external = isinstance(env, ExternalEnv)
+        self.name = env.name if self.external else f"env {index} ({type(env).__name__})"
         self.state_rank = state_rank_of(env, team)
         self.metric_names = _metric_names(env, type(env).__name__)
         self.obs_dim, self.act_dim = int(env.obs_dim), int(env.act_dim)
         self.low = np.asarray(env.low, np.float64).reshape(-1)
         self.high = np.asarray(env.high, np.float64).reshape(-1)
+        self._answered = False
+        """Whether the solver answered a call yet (a timeout before that is a start-up
+        error)."""
+        self._lost = ""
+        """Why a team is out of step (a rank did not answer in time): it is not driven
+        further."""
 
     def reset(self, seed: int | None = None) -> np.ndarray:
-        if self.team is not None:
-            self.team.send_command(TeamCommand.RESET, np.array([-1 if seed is None else seed]))
-        obs = self.env.reset(seed)
-        if self.team is not None and self.state_rank:
-            obs = self.team.receive_result(self.state_rank)
-        return np.asarray(obs, np.float32)
+        """A new episode's first state (float32, validated)."""
+        state: np.ndarray = self._call("reset", seed, TeamCommand.RESET,
+                                       np.array([-1 if seed is None else seed], np.float64))
+        return state
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, Status]:
+        """One step: (state as float32, reward, status), validated.
+
+        Raises :class:`SolverFault` on an invalid answer, an exception of the solver, or
+        (an in-process solver: one rank, or a gymnasium env) no answer within ``timeout``
+        seconds, which SIGALRM interrupts (see :func:`~hpc_refer.timeouts.call_with_alarm`:
+        code stuck in compiled code without returning to Python cannot be interrupted). A
+        team of K > 1 ranks whose rank does not answer in time (team rank 0's own part is
+        interrupted the same way; the others are awaited by polling) is out of step and
+        cannot be recovered: :class:`SolverFailure`, and every later call raises it too. A
+        timeout before the solver ever answered is :class:`SolverStartError`. An external
+        solver times out in :class:`~hpc_refer.envs.external.ExternalEnv`.
+        """
+        result: tuple[np.ndarray, float, Status] = self._call(
+            "step", action, TeamCommand.STEP, np.asarray(action, np.float64))
+        return result
+
+    def _call(self, call: str, arg: Any, command: TeamCommand, payload: np.ndarray) -> Any:
+        if self.external:
+            return self._external(call, arg)
+        if self._lost:
+            raise SolverFailure(f"{self.name}: {self._lost}")
+        deadline = deadline_after(self.timeout)
+        if self.team is None:
+            try:
+                answer = _attempt(self.env, call, arg, self.obs_dim, True, deadline)
+            except CallTimeout:
+                self._check_started(call)
+                answer = _Answer(_Outcome.ERROR, error=self._late())
+            where = ""
+        else:
+            answer, where = self._team_call(call, arg, command, payload, deadline)
+        self._answered = True
+        if answer.outcome is _Outcome.FINISHED:
+            raise EnvironmentFinished
+        if answer.outcome is _Outcome.ERROR:
+            fault = SolverFault(f"{self.name}.{call}{where}: {answer.error}")
+            self._rebuild(deadline_after(self.timeout))
+            raise fault
+        return answer.result
+
+    def _external(self, call: str, arg: Any) -> Any:
+        """An external solver's call: its own validation and timeouts, then the shared
+        checks (its SolverFault, SolverFailure and SolverStartError pass unchanged)."""
+        answer = getattr(self.env, call)(arg)
+        try:
+            return (check_state(answer, self.obs_dim) if call == "reset"
+                    else check_step(answer, self.obs_dim))
+        except SolverFault as fault:
+            raise SolverFault(f"{self.name}: {fault}") from None
+
+    def _team_call(self, call: str, arg: Any, command: TeamCommand, payload: np.ndarray,
+                   deadline: float | None) -> tuple[_Answer, str]:
+        """The call made by every rank of the team: broadcast it, make this rank's part,
+        agree on the outcome, then take the state rank's result (or the failed rank's
+        error). Returns the answer and, for an error, which rank it was on."""
+        team = self.team
+        assert team is not None
+        team.send_command(command, payload)
+        try:
+            mine = _attempt(self.env, call, arg, self.obs_dim, self.state_rank == 0, deadline)
+            outcome, rank = divmod(team.agree(int(mine.outcome) * team.size, deadline),
+                                   team.size)
+            if outcome == _Outcome.ERROR:
+                error = mine.error if rank == 0 else team.receive_error(rank, deadline)
+                return _Answer(_Outcome.ERROR, error=error), f" on team rank {rank}"
+            if outcome == _Outcome.FINISHED or self.state_rank == 0:
+                return (_Answer(_Outcome(outcome), mine.result), "")
+            packed = team.receive_result(self.state_rank, deadline)
+        except (CallTimeout, TimeoutError):
+            self._lost = (f"a rank of the team did not answer {call} within "
+                          f"run.env_step_timeout = {self.timeout:g} s; the team is out of "
+                          f"step and no longer driven")
+            self._check_started(call)
+            raise SolverFailure(f"{self.name}: {self._lost}") from None
+        try:
+            answer = (check_state(packed, self.obs_dim) if call == "reset"
+                      else check_step(unpack_step(packed), self.obs_dim))
+        except SolverFault as fault:
+            return _Answer(_Outcome.ERROR, error=str(fault)), f" on team rank {self.state_rank}"
+        return _Answer(_Outcome.OK, answer), ""
+
+    def _late(self) -> str:
+        return f"no answer within run.env_step_timeout = {self.timeout:g} s"
+
+    def _check_started(self, call: str) -> None:
+        """A timeout before the solver's first answer: raise :class:`SolverStartError`."""
+        if self._answered:
+            return
+        launch = (f"a team of {self.team.size} ranks" if self.team is not None
+                  else "an in-process solver")
+        raise SolverStartError(f"{self.name}, {launch}: no answer to its first {call} within "
+                               f"run.env_step_timeout = {self.timeout:g} s")
+
+    def _rebuild(self, deadline: float | None) -> None:
+        """Close the faulty solver and construct it anew, on every rank of the team."""
+        if self.factory is None:
+            return
         if self.team is not None:
-            self.team.send_command(TeamCommand.STEP, np.asarray(action, np.float64))
-        obs, reward, status = self.env.step(action)
-        if self.team is not None and self.state_rank:
-            obs, reward, status = unpack_step(self.team.receive_result(self.state_rank))
-        return np.asarray(obs, np.float32), float(reward), Status(status)
+            self.team.send_command(TeamCommand.REBUILD, np.zeros(0))
+        _close_faulty(self.env, deadline if self.team is None else None)
+        self.env = self.factory(self._solver_team)
 
     def episode_values(self) -> tuple[float, ...]:
         """The solver's ``episode_values()`` for the episode that just ended (on this rank
@@ -193,29 +465,60 @@ class TeamDriver:
                              f"{len(values)} values for episode_metrics {self.metric_names}")
         return values
 
+    def checkpoint_state(self) -> StateTree | None:
+        """The solver's state for a checkpoint (its ``get_state()``); None when it has no
+        such method, returns None, or spans a team of K > 1 ranks."""
+        get_state = getattr(self.env, "get_state", None)
+        if self.team is not None or get_state is None:
+            return None
+        state = get_state()
+        return None if state is None else {str(k): np.array(v) for k, v in state.items()}
+
+    def restore_state(self, tree: StateTree) -> bool:
+        """Give the solver a state of :meth:`checkpoint_state` (its ``set_state``); False
+        when it cannot take one (no such method, or a team of K > 1 ranks)."""
+        set_state = getattr(self.env, "set_state", None)
+        if self.team is not None or set_state is None:
+            return False
+        set_state({k: np.asarray(v) for k, v in tree.items()})
+        return True
+
     def close(self) -> None:
+        """Stop the team's solver ranks and close the solver (not a team that is out of step:
+        its ranks may be stuck in the solver's collectives)."""
         if self.team is not None:
             self.team.send_command(TeamCommand.STOP, np.zeros(0))
-        self.env.close()
+        if not self._lost:
+            self.env.close()
 
 
-def serve_team(env: Any, team: Team) -> None:
-    """Solver ranks 1..K-1: follow team rank 0's reset/step calls until it says stop; the
-    solver's ``state_rank`` also sends each result to team rank 0."""
+def serve_team(factory: Callable[[Team], Any], team: Team) -> None:
+    """Solver ranks 1..K-1: build the solver with ``factory(team)`` and follow team rank 0's
+    calls until it says stop (see :class:`TeamDriver`): make this rank's part of each call,
+    agree with the team on its outcome, then the solver's ``state_rank`` sends the result
+    to team rank 0 (after a failed call, the failed rank with the highest rank sends its
+    error instead); REBUILD closes the solver and constructs it anew."""
+    env = factory(team)
     sends = team.rank == state_rank_of(env, team)
+    obs_dim = int(env.obs_dim)
     while True:
         command, payload = team.receive_command()
-        if command is TeamCommand.RESET:
-            try:
-                obs = env.reset(None if payload[0] < 0 else int(payload[0]))
-            except EnvironmentFinished:
-                continue
-            if sends:
-                team.send_result(np.asarray(obs, np.float64).ravel())
-        elif command is TeamCommand.STEP:
-            result = env.step(payload)
-            if sends:
-                team.send_result(pack_step(*result))
-        else:
+        if command is TeamCommand.STOP:
             env.close()
             return
+        if command is TeamCommand.REBUILD:
+            _close_faulty(env, None)
+            env = factory(team)
+            continue
+        arg: Any = payload
+        call = "step"
+        if command is TeamCommand.RESET:
+            call, arg = "reset", None if payload[0] < 0 else int(payload[0])
+        answer = _attempt(env, call, arg, obs_dim, sends, None)
+        outcome, rank = divmod(team.agree(int(answer.outcome) * team.size + team.rank),
+                               team.size)
+        if outcome == _Outcome.ERROR and rank == team.rank:
+            team.send_error(answer.error)
+        elif outcome == _Outcome.OK and sends:
+            team.send_result(np.asarray(answer.result, np.float64) if call == "reset"
+                             else pack_step(*answer.result))

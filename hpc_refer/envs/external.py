@@ -29,6 +29,16 @@ message is checked here: size 3 + obs_dim, status 0/1/2, the expected step index
 reward and state. A failed check raises :class:`SolverFault`, which names the environment,
 the solver's rank and the field; the actor then drops the faulty step, counts and logs the
 fault, and resets the environment.
+
+Timeouts (``run.env_step_timeout`` seconds, 0: none): the actor polls for each answer. No
+HELLO in time is a start-up error (:class:`SolverStartError`, naming the environment, the
+launch mode and the timeout). No STATE in time makes the environment fail for good
+(:class:`SolverFailure`): the solver cannot be told to abandon its step, and an answer that
+came late would be taken for the answer to the next message, so it is not driven further
+(at close it gets STOP without ``MPI_Comm_disconnect``, which a stuck group would never
+join). ``MPI_Comm_spawn`` itself returns only once the spawned program has initialised MPI,
+and ``MPI_Comm_accept`` only once a solver job connects: neither can be interrupted, so the
+time limit starts when the group is there (a separate job may legitimately wait in a queue).
 """
 
 from __future__ import annotations
@@ -51,6 +61,7 @@ from hpc_refer.parallel import (
     SolverLink,
     app_count,
 )
+from hpc_refer.timeouts import deadline_after
 
 PREFIX = "external"
 USAGE = ("allowed are 'external' (solver in the same mpirun: mpirun -n N python -m "
@@ -78,7 +89,19 @@ class Launch(NamedTuple):
 
 
 class SolverFault(ValueError):  # noqa: N818 (a recoverable fault, not a fatal error)
-    """A solver sent a message that fails validation: the episode is ended as a fault."""
+    """A solver's answer failed validation, its call raised, or (in-process solvers) it did
+    not answer in time: the episode is ended as a fault and the run goes on."""
+
+
+class SolverFailure(RuntimeError):  # noqa: N818 (the name the training loop catches)
+    """An environment cannot go on: ``run.max_env_failures`` faults in a row, or a solver
+    that stopped answering and cannot be recovered (a team or an external solver). The
+    training loop checkpoints and stops; the message names the environment and the cause."""
+
+
+class SolverStartError(RuntimeError):
+    """A solver never answered its first message (an external solver's HELLO, a Python
+    solver's first reset) within ``run.env_step_timeout``: the run stops at start-up."""
 
 
 class ExternalSolverError(RuntimeError):
@@ -152,13 +175,17 @@ def check_port_dir(env_id: str) -> None:
 
 
 class ExternalEnv:
-    """Environment ``index`` of ``envs``, run by an external solver group (actor side)."""
+    """Environment ``index`` of ``envs``, run by an external solver group (actor side);
+    ``timeout``: seconds to wait for each answer (0: no limit)."""
 
-    def __init__(self, env_id: str, index: int, envs: int) -> None:
+    def __init__(self, env_id: str, index: int, envs: int, timeout: float = 0.0) -> None:
         launch = parse_spec(env_id, 1)
+        self.timeout = timeout
+        self.broken = False
+        """Whether the solver stopped answering (it is no longer driven)."""
         if launch.how == MPMD:
             self.link = SolverLink.mpmd(index, envs)
-            where = f"world rank {self.link.peer}"
+            where = "the solver app"
         elif launch.how == SPAWN:
             self.link = SolverLink.spawn(launch.program, list(launch.args), launch.ranks,
                                          index, envs)
@@ -169,12 +196,31 @@ class ExternalEnv:
             self.link = SolverLink.accept(path, index, envs)
             where = f"rank 0 of the job connected through {path}"
         self.name = f"external env {index} ({where})"
+        self.how = launch.how
         self.obs_dim, self.act_dim = self._hello()
+        if launch.how == MPMD:
+            self.name = f"external env {index} (world rank {self.link.peer})"
         self.low, self.high = self._bounds()
         self.t = 0
 
+    def _recv(self, what: str, start: bool = False) -> tuple[int, np.ndarray]:
+        """The next message, expected as ``what``: a timeout is a start-up error while
+        ``start`` (HELLO, BOUNDS), later a failure of the environment."""
+        try:
+            return self.link.recv(deadline_after(self.timeout))
+        except TimeoutError:
+            if start:
+                raise SolverStartError(
+                    f"{self.name}, launched by {self.how}: no {what} within "
+                    f"run.env_step_timeout = {self.timeout:g} s; does the program call "
+                    f"hpc_refer_init?") from None
+            self.broken = True
+            raise SolverFailure(f"{self.name}: no answer to {what} within "
+                                f"run.env_step_timeout = {self.timeout:g} s; the solver is "
+                                f"no longer driven") from None
+
     def _hello(self) -> tuple[int, int]:
-        tag, hello = self.link.recv()
+        tag, hello = self._recv("HELLO", start=True)
         if tag != TAG_HELLO or hello.size != 4:
             raise ExternalSolverError(f"{self.name}: first message must be HELLO (tag "
                                       f"{TAG_HELLO}, int32[4]), got tag {tag} with "
@@ -187,7 +233,7 @@ class ExternalEnv:
         return obs_dim, act_dim
 
     def _bounds(self) -> tuple[np.ndarray, np.ndarray]:
-        tag, bounds = self.link.recv()
+        tag, bounds = self._recv("BOUNDS", start=True)
         a = self.act_dim
         if tag != TAG_BOUNDS or bounds.size != 2 * a:
             raise ExternalSolverError(f"{self.name}: second message must be BOUNDS (tag "
@@ -202,9 +248,9 @@ class ExternalEnv:
     def _fault(self, field: str, problem: str) -> SolverFault:
         return SolverFault(f"{self.name}: field '{field}' {problem}")
 
-    def _receive(self) -> tuple[np.ndarray, float, Status]:
-        """The next STATE, validated: (state, reward, status)."""
-        tag, msg = self.link.recv()
+    def _receive(self, what: str) -> tuple[np.ndarray, float, Status]:
+        """The next STATE (the answer to ``what``), validated: (state, reward, status)."""
+        tag, msg = self._recv(what)
         if tag != TAG_STATE:
             raise self._fault("tag", f"= {tag}, expected STATE ({TAG_STATE})")
         if msg.size != 3 + self.obs_dim:
@@ -225,18 +271,25 @@ class ExternalEnv:
                                                   f"({bad.size} such values)")
         return state, float(reward), Status(int(status))
 
+    def _check_alive(self) -> None:
+        if self.broken:
+            raise SolverFailure(f"{self.name} stopped answering earlier; it is no longer "
+                                f"driven")
+
     def reset(self, seed: int | None = None) -> np.ndarray:
         self.t = 0
+        self._check_alive()
         self.link.send_reset(-1 if seed is None else seed % 2**31)
-        state, _, status = self._receive()
+        state, _, status = self._receive("RESET")
         if status != Status.CONTINUE:
             raise self._fault("status", f"= {int(status)} after RESET, expected 0 (continue)")
         return state
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, Status]:
+        self._check_alive()
         self.t += 1
         self.link.send_action(np.asarray(action, np.float64))
-        return self._receive()
+        return self._receive("ACTION")
 
     def close(self) -> None:
-        self.link.close()
+        self.link.close(disconnect=not self.broken)

@@ -7,16 +7,27 @@ The interface every environment offers to an actor::
     reset(seed) -> state
     step(action) -> (state, reward, status)   status: CONTINUE, TERMINAL or TRUNCATED
     close()
+    get_state() -> dict[str, np.ndarray] | None, set_state(dict)   optional (checkpoints)
+
+:class:`GymEnv` saves and restores the whole state of MuJoCo environments (``mj_getState`` /
+``mj_setState`` of the full integration state ``mjSTATE_INTEGRATION``: time, positions,
+velocities, actuator activations, warm-start accelerations, controls, applied forces, ...)
+and of classic-control ones (their ``state`` array), with the time limit's step count and
+the environment's random generator, so that a restored episode continues bit for bit. Other
+gymnasium environments (Box2D, ...) have no such state: ``get_state`` returns None.
 """
 
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Any
 
 import gymnasium as gym
+import mujoco
 import numpy as np
 
 from hpc_refer.config import ConfigError
+from hpc_refer.records import numpy_rng_state, set_numpy_rng_state
 
 
 class Status(IntEnum):
@@ -44,7 +55,9 @@ class GymEnv:
 
     def __init__(self, env_id: str) -> None:
         check_env_id(env_id)
+        self.env_id = env_id
         self.env = gym.make(env_id)
+        self._reset_once = False
         space = self.env.action_space
         if not isinstance(space, gym.spaces.Box):
             self.env.close()
@@ -66,6 +79,7 @@ class GymEnv:
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         obs, _ = self.env.reset(seed=seed)
+        self._reset_once = True
         return np.asarray(obs, np.float32)
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, Status]:
@@ -77,3 +91,50 @@ class GymEnv:
 
     def close(self) -> None:
         self.env.close()
+
+    def _time_limit(self) -> Any:
+        """The TimeLimit wrapper around the environment (None if it has none)."""
+        wrapper = self.env
+        while isinstance(wrapper, gym.Wrapper):
+            if isinstance(wrapper, gym.wrappers.TimeLimit):
+                return wrapper
+            wrapper = wrapper.env
+        return None
+
+    def get_state(self) -> dict[str, np.ndarray] | None:
+        """The environment's whole state: MuJoCo's integration state (``physics``) or a
+        classic-control env's ``state``, the time limit's ``elapsed_steps`` and the
+        generator's state (``np_random``, JSON bytes); None for other environments."""
+        unwrapped: Any = self.env.unwrapped
+        state: dict[str, np.ndarray]
+        if isinstance(getattr(unwrapped, "data", None), mujoco.MjData):
+            spec = mujoco.mjtState.mjSTATE_INTEGRATION
+            physics = np.empty(mujoco.mj_stateSize(unwrapped.model, spec))
+            mujoco.mj_getState(unwrapped.model, unwrapped.data, physics, spec)
+            state = {"physics": physics}
+        elif isinstance(getattr(unwrapped, "state", None), np.ndarray):
+            state = {"state": np.array(unwrapped.state)}
+        else:
+            return None
+        limit = self._time_limit()
+        state["elapsed_steps"] = np.array([limit._elapsed_steps if limit is not None else 0])
+        state["np_random"] = np.frombuffer(numpy_rng_state(unwrapped.np_random).encode(),
+                                           np.uint8).copy()
+        return state
+
+    def set_state(self, state: dict[str, np.ndarray]) -> None:
+        """Continue from a state of :meth:`get_state` (of an env of the same id)."""
+        if not self._reset_once:  # the wrappers refuse a step before the first reset
+            self.reset()
+        unwrapped: Any = self.env.unwrapped
+        if "physics" in state:
+            mujoco.mj_setState(unwrapped.model, unwrapped.data,
+                               np.asarray(state["physics"], np.float64),
+                               mujoco.mjtState.mjSTATE_INTEGRATION)
+        else:
+            unwrapped.state = np.array(state["state"])
+        limit = self._time_limit()
+        if limit is not None:
+            limit._elapsed_steps = int(np.asarray(state["elapsed_steps"]).reshape(-1)[0])
+        set_numpy_rng_state(unwrapped.np_random,
+                            np.asarray(state["np_random"], np.uint8).tobytes().decode())
