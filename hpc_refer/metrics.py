@@ -6,13 +6,24 @@ Layout of ``runs/<name>/``::
     episodes.csv      env_step, rank, return, length, wall_s, then the solver's episode
                       metrics (e.g. KS: energy): one line per finished episode
     train.jsonl       one JSON object per interval of ``run.log_every`` environment steps
+    eval.csv          evaluation episodes of the mean policy (``run.eval_every`` > 0):
+                      env_step, rank, return, length, wall_s, then the episode metrics
     log.txt           the progress lines and messages of rank 0
+    state.txt         running, preempted (stopped by a signal: resume it), finished or failed
+    policy.h5         the latest policy (``python -m hpc_refer.evaluate RUN_DIR``)
+    checkpoints/      step-<env step>/ with one HDF5 part per rank and manifest.json
+
+A resumed run (``--restart``) appends to the same files. Rows written after the checkpoint it
+resumes from (a run killed between checkpoints) would be written again by the resumed run: they
+are moved to ``<file>.after-step-<N>`` first, so no file holds a row twice and nothing written
+is lost.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import sys
 import time
@@ -65,25 +76,86 @@ def new_run_dir(config: Config, root: Path = Path("runs")) -> Path:
     return path
 
 
-class RunDirectory:
-    """Writes the run's files; created only after the whole configuration was validated."""
+METRIC_FILES = ("episodes.csv", "train.jsonl", "eval.csv")
+"""The files a checkpoint records the length of (see :meth:`RunDirectory.offsets`)."""
+STATES = ("running", "preempted", "finished", "failed")
 
-    def __init__(self, path: Path, config: Config, quiet: bool = False) -> None:
+
+class RunDirectory:
+    """Writes the run's files; created only after the whole configuration was validated.
+
+    ``resume``: the lengths of the metric files at the checkpoint a resumed run continues
+    from (:meth:`offsets` of the run that wrote it) and that checkpoint's step; the files are
+    then continued, not rewritten.
+    """
+
+    def __init__(self, path: Path, config: Config, quiet: bool = False,
+                 resume: tuple[dict[str, int], int] | None = None) -> None:
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
         config.write_toml(path / "config.toml")
-        self._episodes = (path / "episodes.csv").open("w", newline="")
-        self._episode_writer = csv.writer(self._episodes)
         columns = episode_columns(config.run.env)
-        self._episode_writer.writerow(columns)
         self.metric = columns[len(EPISODE_FIELDS)] if len(columns) > len(EPISODE_FIELDS) else None
         """The first episode metric, shown in the progress line."""
-        self._train = (path / "train.jsonl").open("w")
-        self._log = (path / "log.txt").open("w")
+        with_eval = config.run.eval_every > 0 or (path / "eval.csv").exists()
+        if resume is not None:
+            offsets, step = resume
+            for name in METRIC_FILES:
+                self._cut_after(name, offsets.get(name, 0), step)
+        mode = "a" if resume is not None else "w"
+        self._episodes = (path / "episodes.csv").open(mode, newline="")
+        self._episode_writer = csv.writer(self._episodes)
+        self._eval = (path / "eval.csv").open(mode, newline="") if with_eval else None
+        self._eval_writer = csv.writer(self._eval) if self._eval is not None else None
+        if resume is None:
+            self._episode_writer.writerow(columns)
+            if self._eval_writer is not None:
+                self._eval_writer.writerow(columns)
+        self._train = (path / "train.jsonl").open(mode)
+        self._log = (path / "log.txt").open(mode)
         self._out: TextIO | None = None if quiet else sys.stdout
         self.t0 = time.perf_counter()
         self.recent: deque[float] = deque(maxlen=20)
         self.recent_metric: deque[float] = deque(maxlen=20)
+
+    def _cut_after(self, name: str, offset: int, step: int) -> None:
+        """Move what ``name`` holds beyond ``offset`` bytes to ``name.after-step-<step>``."""
+        path = self.path / name
+        if not path.exists() or path.stat().st_size <= offset:
+            return
+        with path.open("rb+") as f:
+            f.seek(offset)
+            tail = f.read()
+            with (self.path / f"{name}.after-step-{step}").open("ab") as kept:
+                kept.write(tail)
+                kept.flush()
+                os.fsync(kept.fileno())
+            f.truncate(offset)
+
+    def offsets(self) -> dict[str, int]:
+        """The byte length of each metric file, everything written so far flushed."""
+        out = {}
+        for name, f in (("episodes.csv", self._episodes), ("train.jsonl", self._train),
+                        ("eval.csv", self._eval)):
+            if f is not None:
+                f.flush()
+                out[name] = f.tell()
+        return out
+
+    def set_state(self, state: str) -> None:
+        """Write ``state.txt`` (one of :data:`STATES`) by an atomic rename."""
+        assert state in STATES
+        tmp = self.path / "state.txt.tmp"
+        tmp.write_text(state + "\n")
+        tmp.replace(self.path / "state.txt")
+
+    def evaluation(self, env_step: int, rank: int, ret: float, length: int,
+                   values: tuple[float, ...] = ()) -> None:
+        """One evaluation episode (the round asked for at ``env_step``) in eval.csv."""
+        if self._eval_writer is None:
+            return
+        self._eval_writer.writerow((env_step, rank, f"{ret:.6g}", length, f"{self.wall():.3f}",
+                                    *(f"{v:.6g}" for v in values)))
 
     def wall(self) -> float:
         return time.perf_counter() - self.t0
@@ -110,6 +182,8 @@ class RunDirectory:
         self._train.write(json.dumps(record) + "\n")
         self._train.flush()
         self._episodes.flush()
+        if self._eval is not None:
+            self._eval.flush()
 
     def log(self, line: str) -> None:
         self._log.write(line + "\n")
@@ -118,8 +192,9 @@ class RunDirectory:
             print(line, file=self._out, flush=True)
 
     def close(self) -> None:
-        for f in (self._episodes, self._train, self._log):
-            f.close()
+        for f in (self._episodes, self._train, self._log, self._eval):
+            if f is not None:
+                f.close()
 
 
 def progress_line(step: int, total: int, rate: float, recent: float | None, beta: float,

@@ -16,8 +16,16 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from hpc_refer.records import ChunkHeader, EpisodeRecord, Incoming
+from hpc_refer.records import (
+    ChunkHeader,
+    EpisodeRecord,
+    Incoming,
+    MessageKind,
+    pack_episodes,
+    unpack_episodes,
+)
 from hpc_refer.replay import Chunk
+from hpc_refer.timeouts import poll_until
 
 
 @cache
@@ -84,6 +92,12 @@ def gather_object(obj: Any, root: int = 0) -> list[Any] | None:
 def bcast_object(obj: Any, root: int = 0) -> Any:
     """Broadcast one pickled object from ``root`` to every rank of hpc_refer's communicator."""
     return _app_comm().bcast(obj, root=root)
+
+
+def world_team() -> Team:
+    """hpc_refer's whole communicator as one environment team (``hpc_refer.evaluate`` of a
+    multi-rank solver)."""
+    return Team(_app_comm())
 
 
 def barrier() -> None:
@@ -167,9 +181,22 @@ class MpiReducer:
 
 
 TAG_HEADER, TAG_DATA, TAG_PARAMS, TAG_STOP, TAG_DONE, TAG_TEAM = 11, 12, 13, 14, 15, 16
+TAG_CUT, TAG_CHECKPOINT, TAG_SAVED, TAG_EVAL, TAG_EVAL_RESULT, TAG_FAILED = range(17, 23)
 """Tags of the actor <-> learner messages; a chunk's header is a
 :class:`~hpc_refer.records.ChunkHeader` (float64, variable length: the episode's metric values
 follow its fixed part)."""
+
+
+class Reply(IntEnum):
+    """What a learner answers an actor that waits (see :class:`ActorChannel`)."""
+
+    PARAMS = 0
+    """New parameters: collect the next chunk."""
+    STOP = 1
+    CHECKPOINT = 2
+    """Write this actor's part of checkpoint ``ActorChannel.step``, then say SAVED."""
+    EVAL = 3
+    """New parameters, then ``ActorChannel.episodes`` evaluation episodes of the mean policy."""
 
 
 class Fabric:
@@ -225,15 +252,25 @@ class ActorChannel:
 
     Actor to learner: a :class:`~hpc_refer.records.ChunkHeader` (float64) then one float32
     payload with the chunk's columns (obs, act, rew, mu_mean, mu_std); TAG_DONE (empty) when
-    the actor's environment ended its work early. Learner to actor: the flat parameter vector
-    (TAG_PARAMS) or TAG_STOP. ``faults`` (the actor's solver faults so far) travels in every
-    header.
+    the actor's environment ended its work early; TAG_SAVED (empty) once its checkpoint part
+    is written; TAG_EVAL_RESULT (float64, :func:`~hpc_refer.records.pack_episodes`) after an
+    evaluation round; TAG_FAILED (the failure's text, utf-8 bytes) when its environment
+    failed for good. Learner to actor: the flat parameter vector (TAG_PARAMS), TAG_STOP,
+    TAG_CHECKPOINT (float64 [env step]), TAG_EVAL (float32 parameters then the number of
+    episodes), and TAG_CUT (empty: send the steps collected so far now, without waiting for
+    the chunk to fill; an actor that sent its chunk already ignores it). ``faults`` (the
+    actor's solver faults so far) travels in every header.
     """
 
     def __init__(self, world: Any, learner: int, n_params: int) -> None:
         self.world = world
         self.learner = learner
         self.params = np.empty(n_params, np.float32)
+        self._eval = np.empty(n_params + 1, np.float32)
+        self.step = 0
+        """The env step of the checkpoint asked for (after a CHECKPOINT reply)."""
+        self.episodes = 0
+        """Episodes of the evaluation round asked for (after an EVAL reply)."""
         self.faults = 0
         self._status = _mpi().Status()
 
@@ -249,18 +286,52 @@ class ActorChannel:
     def send_done(self) -> None:
         self.world.Send(np.empty(0, np.float32), dest=self.learner, tag=TAG_DONE)
 
-    def recv_reply(self) -> bool:
-        """Wait for the learner: True with new parameters in ``self.params``, False on stop."""
-        self.world.Probe(source=self.learner, tag=_mpi().ANY_TAG, status=self._status)
-        if self._status.Get_tag() == TAG_STOP:
-            self.world.Recv(np.empty(0, np.float32), source=self.learner, tag=TAG_STOP)
+    def send_saved(self) -> None:
+        self.world.Send(np.empty(0, np.float32), dest=self.learner, tag=TAG_SAVED)
+
+    def send_evals(self, episodes: list[EpisodeRecord]) -> None:
+        self.world.Send(pack_episodes(episodes), dest=self.learner, tag=TAG_EVAL_RESULT)
+
+    def send_failed(self, text: str) -> None:
+        self.world.Send(np.frombuffer(text.encode(), np.uint8).copy(), dest=self.learner,
+                        tag=TAG_FAILED)
+
+    def cut_requested(self) -> bool:
+        """True (once) when the learner asked for the steps collected so far (TAG_CUT)."""
+        if not self.world.Iprobe(source=self.learner, tag=TAG_CUT):
             return False
-        self.world.Recv(self.params, source=self.learner, tag=TAG_PARAMS)
+        self.world.Recv(np.empty(0, np.float32), source=self.learner, tag=TAG_CUT)
         return True
+
+    def recv_reply(self) -> Reply:
+        """Wait for the learner's next command (a stale TAG_CUT is dropped): new parameters
+        go to ``params``, a checkpoint's step to ``step``, an evaluation's size to
+        ``episodes``."""
+        while True:
+            self.world.Probe(source=self.learner, tag=_mpi().ANY_TAG, status=self._status)
+            tag = self._status.Get_tag()
+            if tag == TAG_CUT:
+                self.cut_requested()
+                continue
+            if tag == TAG_STOP:
+                self.world.Recv(np.empty(0, np.float32), source=self.learner, tag=TAG_STOP)
+                return Reply.STOP
+            if tag == TAG_CHECKPOINT:
+                step = np.empty(1, np.float64)
+                self.world.Recv(step, source=self.learner, tag=TAG_CHECKPOINT)
+                self.step = int(step[0])
+                return Reply.CHECKPOINT
+            if tag == TAG_EVAL:
+                self.world.Recv(self._eval, source=self.learner, tag=TAG_EVAL)
+                self.params[:] = self._eval[:-1]
+                self.episodes = int(self._eval[-1])
+                return Reply.EVAL
+            self.world.Recv(self.params, source=self.learner, tag=TAG_PARAMS)
+            return Reply.PARAMS
 
 
 class LearnerChannel:
-    """The learner's side of the actor <-> learner messages."""
+    """The learner's side of the actor <-> learner messages (see :class:`ActorChannel`)."""
 
     def __init__(self, world: Any, obs_dim: int, act_dim: int) -> None:
         self.world = world
@@ -281,14 +352,23 @@ class LearnerChannel:
         source, tag = self._status.Get_source(), self._status.Get_tag()
         if tag == TAG_DONE:
             self.world.Recv(np.empty(0, np.float32), source=source, tag=TAG_DONE)
-            return Incoming(source, None, None)
+            return Incoming(source, MessageKind.FINISHED)
+        if tag == TAG_EVAL_RESULT:
+            raw = np.empty(self._status.Get_count(mpi.DOUBLE), np.float64)
+            self.world.Recv(raw, source=source, tag=tag)
+            return Incoming(source, MessageKind.EVAL, evals=unpack_episodes(raw))
+        if tag == TAG_FAILED:
+            text = np.empty(self._status.Get_count(mpi.BYTE), np.uint8)
+            self.world.Recv(text, source=source, tag=tag)
+            return Incoming(source, MessageKind.FAILED, failure=text.tobytes().decode())
         if tag != TAG_HEADER:
             raise RuntimeError(f"learner: unexpected message tag {tag} from rank {source}")
         raw = np.empty(self._status.Get_count(mpi.DOUBLE), np.float64)
         self.world.Recv(raw, source=source, tag=TAG_HEADER)
         header = ChunkHeader.unpack(raw)
         self.faults[source] = header.faults
-        return Incoming(source, self._recv_chunk(source, header), header.episode)
+        return Incoming(source, MessageKind.CHUNK, self._recv_chunk(source, header),
+                        header.episode)
 
     def _recv_chunk(self, source: int, header: ChunkHeader) -> Chunk:
         n, m = header.n_states, header.n_actions
@@ -305,6 +385,19 @@ class LearnerChannel:
 
     def send_stop(self, actor: int) -> None:
         self.world.Send(np.empty(0, np.float32), dest=actor, tag=TAG_STOP)
+
+    def send_cut(self, actor: int) -> None:
+        self.world.Send(np.empty(0, np.float32), dest=actor, tag=TAG_CUT)
+
+    def send_eval(self, actor: int, flat: np.ndarray, episodes: int) -> None:
+        self.world.Send(np.append(flat, np.float32(episodes)), dest=actor, tag=TAG_EVAL)
+
+    def request_checkpoints(self, actors: list[int], step: int) -> None:
+        """Ask each (waiting) actor to write its checkpoint part; wait until all have."""
+        for actor in actors:
+            self.world.Send(np.array([step], np.float64), dest=actor, tag=TAG_CHECKPOINT)
+        for actor in actors:
+            self.world.Recv(np.empty(0, np.float32), source=actor, tag=TAG_SAVED)
 
 
 TAG_ASSIGN, TAG_HELLO, TAG_BOUNDS, TAG_STATE, TAG_ACTION, TAG_RESET, TAG_SOLVER_STOP = range(
@@ -347,13 +440,25 @@ class SolverLink:
         self.intercomm = intercomm
         """Whether ``comm`` is an intercommunicator to the group (disconnected at close)."""
         self._status = _mpi().Status()
+        self._assign: tuple[Any, np.ndarray] | None = None
+        """The ASSIGN send in flight (request, buffer) until the group answers."""
+
+    def _send_assign(self, dest: int, index: int, envs: int) -> None:
+        """Start sending ASSIGN without blocking: a connection to a spawned (or otherwise
+        new) process is set up by both sides, so a solver that never makes another MPI
+        call would hold a blocking send forever; :meth:`recv` polls instead, with its
+        deadline, and completes the send once the group answers."""
+        buffer = np.array([index, envs], np.int32)
+        self._assign = (self.comm.Isend(buffer, dest=dest, tag=TAG_ASSIGN), buffer)
 
     @classmethod
     def mpmd(cls, index: int, envs: int) -> SolverLink:
         """Environment ``index`` of ``envs``, solver launched in the same mpirun (MPMD).
 
         Sends ASSIGN to the leader of the other app (its lowest COMM_WORLD rank), which
-        splits its ranks into ``envs`` equal groups; group ``index``'s leader says HELLO.
+        splits its ranks into ``envs`` equal groups; group ``index``'s leader says HELLO. Its
+        world rank is unknown until then: the first :meth:`recv` takes HELLO from any rank
+        and makes that rank the peer.
         """
         apps = _appnums()
         mine = apps[_mpi().COMM_WORLD.Get_rank()]
@@ -365,10 +470,8 @@ class SolverLink:
                 f"-n M ./solver); this job has {len(set(apps))} app(s)"
             )
         leader = apps.index(others[0])
-        world = _mpi().COMM_WORLD
-        world.Send(np.array([index, envs], np.int32), dest=leader, tag=TAG_ASSIGN)
-        link = cls(world, -1, intercomm=False)
-        link.peer = link._probe(TAG_HELLO)
+        link = cls(_mpi().COMM_WORLD, -1, intercomm=False)
+        link._send_assign(leader, index, envs)
         return link
 
     @classmethod
@@ -403,23 +506,31 @@ class SolverLink:
     @classmethod
     def _join(cls, inter: Any, index: int, envs: int) -> SolverLink:
         """The link over intercommunicator ``inter`` (the solver group is its remote group;
-        its rank 0 is the leader), after sending ASSIGN."""
-        inter.Send(np.array([index, envs], np.int32), dest=0, tag=TAG_ASSIGN)
-        return cls(inter, 0, intercomm=True)
+        its rank 0 is the leader), sending ASSIGN."""
+        link = cls(inter, 0, intercomm=True)
+        link._send_assign(0, index, envs)
+        return link
 
-    def _probe(self, tag: int) -> int:
-        mpi = _mpi()
-        self.comm.Probe(source=mpi.ANY_SOURCE, tag=tag, status=self._status)
-        return int(self._status.Get_source())
-
-    def recv(self) -> tuple[int, np.ndarray]:
+    def recv(self, deadline: float | None = None) -> tuple[int, np.ndarray]:
         """The leader's next message, whatever its tag and size: (tag, values).
 
         HELLO arrives as int32; every other tag as float64 (never truncated: the buffer has
-        the size the message has).
+        the size the message has). Waits by polling (``Iprobe``, see
+        :func:`~hpc_refer.timeouts.poll_until`) until the :func:`time.monotonic` ``deadline``
+        (None: no limit), then raises TimeoutError. Before the peer is known (MPMD) only a
+        HELLO from any rank is taken.
         """
         mpi = _mpi()
-        self.comm.Probe(source=self.peer, tag=mpi.ANY_TAG, status=self._status)
+        known = self.peer >= 0
+        source, tag = (self.peer, mpi.ANY_TAG) if known else (mpi.ANY_SOURCE, TAG_HELLO)
+        if not poll_until(lambda: self.comm.Iprobe(source=source, tag=tag,
+                                                   status=self._status), deadline):
+            raise TimeoutError("no message from the solver")
+        if not known:
+            self.peer = int(self._status.Get_source())
+        if self._assign is not None:  # the group answers only after it received ASSIGN
+            self._assign[0].Wait()
+            self._assign = None
         tag = int(self._status.Get_tag())
         hello = tag == TAG_HELLO
         count = self._status.Get_count(mpi.INT32_T if hello else mpi.DOUBLE)
@@ -433,10 +544,13 @@ class SolverLink:
     def send_action(self, action: np.ndarray) -> None:
         self.comm.Send(np.ascontiguousarray(action, np.float64), dest=self.peer, tag=TAG_ACTION)
 
-    def close(self) -> None:
-        """Send STOP; a spawned or connected group is then disconnected."""
-        self.comm.Send(np.empty(0, np.int32), dest=self.peer, tag=TAG_SOLVER_STOP)
-        if self.intercomm:
+    def close(self, disconnect: bool = True) -> None:
+        """Send STOP; a spawned or connected group is then disconnected, unless
+        ``disconnect`` is False (a group that stopped answering would never join the
+        collective ``MPI_Comm_disconnect``)."""
+        if self.peer >= 0:
+            self.comm.Send(np.empty(0, np.int32), dest=self.peer, tag=TAG_SOLVER_STOP)
+        if self.intercomm and disconnect:
             self.comm.Disconnect()
 
 
@@ -446,6 +560,8 @@ class TeamCommand(IntEnum):
     RESET = 0
     STEP = 1
     STOP = 2
+    REBUILD = 3
+    """Close the solver and construct it anew (after a solver fault)."""
 
 
 class Team:
@@ -454,13 +570,22 @@ class Team:
     ``comm`` is the mpi4py communicator itself, for users' solvers that do their own MPI;
     hpc_refer's built-in solvers use the helpers below. Rank 0 of the team is the actor; the
     solver's ``state_rank`` (see :mod:`hpc_refer.envs`) sends its results with
-    :meth:`send_result` when it is not rank 0.
+    :meth:`send_result` when it is not rank 0. After each call the team agrees on how it went
+    (:meth:`agree`); a rank whose call failed sends its error text (:meth:`send_error`).
+    Team rank 0 waits for these with a deadline (polling, never a blocking Probe or Wait),
+    so a rank that stops answering is seen as a TimeoutError, not a hang.
     """
+
+    TAG_ERROR = 30
+    """Tag of a solver rank's error text (utf-8 bytes) to team rank 0."""
 
     def __init__(self, comm: Any) -> None:
         self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
+        self._abandoned: list[Any] = []
+        """Requests given up at a deadline, with their buffers (kept alive: MPI may still
+        write into them)."""
 
     def send_command(self, command: TeamCommand, payload: np.ndarray) -> None:
         """Team rank 0: broadcast a command and its float64 payload to the solver ranks."""
@@ -491,13 +616,46 @@ class Team:
         """The solver's state rank: send its reset/step result (float64) to team rank 0."""
         self.comm.Send(np.ascontiguousarray(values, np.float64), dest=0, tag=TAG_TEAM)
 
-    def receive_result(self, source: int) -> np.ndarray:
-        """Team rank 0: the result that team rank ``source`` sent, whatever its length."""
-        status = _mpi().Status()
-        self.comm.Probe(source=source, tag=TAG_TEAM, status=status)
-        out = np.empty(status.Get_count(_mpi().DOUBLE), np.float64)
-        self.comm.Recv(out, source=source, tag=TAG_TEAM)
+    def receive_result(self, source: int, deadline: float | None = None) -> np.ndarray:
+        """Team rank 0: the result that team rank ``source`` sent, whatever its length;
+        TimeoutError when none came by the :func:`time.monotonic` ``deadline`` (None: no
+        limit)."""
+        return self._receive(source, TAG_TEAM, np.float64, deadline)
+
+    def send_error(self, text: str) -> None:
+        """A solver rank whose call failed: its error text to team rank 0."""
+        self.comm.Send(np.frombuffer(text.encode(), np.uint8).copy(), dest=0,
+                       tag=self.TAG_ERROR)
+
+    def receive_error(self, source: int, deadline: float | None = None) -> str:
+        """Team rank 0: the error text of team rank ``source`` (TimeoutError at the
+        deadline)."""
+        return self._receive(source, self.TAG_ERROR, np.uint8, deadline).tobytes().decode(
+            errors="replace")
+
+    def _receive(self, source: int, tag: int, dtype: type[np.generic],
+                 deadline: float | None) -> np.ndarray:
+        mpi = _mpi()
+        status = mpi.Status()
+        if not poll_until(lambda: self.comm.Iprobe(source=source, tag=tag, status=status),
+                          deadline):
+            raise TimeoutError(f"team rank {source} sent nothing")
+        out = np.empty(status.Get_count(mpi.DOUBLE if dtype is np.float64 else mpi.BYTE),
+                       dtype)
+        self.comm.Recv(out, source=source, tag=tag)
         return out
+
+    def agree(self, value: int, deadline: float | None = None) -> int:
+        """The maximum of ``value`` over the team's ranks, on every rank (one non-blocking
+        Allreduce, polled); TimeoutError when some rank has not joined by the
+        :func:`time.monotonic` ``deadline`` (None: no limit)."""
+        mine = np.array([value], np.int64)
+        out = np.empty(1, np.int64)
+        request = self.comm.Iallreduce(mine, out, op=_mpi().MAX)
+        if not poll_until(request.Test, deadline):
+            self._abandoned.append((request, mine, out))
+            raise TimeoutError("a team rank did not answer")
+        return int(out[0])
 
     def halo(self, left_edge: float, right_edge: float) -> tuple[float, float]:
         """Periodic neighbour exchange: returns (right edge of left rank, left edge of right)."""

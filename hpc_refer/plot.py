@@ -3,7 +3,9 @@
 For every run, the mean return R of the episodes that ended (entered the replay memory) in
 each window of ``--window`` environment steps; runs with the same label (by default the
 environment and ReF-ER mode of their config.toml, i.e. seeds of one setting) are drawn as the
-mean over runs with a band from the 20th to the 80th percentile.
+mean over runs with a band from the 20th to the 80th percentile. Runs that evaluated their
+mean policy during training (``--eval-every``, ``eval.csv``) add a dashed curve: the mean
+return of each evaluation round, at the step the round was asked for.
 """
 
 from __future__ import annotations
@@ -51,6 +53,21 @@ def windowed_returns(run_dir: Path, window: int) -> tuple[np.ndarray, np.ndarray
                         np.array([r for _, r in rows]), window)
 
 
+def evaluation_rounds(run_dir: Path) -> tuple[np.ndarray, np.ndarray] | None:
+    """Steps and mean return of each evaluation round of a run (None without eval.csv)."""
+    path = run_dir / "eval.csv"
+    if not path.is_file():
+        return None
+    with path.open() as f:
+        rows = [(int(r["env_step"]), float(r["return"])) for r in csv.DictReader(f)]
+    if not rows:
+        return None
+    steps = np.array([s for s, _ in rows], dtype=np.int64)
+    returns = np.array([r for _, r in rows])
+    rounds = np.unique(steps)
+    return rounds, np.array([returns[steps == s].mean() for s in rounds])
+
+
 def seed_band(curves: list[tuple[np.ndarray, np.ndarray]]
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Window ends, mean over runs, 20th and 80th percentiles over runs of the curves
@@ -79,8 +96,12 @@ def run_label(run_dir: Path) -> str:
 def plot_runs(run_dirs: list[Path], out: Path, window: int, title: str = "") -> dict[str, dict]:
     """Draw the curves; return per label the window ends, mean, 20th and 80th percentiles."""
     groups: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
+    evals: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
     for d in run_dirs:
         groups[run_label(d)].append(windowed_returns(d, window))
+        rounds = evaluation_rounds(d)
+        if rounds is not None:
+            evals[run_label(d)].append(rounds)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     summary: dict[str, dict] = {}
     for label, curves in sorted(groups.items()):
@@ -91,6 +112,11 @@ def plot_runs(run_dirs: list[Path], out: Path, window: int, title: str = "") -> 
         ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.25, linewidth=0)
         summary[label] = {"steps": x.tolist(), "mean": mean.tolist(), "p20": lo.tolist(),
                           "p80": hi.tolist(), "runs": len(curves)}
+        if evals[label]:
+            ex, emean, _, _ = seed_band(evals[label])
+            ax.plot(ex, emean, "--", marker=".", color=line.get_color(),
+                    label=f"{label}: evaluation of the mean policy")
+            summary[label]["eval"] = {"steps": ex.tolist(), "mean": emean.tolist()}
     ax.set_xlabel("environment steps")
     ax.set_ylabel(f"mean return of episodes per {window} steps")
     ax.set_title(title)

@@ -7,6 +7,7 @@ and ``unpack`` (which validates what it reads), so no code indexes positions of 
 from __future__ import annotations
 
 import json
+from enum import IntEnum
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -60,13 +61,50 @@ class ChunkHeader(NamedTuple):
         return cls(n, m, ChunkEnd(end), episode, int(flat[6]))
 
 
+class MessageKind(IntEnum):
+    """What an actor's message to its learner is."""
+
+    CHUNK = 0
+    """Steps for the replay (possibly none: the answer to a cut request with nothing
+    pending), with the episode they end, if any."""
+    FINISHED = 1
+    """The actor's environment has finished its work (it raised EnvironmentFinished)."""
+    EVAL = 2
+    """The episodes of an evaluation round of the mean policy."""
+    FAILED = 3
+    """The environment failed for good (``run.max_env_failures`` faults in a row, or a
+    solver that stopped answering); the text says which and why."""
+
+
 class Incoming(NamedTuple):
-    """A message from an actor as the learner receives it: a chunk (with the episode it
-    ends, if any), or ``chunk = None`` when the actor's environment has finished its work."""
+    """A message from an actor as the learner receives it (see :class:`MessageKind`)."""
 
     actor: int
-    chunk: Chunk | None
-    episode: EpisodeRecord | None
+    kind: MessageKind
+    chunk: Chunk | None = None
+    episode: EpisodeRecord | None = None
+    evals: tuple[EpisodeRecord, ...] = ()
+    failure: str = ""
+
+
+def pack_episodes(episodes: list[EpisodeRecord]) -> np.ndarray:
+    """float64 [count, values per episode, then per episode: return, length, values...]."""
+    width = len(episodes[0].values) if episodes else 0
+    rows = [[e.ret, e.length, *e.values] for e in episodes]
+    return np.concatenate([[len(episodes), width], np.ravel(rows)]).astype(np.float64)
+
+
+def unpack_episodes(flat: np.ndarray) -> tuple[EpisodeRecord, ...]:
+    """Inverse of :func:`pack_episodes`; a length that does not match raises ValueError."""
+    if flat.size < 2:
+        raise ValueError(f"episode list of {flat.size} values, expected >= 2")
+    count, width = int(flat[0]), int(flat[1])
+    if flat.size != 2 + count * (2 + width):
+        raise ValueError(f"episode list of {flat.size} values does not hold {count} episodes "
+                         f"of {width} metric values")
+    rows = flat[2:].reshape(count, 2 + width)
+    return tuple(EpisodeRecord(float(r[0]), int(r[1]), tuple(float(v) for v in r[2:]))
+                 for r in rows)
 
 
 class LoggedEpisode(NamedTuple):

@@ -14,13 +14,24 @@ import contextlib
 import io
 import sys
 import traceback
+from pathlib import Path
+from typing import NamedTuple
 
-from hpc_refer.config import Config, ConfigError, add_arguments, config_from_args
-from hpc_refer.envs import check_env
+from hpc_refer import checkpoint
+from hpc_refer.checkpoint import CheckpointError
+from hpc_refer.config import (
+    Config,
+    ConfigError,
+    add_arguments,
+    build_config,
+    config_from_args,
+    load_toml,
+)
+from hpc_refer.envs import check_env, env_dims, is_external
 from hpc_refer.layout import Layout, LayoutError, compute_layout
 from hpc_refer.metrics import RunDirectory, episode_columns, new_run_dir
 from hpc_refer.parallel import Fabric, abort_job, app_count, world_rank_size
-from hpc_refer.training import run_role, set_threads
+from hpc_refer.training import STOP, LearnerResult, Resume, run_role, set_threads
 
 DESCRIPTION = """\
 Train an off-policy agent (V-RACER, DDPG or NAF: --algorithm) with Remember-and-Forget
@@ -42,58 +53,193 @@ examples:
   python -m hpc_refer.run --env "external:-n 2 ./heat1d"    # the actor spawns the C solver
   mpirun --ompi-server file:URI -n 2 python -m hpc_refer.run --env "external:--connect DIR"
       # ... and the solver as a separate job: HPC_REFER_PORT=DIR/env-0.port mpirun ... ./heat1d
-the run directory holds config.toml, episodes.csv, train.jsonl and log.txt;
-plot learning curves with: python -m hpc_refer.plot RUN_DIR [RUN_DIR ...] --out curves.png"""
+  python -m hpc_refer.run --restart runs/try --steps 40000  # resume, train further
+the run directory holds config.toml, episodes.csv, train.jsonl, log.txt, state.txt, policy.h5
+and checkpoints/ (every --checkpoint-every steps, at the end, and on SIGTERM or SIGUSR1, after
+which the run stops and exits 0 with state.txt = preempted);
+plot learning curves with: python -m hpc_refer.plot RUN_DIR [RUN_DIR ...] --out curves.png
+evaluate the saved policy with: python -m hpc_refer.evaluate RUN_DIR --episodes 10"""
 
 
-def parse_args(argv: list[str] | None) -> Config:
-    """Parse the command line into a validated Config (raises ConfigError)."""
+RESTART_MAY_CHANGE = frozenset({
+    "run.steps", "run.log_every", "run.threads", "run.learners", "run.checkpoint_every",
+    "run.checkpoint_keep", "run.eval_every", "run.eval_episodes", "run.env_step_timeout",
+    "run.max_env_failures", "run.checksum_every",
+})
+"""What a resumed run may set differently from the run it continues (the learner count:
+the stored episodes are redistributed over the new learners)."""
+
+
+class Start(NamedTuple):
+    """A validated start: the config, the layout, and the run directory to resume."""
+
+    config: Config
+    layout: Layout
+    restart: Path | None
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m hpc_refer.run", description=DESCRIPTION, epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument(
+        "--restart", type=Path, metavar="RUN_DIR",
+        help="resume RUN_DIR from its newest complete checkpoint with its config.toml; only "
+             "--steps (to go further) and " + ", ".join(sorted(
+                 "--" + k.split(".", 1)[1].replace("_", "-") for k in RESTART_MAY_CHANGE
+                 if k != "run.steps")) + " may be given")
     add_arguments(parser)
-    return config_from_args(parser.parse_args(argv))
+    return parser
 
 
-def _parse_quietly(argv: list[str] | None, rank: int) -> Config:
+def parse_args(argv: list[str] | None) -> Config:
+    """Parse the command line into a validated Config (raises ConfigError)."""
+    return config_from_args(_parser().parse_args(argv))
+
+
+def restart_config(run_dir: Path, args: argparse.Namespace) -> Config:
+    """The config of a resumed run: RUN_DIR/config.toml with the flags that may change.
+
+    A flag that would change anything else is refused, naming the key and both values.
+    """
+    if getattr(args, "config", None) is not None:
+        raise ConfigError("--restart takes its config from RUN_DIR/config.toml: --config is "
+                          "not allowed with it")
+    if not (run_dir / "config.toml").is_file():
+        raise ConfigError(f"--restart {run_dir}: no config.toml there (not a run directory)")
+    saved = load_toml(run_dir / "config.toml")
+    layers = {section: dict(values) for section, values in saved.items()}
+    given = config_from_args(args).to_dict()
+    old = build_config(saved).to_dict()
+    for dest in vars(args):
+        if "." not in dest:
+            continue
+        section, key = dest.split(".", 1)
+        name = f"{section}.{key}"
+        if name == "run.run_dir":
+            continue
+        if name not in RESTART_MAY_CHANGE and given[section][key] != old[section][key]:
+            raise ConfigError(
+                f"--restart: {name} cannot change when a run resumes (checkpoint: "
+                f"{old[section][key]!r}, given: {given[section][key]!r}); allowed to change "
+                f"are {', '.join(sorted(RESTART_MAY_CHANGE))}")
+        layers.setdefault(section, {})[key] = given[section][key]
+    layers["run"]["run_dir"] = str(run_dir)
+    return build_config(layers)
+
+
+def _parse_quietly(argv: list[str] | None, rank: int) -> tuple[Config, Path | None]:
     """Parse on every rank; only rank 0 prints argparse's help or usage errors."""
+    def parse() -> tuple[Config, Path | None]:
+        args = _parser().parse_args(argv)
+        if args.restart is not None:
+            return restart_config(args.restart, args), args.restart
+        return config_from_args(args), None
+
     if rank == 0:
-        return parse_args(argv)
+        return parse()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        return parse_args(argv)
+        return parse()
 
 
-def _validate(argv: list[str] | None, rank: int, world: int) -> tuple[Config, Layout]:
-    config = _parse_quietly(argv, rank)
+def _validate(argv: list[str] | None, rank: int, world: int) -> Start:
+    config, restart = _parse_quietly(argv, rank)
     layout = compute_layout(world, config.run.learners, config.run.ranks_per_env)
     check_env(config.run.env, config.run.ranks_per_env)
     episode_columns(config.run.env)
-    return config, layout
+    return Start(config, layout, restart)
+
+
+def load_resume(config: Config, run_dir: Path) -> Resume:
+    """The newest complete checkpoint of ``run_dir``, verified, and checked against
+    ``config`` (raises CheckpointError or ConfigError saying what is wrong)."""
+    path = checkpoint.latest(run_dir)
+    if path is None:
+        raise checkpoint.CheckpointError(f"--restart {run_dir}: no complete checkpoint in "
+                                         f"{run_dir / 'checkpoints'}")
+    manifest = checkpoint.verify(path)
+    checkpoint.check_compatible(manifest["meta"]["config"], config.to_dict(),
+                                set(RESTART_MAY_CHANGE))
+    meta = manifest["meta"]
+    dims = env_dims(config.run.env, config.run.ranks_per_env)
+    if dims is not None and tuple(dims) != (meta["obs_dim"], meta["act_dim"]):
+        raise CheckpointError(
+            f"run.env = {config.run.env!r} now has (obs_dim, act_dim) = {tuple(dims)}, but the "
+            f"checkpoint's networks were built for ({meta['obs_dim']}, {meta['act_dim']})")
+    step = int(meta["env_step"])
+    if config.run.steps <= step:
+        raise ConfigError(f"run.steps = {config.run.steps} is not beyond the checkpoint's step "
+                          f"{step}: raise --steps to train further")
+    return Resume(path, manifest)
+
+
+def _open_run(start: Start) -> tuple[RunDirectory, Resume | None]:
+    """Rank 0: create (or, resuming, reopen) the run directory; errors as OSError,
+    ConfigError or CheckpointError, before anything is written."""
+    config = start.config
+    if start.restart is None:
+        return RunDirectory(new_run_dir(config), config), None
+    resume = load_resume(config, start.restart)
+    checkpoint.discard_partials(start.restart)  # parts of an attempt killed mid-checkpoint
+    meta = resume.manifest["meta"]
+    run = RunDirectory(start.restart, config,
+                       resume=(meta["files"], int(meta["env_step"])))
+    return run, resume
+
+
+START_ERRORS = (ConfigError, LayoutError, OSError, CheckpointError)
+FAILED = 1
+"""Exit status of a run stopped by an environment that failed for good (checkpointed first;
+the job is then aborted, since a stuck external solver would keep MPI_Finalize waiting)."""
+
+
+def _outcome(run: RunDirectory, result: object, rank: int) -> int:
+    """Record how the run ended in state.txt; the exit status (0 unless an environment
+    failed)."""
+    stopped = result.stopped_by if isinstance(result, LearnerResult) else ""
+    if not stopped:
+        run.set_state("finished")
+        return 0
+    if stopped == "signal":
+        run.set_state("preempted")
+        return 0
+    run.set_state("failed")
+    print(f"hpc_refer.run: error: {stopped}", file=sys.stderr, flush=True)
+    return FAILED
 
 
 def main(argv: list[str] | None = None) -> int:
     """Validate everything on every rank, then create the run directory (rank 0) and train."""
     rank, world = world_rank_size()
     try:
-        config, layout = _validate(argv, rank, world)
+        start = _validate(argv, rank, world)
         if world == 1:
-            path = new_run_dir(config)
-            set_threads(config)
-            run = RunDirectory(path, config)
-            run.log(f"run directory {path} (one process: learner and actor)")
-            try:
-                run_role(config, layout, None, run)
-            finally:
-                run.close()
-            return 0
-    except (ConfigError, LayoutError, FileExistsError) as err:
+            run, resume = _open_run(start)
+    except START_ERRORS as err:
         return _error(str(err), rank)
     except SystemExit as done:  # argparse's --help or usage error
         if done.code and app_count() > 1:
             abort_job(2)
         raise
-    return _main_mpi(config, layout, rank)
+    STOP.install()
+    if world > 1:
+        return _main_mpi(start, rank)
+    set_threads(start.config)
+    run.set_state("running")
+    run.log(f"run directory {run.path} (one process: learner and actor)"
+            + (f", resumed from {resume.path}" if resume is not None else ""))
+    try:
+        result = run_role(start.config, start.layout, None, run, run.path, resume)
+        status = _outcome(run, result, rank)
+    except BaseException:
+        run.set_state("failed")
+        raise
+    finally:
+        run.close()
+    if status == FAILED and is_external(start.config.run.env):
+        abort_job(FAILED)
+    return status
 
 
 def _error(message: str, rank: int) -> int:
@@ -105,34 +251,43 @@ def _error(message: str, rank: int) -> int:
     return 2
 
 
-def _main_mpi(config: Config, layout: Layout, rank: int) -> int:
+def _main_mpi(start: Start, rank: int) -> int:
+    config, layout = start.config, start.layout
     fabric = Fabric(layout)
-    path = None
+    run = resume = None
     error = ""
     if rank == 0:
         try:
-            path = new_run_dir(config)
-        except FileExistsError as err:
+            run, resume = _open_run(start)
+        except START_ERRORS as err:
             error = str(err)
-    error = fabric.bcast(error)
+    error, path, resume = fabric.bcast((error, run.path if run is not None else None, resume))
     if error:
         return _error(error, rank)
     set_threads(config)
-    run = RunDirectory(path, config) if rank == 0 and path is not None else None
+    status = 0
     try:
         if run is not None:
+            run.set_state("running")
             run.log(f"run directory {path} ({layout.learners} learners, {layout.envs} "
-                    f"environment teams of {layout.ranks_per_env} ranks)")
-        run_role(config, layout, fabric, run)
+                    f"environment teams of {layout.ranks_per_env} ranks)"
+                    + (f", resumed from {resume.path}" if resume is not None else ""))
+        result = run_role(config, layout, fabric, run, path, resume)
+        if run is not None:
+            status = _outcome(run, result, rank)
     except Exception:  # any failure on one rank must stop the whole job, not hang it
         role = layout.role(rank).value
         print(f"hpc_refer.run: rank {rank} ({role}) failed:\n{traceback.format_exc()}",
               file=sys.stderr, flush=True)
+        if run is not None:
+            run.set_state("failed")
         fabric.abort(1)
     finally:
         if run is not None:
             run.close()
-    return 0
+    if status == FAILED:
+        fabric.abort(FAILED)
+    return fabric.bcast(status)
 
 
 if __name__ == "__main__":

@@ -11,22 +11,47 @@ One process (no mpirun, or ``mpirun -n 1``) runs this very loop with one learner
 actor over an in-process channel (:class:`LocalChannel`): the actor runs when the learner
 would wait for a message (a blocking poll), so a run is deterministic and takes the same
 decisions as an MPI run with one actor in which messages arrive only while the learner idles.
+
+Checkpoints, preemption, evaluation
+-----------------------------------
+The learners decide together, from the summed loop counters, when to checkpoint (every
+``run.checkpoint_every`` environment steps, and where the loop stops), so every learner takes
+the checkpoint in the same iteration. Under MPI the learners first *quiesce* their actors
+(a cut request makes a running actor send the steps it has, without waiting for its chunk to
+fill), then each actor writes its part (rng, episode in progress, environment state, policy
+copy), each learner its own (networks, optimizers, replay shard, ReF-ER state, rng, loop
+state) and learner 0 publishes the checkpoint (see :mod:`hpc_refer.checkpoint`). In one
+process the actor is idle whenever the learner runs, so nothing is cut and a checkpoint
+changes nothing: a run resumed from it continues bit for bit.
+
+SIGTERM and SIGUSR1 (:data:`STOP`) count in the loop counters: every learner stops in the same
+iteration, checkpoints and stops its actors. An environment that failed for good
+(:class:`~hpc_refer.envs.external.SolverFailure`) stops the run the same way, with the
+failure's message. Every ``run.eval_every`` environment steps the actor of environment 0 runs
+``run.eval_episodes`` episodes of the mean policy at its next episode boundary; they go to
+``eval.csv``.
 """
 
 from __future__ import annotations
 
+import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from pathlib import Path
+from types import FrameType
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import torch
 
+from hpc_refer import checkpoint
 from hpc_refer.actor import Actor
 from hpc_refer.algorithms import ALGORITHMS, make_algorithm
 from hpc_refer.config import Config, Exploration
 from hpc_refer.envs import (
     EnvironmentFinished,
+    SolverFailure,
     TeamDriver,
     env_dims,
     env_factory,
@@ -43,11 +68,42 @@ from hpc_refer.parallel import (
     Fabric,
     LearnerChannel,
     Reducer,
+    Reply,
     SerialReducer,
     Team,
 )
-from hpc_refer.records import EpisodeRecord, Incoming, LoggedEpisode
-from hpc_refer.replay import Chunk
+from hpc_refer.records import (
+    EpisodeRecord,
+    Incoming,
+    LoggedEpisode,
+    MessageKind,
+    StateTree,
+)
+from hpc_refer.replay import Chunk, ChunkEnd
+
+
+class StopRequest:
+    """Set by SIGTERM or SIGUSR1 (Slurm's time-limit warning): stop at the next safe point,
+    checkpoint, and exit 0."""
+
+    def __init__(self) -> None:
+        self.signal = 0
+        """The number of the first stop signal received (0: none)."""
+
+    def __call__(self) -> bool:
+        return self.signal != 0
+
+    def handle(self, signum: int, frame: FrameType | None) -> None:
+        if not self.signal:
+            self.signal = signum
+
+    def install(self) -> None:
+        """Catch SIGTERM and SIGUSR1 in this process (main thread)."""
+        for sig in (signal.SIGTERM, signal.SIGUSR1):
+            signal.signal(sig, self.handle)
+
+
+STOP = StopRequest()
 
 
 class IntervalStats:
@@ -89,6 +145,16 @@ class IntervalStats:
         out.update({k: v / self.count for k, v in self.sums.items()} if self.count else {})
         return out
 
+    def checkpoint_state(self) -> StateTree:
+        """The sums and counts (not the wall clock: rates restart with the resumed run)."""
+        return {"sums": dict(self.sums), "count": self.count, "env0": self.env0,
+                "grad0": self.grad0}
+
+    def restore_state(self, tree: StateTree) -> None:
+        self.sums = {k: float(v) for k, v in tree["sums"].items()}
+        self.count, self.env0, self.grad0 = tree["count"], tree["env0"], tree["grad0"]
+        self.t0 = time.perf_counter()
+
 
 class LoopCounters(NamedTuple):
     """The counters the learners sum in every loop iteration (one allreduce)."""
@@ -101,6 +167,10 @@ class LoopCounters(NamedTuple):
     """Actors still running or waiting for a reply."""
     faults: int
     """Solver faults of the actors so far."""
+    stop_signals: int
+    """Learners that received SIGTERM or SIGUSR1."""
+    failures: int
+    """Environments that failed for good."""
 
     def pack(self) -> np.ndarray:
         return np.array(self, np.float64)
@@ -122,10 +192,25 @@ class LearnerSide(Protocol):
 
     def send_stop(self, actor: int) -> None: ...
 
+    def send_cut(self, actor: int) -> None: ...
 
-def next_message(actor: Actor) -> tuple[Chunk, EpisodeRecord | None] | None:
+    def send_eval(self, actor: int, flat: np.ndarray, episodes: int) -> None: ...
+
+    def request_checkpoints(self, actors: list[int], step: int) -> None: ...
+
+
+def empty_chunk(actor: Actor) -> Chunk:
+    """A chunk without steps: an interrupted actor's answer when it has nothing pending."""
+    obs = np.empty((0, actor.env.obs_dim), np.float32)
+    act = np.empty((0, actor.env.act_dim), np.float32)
+    return Chunk(obs, act, np.empty(0, np.float32), act, act, ChunkEnd.OPEN, actor.source)
+
+
+def next_message(actor: Actor, interrupted: Callable[[], bool] = lambda: False
+                 ) -> tuple[Chunk, EpisodeRecord | None] | None:
     """Step ``actor`` until it has a chunk to send (with the episode it ends); None when its
-    environment has finished its work."""
+    environment has finished its work. When ``interrupted()`` turns true between steps, the
+    steps collected so far are sent at once (possibly none)."""
     while True:
         try:
             chunk, episode = actor.step()
@@ -133,31 +218,60 @@ def next_message(actor: Actor) -> tuple[Chunk, EpisodeRecord | None] | None:
             return None
         if chunk is not None:
             return chunk, episode
+        if interrupted():
+            cut = actor.cut()
+            return (cut if cut is not None else empty_chunk(actor)), None
+
+
+def actor_part(actor: Actor) -> StateTree:
+    """An actor's checkpoint part: its own state and the policy copy it acts with."""
+    return {"actor": actor.checkpoint_state(), "policy": flat_state(actor.net)}
+
+
+def restore_actor(actor: Actor, tree: StateTree) -> None:
+    """Inverse of :func:`actor_part`."""
+    actor.restore_state(tree["actor"])
+    actor.load(np.asarray(tree["policy"], np.float32))
+
+
+def part_attrs(config: Config) -> dict[str, Any]:
+    return {"env_id": config.run.env, "algorithm": config.run.algorithm}
 
 
 class LocalChannel:
     """The in-process channel of one process: the learner's messages drive the actor.
 
     ``send_params`` loads the parameters into the actor (a copy, as a message would carry);
-    a blocking ``poll`` runs the released actor up to its next chunk; a non-blocking one
-    returns nothing, since no other process could have sent anything.
+    a blocking ``poll`` runs the released actor up to its next chunk (or its evaluation
+    round); a non-blocking one returns nothing, since no other process could have sent
+    anything. The actor writes its checkpoint part when asked, into ``run_dir``.
     """
 
-    def __init__(self, actor: Actor, rank: int = 0) -> None:
+    def __init__(self, actor: Actor, rank: int = 0, run_dir: Path | None = None) -> None:
         self.actor = actor
         self.rank = rank
+        self.run_dir = run_dir
         self.released = False
+        self.eval_episodes = 0
         self.faults: dict[int, int] = {}
 
     def poll(self, block: bool) -> Incoming | None:
         if not (block and self.released):
             return None
         self.released = False
-        message = next_message(self.actor)
-        self.faults[self.rank] = self.actor.faults
+        try:
+            if self.eval_episodes:
+                episodes, self.eval_episodes = self.eval_episodes, 0
+                return Incoming(self.rank, MessageKind.EVAL,
+                                evals=tuple(self.actor.evaluate(episodes)))
+            message = next_message(self.actor, STOP)
+        except SolverFailure as failure:
+            return Incoming(self.rank, MessageKind.FAILED, failure=str(failure))
+        finally:
+            self.faults[self.rank] = self.actor.faults
         if message is None:
-            return Incoming(self.rank, None, None)
-        return Incoming(self.rank, *message)
+            return Incoming(self.rank, MessageKind.FINISHED)
+        return Incoming(self.rank, MessageKind.CHUNK, *message)
 
     def send_params(self, actor: int, flat: np.ndarray) -> None:
         self.actor.load(flat.copy())
@@ -165,6 +279,18 @@ class LocalChannel:
 
     def send_stop(self, actor: int) -> None:
         self.released = False
+
+    def send_cut(self, actor: int) -> None:
+        """Nothing to cut: the actor runs only inside a blocking poll."""
+
+    def send_eval(self, actor: int, flat: np.ndarray, episodes: int) -> None:
+        self.send_params(actor, flat)
+        self.eval_episodes = episodes
+
+    def request_checkpoints(self, actors: list[int], step: int) -> None:
+        if actors and self.run_dir is not None:
+            checkpoint.write_tree(checkpoint.partial_dir(self.run_dir, step) / "actor-0.h5",
+                                  actor_part(self.actor), {})
 
 
 def _log_interval(run: RunDirectory, record: dict[str, float | int], total: int) -> None:
@@ -182,9 +308,13 @@ class LearnerResult:
     """Transitions received from this learner's actors."""
     episodes: list[LoggedEpisode] = field(default_factory=list)
     """Every episode received."""
+    evals: list[LoggedEpisode] = field(default_factory=list)
+    """Every evaluation episode received (``env_step``: when the round was asked for)."""
     finished_actors: list[int] = field(default_factory=list)
     faults: int = 0
     """Solver faults of all actors, as last reported in their chunks."""
+    stopped_by: str = ""
+    """Why the loop stopped before ``run.steps``: 'signal', or the failure's message."""
 
 
 def _agreed_dims(fabric: Fabric, mine: tuple[int, int] | None) -> tuple[int, int]:
@@ -197,39 +327,90 @@ def _agreed_dims(fabric: Fabric, mine: tuple[int, int] | None) -> tuple[int, int
     return dims.pop()
 
 
+def _episodes_tree(episodes: list[LoggedEpisode]) -> StateTree:
+    width = len(episodes[0].values) if episodes else 0
+    return {"env_step": np.array([e.env_step for e in episodes], np.int64),
+            "actor": np.array([e.actor for e in episodes], np.int64),
+            "ret": np.array([e.ret for e in episodes], np.float64),
+            "length": np.array([e.length for e in episodes], np.int64),
+            "values": np.array([e.values for e in episodes], np.float64).reshape(
+                len(episodes), width)}
+
+
+def _episodes_from(tree: StateTree) -> list[LoggedEpisode]:
+    return [LoggedEpisode(int(s), int(a), float(r), int(n), tuple(float(x) for x in v))
+            for s, a, r, n, v in zip(tree["env_step"], tree["actor"], tree["ret"],
+                                     tree["length"], tree["values"], strict=True)]
+
+
 class LearnerLoop:
-    """One learner rank's loop (see the module docstring), over any :class:`LearnerSide`."""
+    """One learner rank's loop (see the module docstring), over any :class:`LearnerSide`.
+
+    ``run_dir`` (every learner; None: no checkpoints) is where checkpoint parts go;
+    ``eval_actor`` the actor rank of this learner that runs evaluation rounds, if any.
+    """
 
     def __init__(self, config: Config, learner: Learner, channel: LearnerSide,
-                 actors: list[int], envs: int, run: RunDirectory | None) -> None:
+                 actors: list[int], envs: int, run: RunDirectory | None,
+                 run_dir: Path | None = None, eval_actor: int | None = None,
+                 meta: dict[str, Any] | None = None) -> None:
         self.config = config
         self.learner = learner
         self.reducer = learner.algo.reducer
         self.channel = channel
         self.run = run
+        self.run_dir = run_dir
+        self.meta = meta or {}
         self.actors = actors
         self.running = set(actors)
         self.waiting: list[int] = []
+        self.between_episodes = dict.fromkeys(actors, True)
+        """Whether each actor's last chunk ended an episode (evaluation may then run)."""
         self.result = LearnerResult(learner, 0)
         self.new_steps = 0
         self.new_episodes: list[tuple[int, EpisodeRecord]] = []
+        self.new_evals: list[tuple[int, EpisodeRecord]] = []
+        self.failures: list[str] = []
         self.slack = config.replay.grad_ratio * envs * config.run.chunk_len
         self.interval = IntervalStats()
         self.next_log = config.run.log_every
         self.logged_episodes = 0
+        self.logged_evals = 0
+        self.logged_at = (-1, -1)
+        """(env steps, gradient steps) of the last record."""
+        every = config.run.checkpoint_every
+        self.next_checkpoint = every if every else None
+        self.last_checkpoint = -1
+        self.next_eval = config.run.eval_every or None
+        self.eval_step: int | None = None
+        """Env step at which the pending evaluation round was asked for (None: none)."""
+        self.eval_actor = eval_actor
+        self.resumed = False
 
     def handle(self, message: Incoming) -> None:
-        self.running.discard(message.actor)
-        if message.chunk is None:
-            self.result.finished_actors.append(message.actor)
+        actor = message.actor
+        self.running.discard(actor)
+        if message.kind is MessageKind.FINISHED:
+            self.result.finished_actors.append(actor)
             return
-        self.learner.store(message.chunk)
-        steps = message.chunk.act.shape[0]
+        self.waiting.append(actor)
+        if message.kind is MessageKind.FAILED:
+            self.failures.append(message.failure)
+            return
+        if message.kind is MessageKind.EVAL:
+            self.new_evals += [(actor, ep) for ep in message.evals]
+            return
+        chunk = message.chunk
+        assert chunk is not None
+        if chunk.obs.shape[0] == 0:
+            return
+        self.learner.store(chunk)
+        steps = chunk.act.shape[0]
         self.new_steps += steps
         self.result.received += steps
+        self.between_episodes[actor] = chunk.end != ChunkEnd.OPEN
         if message.episode is not None:
-            self.new_episodes.append((message.actor, message.episode))
-        self.waiting.append(message.actor)
+            self.new_episodes.append((actor, message.episode))
 
     def receive(self, block: bool) -> None:
         message = self.channel.poll(block)
@@ -241,7 +422,8 @@ class LearnerLoop:
         """Sum the loop counters over learners; record the interval's episodes."""
         local = LoopCounters(self.new_steps, self.learner.replay.size,
                              len(self.running) + len(self.waiting),
-                             sum(self.channel.faults.values()))
+                             sum(self.channel.faults.values()), int(STOP()),
+                             len(self.failures))
         total = LoopCounters.unpack(self.reducer.sum(local.pack()))
         self.result.env_steps += total.new_steps
         self.result.faults = total.faults
@@ -250,25 +432,47 @@ class LearnerLoop:
         self.result.episodes += [LoggedEpisode(step, actor, ep.ret, ep.length, ep.values)
                                  for actor, ep in self.new_episodes]
         self.new_episodes = []
+        if self.new_evals:
+            asked = self.eval_step if self.eval_step is not None else step
+            self.result.evals += [LoggedEpisode(asked, actor, ep.ret, ep.length, ep.values)
+                                  for actor, ep in self.new_evals]
+            self.new_evals = []
+            self.eval_step = None
         return total
 
     def release(self) -> None:
         flat = self.learner.policy()
         for actor in self.waiting:
-            self.channel.send_params(actor, flat)
+            if (actor == self.eval_actor and self.eval_step is not None
+                    and self.between_episodes[actor]):
+                self.channel.send_eval(actor, flat, self.config.run.eval_episodes)
+            else:
+                self.channel.send_params(actor, flat)
             self.running.add(actor)
         self.waiting = []
 
-    def log(self) -> None:
-        """Collective over learners: gather interval stats and episodes onto learner 0, which
-        writes them and prints the progress line."""
+    def log(self, final: bool = False) -> None:
+        """Collective over learners: gather interval stats, episodes and evaluation episodes
+        onto learner 0, which writes them and prints the progress line. ``final``: the last
+        record of a run, skipped when nothing happened since the previous one (the counters
+        are global, so every learner skips it alike)."""
+        now = (self.result.env_steps, self.learner.grad_steps)
+        unlogged = (len(self.result.episodes) - self.logged_episodes
+                    + len(self.result.evals) - self.logged_evals)
+        if final and now == self.logged_at and not self.reducer.sum(np.array([unlogged]))[0]:
+            return
+        self.logged_at = now
         record = self.interval.record(self.learner, self.result.env_steps, self.result.faults)
-        gathered = self.reducer.gather((record, self.result.episodes[self.logged_episodes:]))
+        gathered = self.reducer.gather((record, self.result.episodes[self.logged_episodes:],
+                                        self.result.evals[self.logged_evals:]))
         self.logged_episodes = len(self.result.episodes)
+        self.logged_evals = len(self.result.evals)
         if self.run is not None and gathered is not None:
-            for _, episodes in gathered:
+            for _, episodes, evals in gathered:
                 for episode in sorted(episodes):
                     self.run.episode(*episode)
+                for evaluation in sorted(evals):
+                    self.run.evaluation(*evaluation)
             _log_interval(self.run, record, self.config.run.steps)
         self.interval.reset(self.result.env_steps, self.learner.grad_steps)
 
@@ -281,27 +485,149 @@ class LearnerLoop:
                 f"learner weights differ after {self.learner.grad_steps} gradient steps"
             )
 
+    def advance(self) -> None:
+        """The rest of an iteration, after the stop and checkpoint decisions: a gradient
+        step if owed, release actors within the slack, evaluation and logging schedules."""
+        if self.learner.steps_due(self.result.env_steps) > 0:
+            self.train_step()
+        step = self.result.env_steps
+        while self.next_eval is not None and step >= self.next_eval:
+            self.eval_step = self.next_eval if self.eval_step is None else self.eval_step
+            self.next_eval += self.config.run.eval_every
+        if self.learner.steps_due(step) <= self.slack:
+            self.release()
+        while step >= self.next_log:
+            self.log()
+            self.next_log += self.config.run.log_every
+
     def loop(self) -> LearnerResult:
         total = self.config.run.steps
-        flat = self.learner.policy()
-        for actor in self.actors:
-            self.channel.send_params(actor, flat)
+        if self.resumed:
+            self.advance()
+        else:
+            flat = self.learner.policy()
+            for actor in self.actors:
+                self.channel.send_params(actor, flat)
         while True:
             idle = self.learner.steps_due(self.result.env_steps) <= 0 and bool(self.running)
             self.receive(block=idle)
             counters = self.reduce_counters()
             self.learner.update_start(counters.stored, self.result.env_steps)
-            if self.result.env_steps >= total or counters.active == 0:
+            if counters.stop_signals or counters.failures:
+                self.stop_early(counters)
+                return self.result
+            step = self.result.env_steps
+            done = step >= total or counters.active == 0
+            if done or (self.next_checkpoint is not None and step >= self.next_checkpoint):
+                self.checkpoint()
+            if done:
                 break
-            if self.learner.steps_due(self.result.env_steps) > 0:
-                self.train_step()
-            if self.learner.steps_due(self.result.env_steps) <= self.slack:
-                self.release()
-            while self.result.env_steps >= self.next_log:
-                self.log()
-                self.next_log += self.config.run.log_every
+            self.advance()
         self.shutdown()
         return self.result
+
+    def checkpoint(self) -> None:
+        """Collective over learners (and their actors): write this iteration's checkpoint.
+
+        Under MPI the running actors are cut first and their steps stored (the counters are
+        reduced again), so no actor is mid-chunk while the parts are written.
+        """
+        every = self.config.run.checkpoint_every
+        while self.next_checkpoint is not None and self.result.env_steps >= self.next_checkpoint:
+            self.next_checkpoint += every
+        if self.run_dir is None:
+            return
+        if not isinstance(self.channel, LocalChannel):
+            for actor in self.running:
+                self.channel.send_cut(actor)
+            while self.running:
+                message = self.channel.poll(block=True)
+                assert message is not None
+                self.handle(message)
+            self.reduce_counters()
+        step = self.result.env_steps
+        if step == self.last_checkpoint:
+            return
+        self.last_checkpoint = step
+        part = checkpoint.partial_dir(self.run_dir, step)
+        self.channel.request_checkpoints(list(self.waiting), step)
+        rank = self.reducer.rank
+        checkpoint.write_tree(part / f"learner-{rank}.h5",
+                              {"learner": self.learner.checkpoint_state(),
+                               "loop": self.checkpoint_state()}, part_attrs(self.config))
+        self.reducer.sum(np.zeros(1))  # every part is written
+        if self.run is not None:
+            meta = {**self.meta, "env_step": step, "grad_step": self.learner.grad_steps,
+                    "files": self.run.offsets()}
+            checkpoint.publish(self.run_dir, step, meta, self.config.run.checkpoint_keep)
+            self.save_policy()
+            self.run.log(f"checkpoint at step {step}: {self.run_dir / 'checkpoints'}")
+
+    def save_policy(self) -> None:
+        """Learner 0: the current policy as RUN_DIR/policy.h5 (for ``hpc_refer.evaluate``)."""
+        if self.run is not None and self.run_dir is not None:
+            checkpoint.save_policy(self.run_dir / "policy.h5", self.learner.algo,
+                                   self.config.to_dict())
+
+    def checkpoint_state(self) -> StateTree:
+        """The loop's own state (this learner's): counters, schedules, unlogged episodes."""
+        return {
+            "env_steps": self.result.env_steps, "received": self.result.received,
+            "faults": self.result.faults, "next_log": self.next_log,
+            "next_checkpoint": self.next_checkpoint, "next_eval": self.next_eval,
+            "eval_step": self.eval_step, "last_checkpoint": self.last_checkpoint,
+            "running": np.array(sorted(self.running), np.int64),
+            "waiting": np.array(self.waiting, np.int64),
+            "between_episodes": np.array([self.between_episodes[a] for a in self.actors]),
+            "actors": np.array(self.actors, np.int64),
+            "finished": np.array(self.result.finished_actors, np.int64),
+            "episodes": _episodes_tree(self.result.episodes[self.logged_episodes:]),
+            "evals": _episodes_tree(self.result.evals[self.logged_evals:]),
+            "interval": self.interval.checkpoint_state(),
+        }
+
+    def restore_state(self, tree: StateTree, same_actors: bool) -> None:
+        """Continue from :meth:`checkpoint_state`; the actors' sets only when this learner
+        serves the same actors as the one that wrote it (else all of them wait)."""
+        self.resumed = True
+        self.result.env_steps = tree["env_steps"]
+        self.result.received = tree["received"]
+        self.result.faults = tree["faults"]
+        self.next_log, self.next_checkpoint = tree["next_log"], tree["next_checkpoint"]
+        self.next_eval, self.eval_step = tree["next_eval"], tree["eval_step"]
+        self.last_checkpoint = tree["last_checkpoint"]
+        self.result.episodes = _episodes_from(tree["episodes"])
+        self.result.evals = _episodes_from(tree["evals"])
+        self.interval.restore_state(tree["interval"])
+        if same_actors:
+            self.running = {int(a) for a in tree["running"]}
+            self.waiting = [int(a) for a in tree["waiting"]]
+            self.between_episodes = dict(zip(self.actors, (bool(b) for b in
+                                                           tree["between_episodes"]),
+                                             strict=True))
+            self.result.finished_actors = [int(a) for a in tree["finished"]]
+        else:
+            self.running, self.waiting = set(), list(self.actors)
+        if isinstance(self.channel, LocalChannel):
+            self.channel.released = bool(self.running)
+
+    def stop_early(self, counters: LoopCounters) -> None:
+        """Stop on a signal or a failed environment: cut the actors, checkpoint, stop them."""
+        self.result.stopped_by = "signal" if counters.stop_signals else "failure"
+        messages = self.reducer.gather(self.failures)
+        if messages is not None:
+            failures = [m for ms in messages for m in ms]
+            self.result.stopped_by = failures[0] if failures else "signal"
+        self.log(final=True)
+        self.checkpoint()
+        for actor in self.waiting:
+            self.channel.send_stop(actor)
+        self.waiting = []
+        if self.run is not None:
+            why = (f"signal {STOP.signal}" if self.result.stopped_by == "signal"
+                   else self.result.stopped_by)
+            self.run.log(f"stopped at step {self.result.env_steps} ({why}); resume with: "
+                         f"python -m hpc_refer.run --restart {self.run_dir}")
 
     def shutdown(self) -> None:
         """Stop the waiting actors; take the last chunk of each running one, then stop it;
@@ -319,7 +645,8 @@ class LearnerLoop:
         self.reduce_counters()
         while self.learner.steps_due(self.result.env_steps) > 0:
             self.train_step()
-        self.log()
+        self.log(final=True)
+        self.save_policy()
 
 
 def make_learner(config: Config, obs_dim: int, act_dim: int, reducer: Reducer) -> Learner:
@@ -338,29 +665,109 @@ def make_actor(config: Config, env: TeamDriver, index: int, source: int) -> Acto
                    else Exploration.GAUSSIAN)
     return Actor(env, net, config.run.action_bounds,
                  role_seed(config.run.seed, SeedRole.ACTOR, index), config.run.chunk_len,
-                 source=source, exploration=exploration)
+                 source=source, exploration=exploration,
+                 max_failures=config.run.max_env_failures)
 
 
-def train_local(config: Config, run: RunDirectory | None) -> LearnerResult:
+@dataclass
+class Resume:
+    """Where a run continues from: a verified checkpoint and its manifest."""
+
+    path: Path
+    manifest: dict[str, Any]
+
+    @property
+    def learners(self) -> int:
+        return int(self.manifest["meta"]["learners"])
+
+    @property
+    def envs(self) -> int:
+        return int(self.manifest["meta"]["envs"])
+
+    def part(self, name: str) -> StateTree | None:
+        """A part of the checkpoint, None when it has none of that name."""
+        path = self.path / name
+        return checkpoint.read_tree(path) if path.exists() else None
+
+
+def restore_learner(loop: LearnerLoop, resume: Resume, layout_same: bool) -> None:
+    """Load this learner's state: its own part when the learner count is unchanged, else
+    the networks of learner 0 and its share of every old shard's episodes."""
+    rank, size = loop.reducer.rank, loop.reducer.size
+    if resume.learners == size:
+        tree = resume.part(f"learner-{rank}.h5")
+        assert tree is not None
+        loop.learner.restore_state(tree["learner"])
+        loop.restore_state(tree["loop"], layout_same)
+    else:
+        _restore_resized(loop, resume)
+    stored = loop.learner.far_counts().n_stored
+    if loop.run is not None:
+        loop.run.log(f"resumed {stored} stored transitions of {resume.learners} learner(s) "
+                     f"on {size} learner(s) from {resume.path}")
+
+
+def _restore_resized(loop: LearnerLoop, resume: Resume) -> None:
+    """Another learner count: learner 0's networks, ReF-ER state and loop state, and this
+    learner's share of the episodes of every old shard."""
+    rank, size = loop.reducer.rank, loop.reducer.size
+    trees = [resume.part(f"learner-{r}.h5") for r in range(resume.learners)]
+    assert all(t is not None for t in trees)
+    first = trees[0]
+    assert first is not None
+    share = checkpoint.split_episodes([t["learner"]["replay"] for t in trees if t], size,
+                                      loop.learner.replay.capacity)[rank]
+    loop.learner.restore_resized(first["learner"], share)
+    loop.restore_state(first["loop"], same_actors=False)
+    loop.result.episodes, loop.result.evals = [], []
+    if rank == 0:  # the episodes every old learner had not logged yet
+        for tree in trees:
+            assert tree is not None
+            loop.result.episodes += _episodes_from(tree["loop"]["episodes"])
+            loop.result.evals += _episodes_from(tree["loop"]["evals"])
+
+
+def train_local(config: Config, run: RunDirectory | None, run_dir: Path | None = None,
+                resume: Resume | None = None) -> LearnerResult:
     """One process: one learner and one actor, the learner loop over a :class:`LocalChannel`."""
-    env = TeamDriver(make_env(config.run.env, 1, None), None)
+    env = TeamDriver(make_env(config.run.env, 1, None,
+                              timeout=config.run.env_step_timeout), None,
+                     timeout=config.run.env_step_timeout)
     try:
         learner = make_learner(config, env.obs_dim, env.act_dim, SerialReducer())
-        channel = LocalChannel(make_actor(config, env, 0, 0))
-        return LearnerLoop(config, learner, channel, [0], 1, run).loop()
+        actor = make_actor(config, env, 0, 0)
+        channel = LocalChannel(actor, 0, run_dir)
+        loop = LearnerLoop(config, learner, channel, [0], 1, run, run_dir, eval_actor=0,
+                           meta={"learners": 1, "envs": 1, "config": config.to_dict(),
+                                 "obs_dim": env.obs_dim, "act_dim": env.act_dim})
+        if resume is not None:
+            restore_learner(loop, resume, layout_same=resume.envs == 1)
+            part = resume.part("actor-0.h5")
+            if part is not None:
+                restore_actor(actor, part)
+        return loop.loop()
     finally:
         env.close()
 
 
-def learner_main(config: Config, layout: Layout, fabric: Fabric,
-                 run: RunDirectory | None) -> LearnerResult:
+def learner_main(config: Config, layout: Layout, fabric: Fabric, run: RunDirectory | None,
+                 run_dir: Path | None = None, resume: Resume | None = None) -> LearnerResult:
     """A learner rank: serve its actors, train with the other learners, log (rank 0)."""
     dims = env_dims(config.run.env, config.run.ranks_per_env)
     obs_dim, act_dim = dims if dims is not None else _agreed_dims(fabric, None)
     learner = make_learner(config, obs_dim, act_dim, fabric.reducer())
     channel = LearnerChannel(fabric.world, obs_dim, act_dim)
-    return LearnerLoop(config, learner, channel, layout.actors_of(fabric.rank), layout.envs,
-                       run).loop()
+    actors = layout.actors_of(fabric.rank)
+    eval_actor = layout.actor_rank(0) if layout.learner_of(0) == fabric.rank else None
+    meta = {"learners": layout.learners, "envs": layout.envs, "config": config.to_dict(),
+            "obs_dim": obs_dim, "act_dim": act_dim}
+    loop = LearnerLoop(config, learner, channel, actors, layout.envs, run, run_dir,
+                       eval_actor, meta)
+    if resume is not None:
+        restore_learner(loop, resume,
+                        layout_same=(resume.learners, resume.envs) == (layout.learners,
+                                                                       layout.envs))
+    return loop.loop()
 
 
 @dataclass
@@ -373,25 +780,53 @@ class ActorResult:
     finished_early: bool = False
     faults: int = 0
     """Solver faults (episodes ended by invalid solver messages)."""
+    failure: str = ""
+    """Why the environment failed for good, if it did."""
 
 
-def actor_main(config: Config, layout: Layout, fabric: Fabric) -> ActorResult:
-    """An actor rank: run its team's environment with a policy copy; chunks to its learner."""
+def actor_main(config: Config, layout: Layout, fabric: Fabric, run_dir: Path | None = None,
+               resume: Resume | None = None) -> ActorResult:
+    """An actor rank: run its team's environment with a policy copy; chunks to its learner;
+    checkpoint parts and evaluation rounds when its learner asks."""
     assert fabric.team is not None
     team = Team(fabric.team)
     index = layout.team(fabric.rank)
     env = TeamDriver(make_env(config.run.env, config.run.ranks_per_env, team, index,
-                              layout.envs), team)
+                              layout.envs, timeout=config.run.env_step_timeout), team,
+                     index=index, timeout=config.run.env_step_timeout)
     if is_external(config.run.env):
         _agreed_dims(fabric, (env.obs_dim, env.act_dim))
     actor = make_actor(config, env, index, fabric.rank)
+    if resume is not None:
+        part = resume.part(f"actor-{index}.h5")
+        if part is not None:
+            restore_actor(actor, part)
     channel = ActorChannel(fabric.world, layout.learner_of(index), flat_state(actor.net).size)
     result = ActorResult()
     try:
-        while channel.recv_reply():
+        while (reply := channel.recv_reply()) is not Reply.STOP:
+            if reply is Reply.CHECKPOINT:
+                assert run_dir is not None
+                checkpoint.write_tree(checkpoint.partial_dir(run_dir, channel.step)
+                                      / f"actor-{index}.h5", actor_part(actor),
+                                      part_attrs(config))
+                channel.send_saved()
+                continue
             actor.load(channel.params)
-            message = next_message(actor)
-            result.faults = channel.faults = actor.faults
+            if result.failure:
+                channel.send_failed(result.failure)
+                continue
+            try:
+                if reply is Reply.EVAL:
+                    channel.send_evals(actor.evaluate(channel.episodes))
+                    continue
+                message = next_message(actor, channel.cut_requested)
+            except SolverFailure as failure:
+                result.failure = str(failure)
+                channel.send_failed(result.failure)
+                continue
+            finally:
+                result.faults = channel.faults = actor.faults
             if message is None:
                 channel.send_done()
                 result.finished_early = True
@@ -409,22 +844,25 @@ def solver_main(config: Config, fabric: Fabric) -> None:
     """A solver rank of a multi-rank environment team: follow the actor's calls."""
     assert fabric.team is not None
     team = Team(fabric.team)
-    serve_team(env_factory(config.run.env, config.run.ranks_per_env)(team), team)
+    serve_team(env_factory(config.run.env, config.run.ranks_per_env), team)
 
 
 def run_role(config: Config, layout: Layout, fabric: Fabric | None,
-             run: RunDirectory | None) -> LearnerResult | ActorResult | None:
+             run: RunDirectory | None, run_dir: Path | None = None,
+             resume: Resume | None = None) -> LearnerResult | ActorResult | None:
     """Run this rank's role to the end; returns what a learner or actor rank ends with.
 
-    A world of one rank (``fabric`` may then be None) trains in this process."""
+    A world of one rank (``fabric`` may then be None) trains in this process. ``run_dir``
+    (on every rank; None: no checkpoints) receives the checkpoints; ``resume`` is the
+    checkpoint to continue from."""
     role = layout.role(fabric.rank if fabric is not None else 0)
     if role is Role.SINGLE:
-        return train_local(config, run)
+        return train_local(config, run, run_dir, resume)
     assert fabric is not None
     if role is Role.LEARNER:
-        return learner_main(config, layout, fabric, run)
+        return learner_main(config, layout, fabric, run, run_dir, resume)
     if role is Role.ACTOR:
-        return actor_main(config, layout, fabric)
+        return actor_main(config, layout, fabric, run_dir, resume)
     solver_main(config, fabric)
     return None
 

@@ -153,7 +153,9 @@ def _records(run_dir: Path) -> list[dict]:
 def _check_run(proc: subprocess.CompletedProcess, run_dir: Path, steps: int) -> list[dict]:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert sorted(p.name for p in run_dir.iterdir()) == [
-        "config.toml", "episodes.csv", "log.txt", "train.jsonl"]
+        "checkpoints", "config.toml", "episodes.csv", "log.txt", "policy.h5", "state.txt",
+        "train.jsonl"]
+    assert (run_dir / "state.txt").read_text() == "finished\n"
     records = _records(run_dir)
     assert records[-1]["env_step"] >= steps and records[-1]["grad_step"] > 0
     episodes = (run_dir / "episodes.csv").read_text().splitlines()[1:]

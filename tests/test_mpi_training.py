@@ -44,8 +44,8 @@ def train_everywhere(config, tmp_path, monkeypatch):
     sent_chunks = []
     original = training.next_message
 
-    def recording(actor):
-        message = original(actor)
+    def recording(actor, *args):
+        message = original(actor, *args)
         if message is not None:
             sent_chunks.append(message[0])
         return message
@@ -237,11 +237,10 @@ def test_a_solver_gathering_its_state_on_another_rank():
     from hpc_refer.parallel import Team
 
     team = Team(COMM)
-    env = GatheredOnLastRank(team)
     if team.rank != 0:
-        serve_team(env, team)
+        serve_team(GatheredOnLastRank, team)
         return
-    driver, alone = TeamDriver(env, team), Diffusion1D(None)
+    driver, alone = TeamDriver(GatheredOnLastRank(team), team), Diffusion1D(None)
     assert driver.state_rank == team.size - 1
     np.testing.assert_allclose(driver.reset(3), alone.reset(3), rtol=1e-6)
     rng = np.random.default_rng(1)

@@ -1,0 +1,275 @@
+"""Checkpoints from the user's side: exact restart, preemption, saved policies, evaluation,
+and start-up errors that cost nothing (issue 10).
+
+Runs ``python -m hpc_refer.run`` in this process or as a subprocess (one process), and under
+``mpirun`` as a subprocess (serial pytest pass only: ``mpi_skip``).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from hpc_refer.evaluate import main as evaluate_main
+from hpc_refer.run import main as run_main
+
+pytestmark = pytest.mark.mpi_skip
+
+SMALL = ["--replay.size", "2000", "--replay.learn-start", "300", "--vracer.batch", "32",
+         "--vracer.hidden", "16,16", "--log-every", "200", "--chunk-len", "100"]
+TIMING = {"wall_s", "env_steps_per_s", "grad_steps_per_s"}
+"""Columns that hold wall-clock figures (the only ones a resumed run may change)."""
+
+
+def rows(path: Path) -> list[dict]:
+    """episodes.csv / eval.csv rows, or train.jsonl records, without the timing columns."""
+    if path.suffix == ".jsonl":
+        records = [json.loads(x) for x in path.read_text().splitlines()]
+    else:
+        with path.open() as f:
+            records = list(csv.DictReader(f))
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in records]
+
+
+def newest_checkpoint(run_dir: Path) -> Path:
+    return sorted((run_dir / "checkpoints").glob("step-*"))[-1]
+
+
+def h5_arrays(path: Path) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+
+    def visit(name: str, obj: object) -> None:
+        if isinstance(obj, h5py.Dataset):
+            out[name] = obj[()]
+
+    with h5py.File(path, "r") as f:
+        f.visititems(visit)
+    return out
+
+
+def assert_same_arrays(a: Path, b: Path, prefix: str = "") -> None:
+    left, right = h5_arrays(a), h5_arrays(b)
+    keys = sorted(k for k in left if k.startswith(prefix))
+    assert keys and keys == sorted(k for k in right if k.startswith(prefix))
+    for k in keys:
+        np.testing.assert_array_equal(left[k], right[k], err_msg=k)
+
+
+def test_resume_is_bit_for_bit_in_one_process(in_tmp):
+    """N steps, checkpoint, resume to 2N == 2N straight: weights, replay, metrics, policy.
+
+    HalfCheetah's episodes last 1000 steps, so the checkpoint at 600 falls inside an
+    episode: the MuJoCo state, the actor's rng and its pending steps must all continue.
+    """
+    common = ["--env", "HalfCheetah-v5", "--seed", "4", "--checkpoint-every", "600", *SMALL]
+    assert run_main([*common, "--steps", "1200", "--run-dir", "straight"]) == 0
+    assert run_main([*common, "--steps", "600", "--run-dir", "resumed"]) == 0
+    assert (in_tmp / "resumed" / "state.txt").read_text().strip() == "finished"
+    assert run_main(["--restart", "resumed", "--steps", "1200"]) == 0
+    straight, resumed = in_tmp / "straight", in_tmp / "resumed"
+    for name in ("episodes.csv", "train.jsonl"):
+        assert rows(straight / name) == rows(resumed / name), name
+    # The rows the first part wrote after its checkpoint were moved aside, not lost.
+    assert (resumed / "train.jsonl.after-step-600").exists()
+    last_s, last_r = newest_checkpoint(straight), newest_checkpoint(resumed)
+    assert last_s.name == last_r.name == "step-000000001200"
+    for part in ("learner-0.h5", "actor-0.h5"):
+        assert_same_arrays(last_s / part, last_r / part)
+    assert_same_arrays(straight / "policy.h5", resumed / "policy.h5")
+    assert "resumed from" in (resumed / "log.txt").read_text()
+
+
+def test_restart_refuses_what_would_change_the_run(in_tmp, capsys):
+    assert run_main(["--env", "Pendulum-v1", "--steps", "400", "--run-dir", "r", *SMALL]) == 0
+    before = sorted(p.name for p in (in_tmp / "r").rglob("*"))
+    assert run_main(["--restart", "r", "--steps", "800", "--vracer.lr", "0.001"]) == 2
+    err = capsys.readouterr().err
+    assert "vracer.lr cannot change" in err and "0.0001" in err and "0.001" in err
+    assert run_main(["--restart", "r", "--steps", "400"]) == 2
+    assert "not beyond the checkpoint's step 400" in capsys.readouterr().err
+    assert run_main(["--restart", "nowhere", "--steps", "800"]) == 2
+    assert "no config.toml" in capsys.readouterr().err
+    # Networks built for other sizes than the environment's now.
+    manifest_path = newest_checkpoint(in_tmp / "r") / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["meta"]["obs_dim"] = 4
+    manifest_path.write_text(json.dumps(manifest))
+    assert run_main(["--restart", "r", "--steps", "800"]) == 2
+    assert "(obs_dim, act_dim) = (3, 1)" in capsys.readouterr().err
+    manifest["meta"]["obs_dim"] = 3
+    manifest_path.write_text(json.dumps(manifest))
+    before = sorted(p.name for p in (in_tmp / "r").rglob("*"))
+    # A checkpoint whose file changed after it was published is refused by name.
+    part = newest_checkpoint(in_tmp / "r") / "learner-0.h5"
+    data = bytearray(part.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    part.write_bytes(bytes(data))
+    assert run_main(["--restart", "r", "--steps", "800"]) == 2
+    assert "learner-0.h5" in capsys.readouterr().err
+    assert sorted(p.name for p in (in_tmp / "r").rglob("*")) == before
+
+
+def test_unusable_run_dir_is_one_line(in_tmp, capsys):
+    Path("a_file").write_text("x")
+    for bad in ("a_file", "a_file/sub", "/proc/hpc_refer_cannot_write_here"):
+        assert run_main(["--env", "Pendulum-v1", "--steps", "200", "--run-dir", bad]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("hpc_refer.run: error:"), err
+
+
+def wait_for(predicate, what: str, proc: subprocess.Popen, timeout: float = 240.0) -> None:
+    """Poll ``predicate`` until it holds (the process must still run meanwhile)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if proc.poll() is not None:
+            raise AssertionError(f"process ended ({proc.returncode}) before {what}: "
+                                 f"{proc.stderr.read() if proc.stderr else ''}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def progress_lines(run_dir: Path) -> int:
+    log = run_dir / "log.txt"
+    return log.read_text().count("steps ") if log.exists() else 0
+
+
+def assert_continuous(run_dir: Path, total: int) -> None:
+    """episodes.csv and train.jsonl of a stopped and resumed run: no row twice, none
+    missing, steps increasing to ``total``."""
+    records = rows(run_dir / "train.jsonl")
+    steps = [int(r["env_step"]) for r in records]
+    assert steps == sorted(set(steps)) and steps[-1] >= total
+    episodes = rows(run_dir / "episodes.csv")
+    ends = [int(e["env_step"]) for e in episodes]
+    assert ends == sorted(ends)
+    # Pendulum episodes last 200 steps: every one of them is there once.
+    assert sum(int(e["length"]) for e in episodes) == 200 * len(episodes)
+    assert len(episodes) >= total // 200 - 1
+
+
+def python_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
+def test_signal_stops_checkpoints_and_resumes(in_tmp, signum):
+    run_dir = in_tmp / "pre"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hpc_refer.run", "--env", "Pendulum-v1", "--steps", "200000",
+         "--run-dir", str(run_dir), *SMALL],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=python_env())
+    wait_for(lambda: progress_lines(run_dir) >= 3, "three progress lines", proc)
+    proc.send_signal(signum)
+    assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
+    assert (run_dir / "state.txt").read_text().strip() == "preempted"
+    stopped = int(newest_checkpoint(run_dir).name.split("-")[1])
+    assert 600 <= stopped < 200000
+    assert (run_dir / "policy.h5").exists()
+    total = stopped + 400
+    assert run_main(["--restart", str(run_dir), "--steps", str(total)]) == 0
+    assert (run_dir / "state.txt").read_text().strip() == "finished"
+    assert_continuous(run_dir, total)
+
+
+def test_evaluate_runs_the_saved_mean_policy(in_tmp, capsys):
+    assert run_main(["--env", "Pendulum-v1", "--steps", "1000", "--run-dir", "r",
+                     "--eval-every", "400", "--eval-episodes", "2", *SMALL]) == 0
+    evals = rows(in_tmp / "r" / "eval.csv")
+    assert [int(e["env_step"]) for e in evals] == [400, 400, 800, 800]
+    assert all(int(e["length"]) == 200 for e in evals)
+    capsys.readouterr()
+    assert evaluate_main(["r", "--episodes", "3", "--out", "a.json"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("episode ") == 3 and "mean return" in out
+    first = json.loads(Path("a.json").read_text())
+    assert evaluate_main(["r", "--episodes", "3", "--out", "b.json"]) == 0
+    second = json.loads(Path("b.json").read_text())
+    assert first["episodes"] == 3 and np.isfinite(first["return_mean"])
+    assert first["episode_returns"] == second["episode_returns"]  # deterministic policy
+    assert evaluate_main(["nowhere"]) == 2
+    assert "hpc_refer.evaluate: error:" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------
+# Under mpirun (subprocesses of the serial pass)
+
+
+def mpi_env() -> dict[str, str]:
+    env = python_env()
+    env.update(
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+        OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+        PRTE_ALLOW_RUN_AS_ROOT="1", PRTE_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+        PRTE_MCA_rmaps_default_mapping_policy=":oversubscribe", OMPI_MCA_btl="^ofi",
+        OMPI_MCA_mpi_yield_when_idle="1",
+    )
+    return env
+
+
+def mpirun(n: int, *args: str) -> list[str]:
+    exe = shutil.which("mpirun", path=mpi_env()["PATH"])
+    if exe is None:
+        pytest.skip("no mpirun")
+    return [exe, "-n", str(n), sys.executable, "-m", "hpc_refer.run", *args]
+
+
+def test_unusable_run_dir_under_mpirun_is_one_line_on_every_rank(in_tmp):
+    Path("a_file").write_text("x")
+    proc = subprocess.run(mpirun(3, "--env", "Pendulum-v1", "--steps", "200", "--run-dir",
+                                 "a_file/sub"),
+                          capture_output=True, text=True, timeout=180, env=mpi_env(),
+                          check=False)
+    assert proc.returncode != 0
+    errors = [x for x in proc.stderr.splitlines() if x.startswith("hpc_refer.run: error:")]
+    assert len(errors) == 1 and "a_file/sub" in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_mpi_signal_checkpoints_and_resumes_with_other_learner_counts(in_tmp):
+    """mpirun -n 4 (2 learners, 2 actors) stopped by SIGUSR1 sent to mpirun (Open MPI
+    forwards it to every rank; its mpirun kills the ranks on SIGTERM), resumed by 1 learner
+    (2 -> 1), then by 2 learners again (1 -> 2): every stored transition is kept each time."""
+    run_dir = in_tmp / "mpi"
+    proc = subprocess.Popen(
+        mpirun(4, "--env", "Pendulum-v1", "--steps", "200000", "--learners", "2",
+               "--run-dir", str(run_dir), *SMALL),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=mpi_env())
+    wait_for(lambda: progress_lines(run_dir) >= 4, "four progress lines", proc)
+    proc.send_signal(signal.SIGUSR1)
+    assert proc.wait(timeout=180) == 0, proc.stderr.read() if proc.stderr else ""
+    assert (run_dir / "state.txt").read_text().strip() == "preempted"
+    stopped = int(newest_checkpoint(run_dir).name.split("-")[1])
+    for world, learners, more in ((3, 1, 400), (4, 2, 400)):
+        stored = stored_transitions(newest_checkpoint(run_dir))
+        total = stopped + more
+        done = subprocess.run(mpirun(world, "--restart", str(run_dir), "--steps", str(total),
+                                     "--learners", str(learners)),
+                              capture_output=True, text=True, timeout=300, env=mpi_env(),
+                              check=False)
+        assert done.returncode == 0, done.stderr
+        assert f"resumed {stored} stored transitions" in (run_dir / "log.txt").read_text()
+        stopped = int(newest_checkpoint(run_dir).name.split("-")[1])
+        assert stopped >= total
+    assert (run_dir / "state.txt").read_text().strip() == "finished"
+    assert_continuous(run_dir, stopped)
+
+
+def stored_transitions(ckpt: Path) -> int:
+    total = 0
+    for part in sorted(ckpt.glob("learner-*.h5")):
+        with h5py.File(part, "r") as f:
+            total += int(f["state/learner/replay"].attrs["n_transitions"])
+    return total
