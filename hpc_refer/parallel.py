@@ -181,7 +181,8 @@ class MpiReducer:
 
 
 TAG_HEADER, TAG_DATA, TAG_PARAMS, TAG_STOP, TAG_DONE, TAG_TEAM = 11, 12, 13, 14, 15, 16
-TAG_CUT, TAG_CHECKPOINT, TAG_SAVED, TAG_EVAL, TAG_EVAL_RESULT, TAG_FAILED = range(17, 23)
+TAG_CUT, TAG_CHECKPOINT, TAG_SAVED, TAG_EVAL, TAG_EVAL_RESULT, TAG_FAILED, TAG_STUCK = range(
+    17, 24)
 """Tags of the actor <-> learner messages; a chunk's header is a
 :class:`~hpc_refer.records.ChunkHeader` (float64, variable length: the episode's metric values
 follow its fixed part)."""
@@ -255,7 +256,8 @@ class ActorChannel:
     the actor's environment ended its work early; TAG_SAVED (empty) once its checkpoint part
     is written; TAG_EVAL_RESULT (float64, :func:`~hpc_refer.records.pack_episodes`) after an
     evaluation round; TAG_FAILED (the failure's text, utf-8 bytes) when its environment
-    failed for good. Learner to actor: the flat parameter vector (TAG_PARAMS), TAG_STOP,
+    failed for good, TAG_STUCK (likewise, from its watchdog thread) when it hangs in a
+    solver call. Learner to actor: the flat parameter vector (TAG_PARAMS), TAG_STOP,
     TAG_CHECKPOINT (float64 [env step]), TAG_EVAL (float32 parameters then the number of
     episodes), and TAG_CUT (empty: send the steps collected so far now, without waiting for
     the chunk to fill; an actor that sent its chunk already ignores it). ``faults`` (the
@@ -292,9 +294,11 @@ class ActorChannel:
     def send_evals(self, episodes: list[EpisodeRecord]) -> None:
         self.world.Send(pack_episodes(episodes), dest=self.learner, tag=TAG_EVAL_RESULT)
 
-    def send_failed(self, text: str) -> None:
+    def send_failed(self, text: str, stuck: bool = False) -> None:
+        """The environment failed for good; ``stuck``: sent by the watchdog thread while the
+        main thread hangs in a solver call (needs MPI_THREAD_MULTIPLE, mpi4py's default)."""
         self.world.Send(np.frombuffer(text.encode(), np.uint8).copy(), dest=self.learner,
-                        tag=TAG_FAILED)
+                        tag=TAG_STUCK if stuck else TAG_FAILED)
 
     def cut_requested(self) -> bool:
         """True (once) when the learner asked for the steps collected so far (TAG_CUT)."""
@@ -357,10 +361,11 @@ class LearnerChannel:
             raw = np.empty(self._status.Get_count(mpi.DOUBLE), np.float64)
             self.world.Recv(raw, source=source, tag=tag)
             return Incoming(source, MessageKind.EVAL, evals=unpack_episodes(raw))
-        if tag == TAG_FAILED:
+        if tag in (TAG_FAILED, TAG_STUCK):
             text = np.empty(self._status.Get_count(mpi.BYTE), np.uint8)
             self.world.Recv(text, source=source, tag=tag)
-            return Incoming(source, MessageKind.FAILED, failure=text.tobytes().decode())
+            kind = MessageKind.STUCK if tag == TAG_STUCK else MessageKind.FAILED
+            return Incoming(source, kind, failure=text.tobytes().decode())
         if tag != TAG_HEADER:
             raise RuntimeError(f"learner: unexpected message tag {tag} from rank {source}")
         raw = np.empty(self._status.Get_count(mpi.DOUBLE), np.float64)

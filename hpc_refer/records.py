@@ -74,6 +74,9 @@ class MessageKind(IntEnum):
     FAILED = 3
     """The environment failed for good (``run.max_env_failures`` faults in a row, or a
     solver that stopped answering); the text says which and why."""
+    STUCK = 4
+    """The actor's process is stuck in a solver call (its watchdog thread says so): it
+    answers nothing any more, so the run checkpoints without it and ends the job."""
 
 
 class Incoming(NamedTuple):

@@ -27,7 +27,7 @@ from hpc_refer.config import (
     config_from_args,
     load_toml,
 )
-from hpc_refer.envs import check_env, env_dims, is_external
+from hpc_refer.envs import SolverStartError, check_env, env_dims, is_external
 from hpc_refer.layout import Layout, LayoutError, compute_layout
 from hpc_refer.metrics import RunDirectory, episode_columns, new_run_dir
 from hpc_refer.parallel import Fabric, abort_job, app_count, world_rank_size
@@ -232,6 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = run_role(start.config, start.layout, None, run, run.path, resume)
         status = _outcome(run, result, rank)
+    except SolverStartError as err:
+        run.set_state("failed")
+        print(f"hpc_refer.run: error: {err}", file=sys.stderr, flush=True)
+        status = FAILED
     except BaseException:
         run.set_state("failed")
         raise
@@ -275,6 +279,9 @@ def _main_mpi(start: Start, rank: int) -> int:
         result = run_role(config, layout, fabric, run, path, resume)
         if run is not None:
             status = _outcome(run, result, rank)
+    except SolverStartError as err:  # one line: the solver never answered
+        print(f"hpc_refer.run: error: {err}", file=sys.stderr, flush=True)
+        fabric.abort(FAILED)
     except Exception:  # any failure on one rank must stop the whole job, not hang it
         role = layout.role(rank).value
         print(f"hpc_refer.run: rank {rank} ({role}) failed:\n{traceback.format_exc()}",

@@ -34,7 +34,10 @@ failure's message. Every ``run.eval_every`` environment steps the actor of envir
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -104,6 +107,44 @@ class StopRequest:
 
 
 STOP = StopRequest()
+
+
+class Watchdog:
+    """A thread that notices a process stuck in a solver call.
+
+    ``run.env_step_timeout`` is enforced inside the call (SIGALRM for in-process solvers,
+    polled deadlines for teams and external solvers), but nothing interrupts compiled code
+    that never returns to Python: a solver blocked in its own MPI collective with a team rank
+    that stopped, say. When ``env.busy_since`` (set by :class:`~hpc_refer.envs.TeamDriver`
+    during each call) is older than ``2 * timeout + 5`` seconds, the watchdog calls
+    ``on_stuck(message)`` once, from its thread.
+    """
+
+    def __init__(self, env: TeamDriver, timeout: float, on_stuck: Callable[[str], None]) -> None:
+        self.env = env
+        self.limit = 2.0 * timeout + 5.0
+        self.on_stuck = on_stuck
+        self.timeout = timeout
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="hpc_refer-watchdog",
+                                        daemon=True)
+        if timeout > 0:
+            self._thread.start()
+
+    def _watch(self) -> None:
+        period = min(1.0, self.limit / 10)
+        while not self._stop.wait(period):
+            since = self.env.busy_since
+            if since is not None and time.monotonic() - since > self.limit:
+                self.on_stuck(
+                    f"{self.env.name}: stuck in a solver call for more than {self.limit:g} s "
+                    f"(run.env_step_timeout = {self.timeout:g} s could not interrupt it: the "
+                    f"solver is blocked outside Python, e.g. in an MPI call with a rank that "
+                    f"stopped)")
+                return
+
+    def close(self) -> None:
+        self._stop.set()
 
 
 class IntervalStats:
@@ -371,6 +412,8 @@ class LearnerLoop:
         self.new_episodes: list[tuple[int, EpisodeRecord]] = []
         self.new_evals: list[tuple[int, EpisodeRecord]] = []
         self.failures: list[str] = []
+        self.stuck: set[int] = set()
+        """Actors stuck in a solver call: they answer nothing any more."""
         self.slack = config.replay.grad_ratio * envs * config.run.chunk_len
         self.interval = IntervalStats()
         self.next_log = config.run.log_every
@@ -392,6 +435,12 @@ class LearnerLoop:
         self.running.discard(actor)
         if message.kind is MessageKind.FINISHED:
             self.result.finished_actors.append(actor)
+            return
+        if message.kind is MessageKind.STUCK:
+            if actor in self.waiting:  # its main thread answered after all, then hung
+                self.waiting.remove(actor)
+            self.failures.append(message.failure)
+            self.stuck.add(actor)
             return
         self.waiting.append(actor)
         if message.kind is MessageKind.FAILED:
@@ -550,7 +599,8 @@ class LearnerLoop:
             return
         self.last_checkpoint = step
         part = checkpoint.partial_dir(self.run_dir, step)
-        self.channel.request_checkpoints(list(self.waiting), step)
+        done = set(self.result.finished_actors) | self.stuck
+        self.channel.request_checkpoints([a for a in self.actors if a not in done], step)
         rank = self.reducer.rank
         checkpoint.write_tree(part / f"learner-{rank}.h5",
                               {"learner": self.learner.checkpoint_state(),
@@ -734,6 +784,8 @@ def train_local(config: Config, run: RunDirectory | None, run_dir: Path | None =
                               timeout=config.run.env_step_timeout), None,
                      timeout=config.run.env_step_timeout)
     try:
+        watchdog = Watchdog(env, config.run.env_step_timeout,
+                            lambda text: _end_stuck_process(text, run))
         learner = make_learner(config, env.obs_dim, env.act_dim, SerialReducer())
         actor = make_actor(config, env, 0, 0)
         channel = LocalChannel(actor, 0, run_dir)
@@ -747,7 +799,19 @@ def train_local(config: Config, run: RunDirectory | None, run_dir: Path | None =
                 restore_actor(actor, part)
         return loop.loop()
     finally:
+        watchdog.close()
         env.close()
+
+
+def _end_stuck_process(text: str, run: RunDirectory | None) -> None:
+    """One process stuck in a solver call (from the watchdog thread): nothing can run a
+    checkpoint any more; record the failure and end the process (the last checkpoint
+    stands)."""
+    print(f"hpc_refer.run: error: {text}; stopping without a final checkpoint (resume from "
+          f"the last one with --restart)", file=sys.stderr, flush=True)
+    if run is not None:
+        run.set_state("failed")
+    os._exit(1)
 
 
 def learner_main(config: Config, layout: Layout, fabric: Fabric, run: RunDirectory | None,
@@ -802,6 +866,8 @@ def actor_main(config: Config, layout: Layout, fabric: Fabric, run_dir: Path | N
         if part is not None:
             restore_actor(actor, part)
     channel = ActorChannel(fabric.world, layout.learner_of(index), flat_state(actor.net).size)
+    watchdog = Watchdog(env, config.run.env_step_timeout,
+                        lambda text: channel.send_failed(text, stuck=True))
     result = ActorResult()
     try:
         while (reply := channel.recv_reply()) is not Reply.STOP:
@@ -837,6 +903,7 @@ def actor_main(config: Config, layout: Layout, fabric: Fabric, run_dir: Path | N
             result.episodes += episode is not None
         return result
     finally:
+        watchdog.close()
         env.close()
 
 

@@ -51,6 +51,7 @@ from __future__ import annotations
 import importlib
 import re
 import sys
+import time
 from collections.abc import Callable
 from enum import IntEnum
 from typing import Any, NamedTuple
@@ -338,6 +339,9 @@ class TeamDriver:
         self.obs_dim, self.act_dim = int(env.obs_dim), int(env.act_dim)
         self.low = np.asarray(env.low, np.float64).reshape(-1)
         self.high = np.asarray(env.high, np.float64).reshape(-1)
+        self.busy_since: float | None = None
+        """``time.monotonic()`` when the call in progress began (None between calls): a
+        watchdog thread reads it (:class:`~hpc_refer.training.Watchdog`)."""
         self._answered = False
         """Whether the solver answered a call yet (a timeout before that is a start-up
         error)."""
@@ -369,6 +373,13 @@ class TeamDriver:
         return result
 
     def _call(self, call: str, arg: Any, command: TeamCommand, payload: np.ndarray) -> Any:
+        self.busy_since = time.monotonic()
+        try:
+            return self._answer(call, arg, command, payload)
+        finally:
+            self.busy_since = None
+
+    def _answer(self, call: str, arg: Any, command: TeamCommand, payload: np.ndarray) -> Any:
         if self.external:
             return self._external(call, arg)
         if self._lost:
