@@ -419,8 +419,8 @@ class LearnerLoop:
         self.next_log = config.run.log_every
         self.logged_episodes = 0
         self.logged_evals = 0
-        self.logged_at = (-1, -1)
-        """(env steps, gradient steps) of the last record."""
+        self.logged_at = -1
+        """Env steps of the last record."""
         every = config.run.checkpoint_every
         self.next_checkpoint = every if every else None
         self.last_checkpoint = -1
@@ -502,26 +502,29 @@ class LearnerLoop:
 
     def log(self, final: bool = False) -> None:
         """Collective over learners: gather interval stats, episodes and evaluation episodes
-        onto learner 0, which writes them and prints the progress line. ``final``: the last
-        record of a run, skipped when nothing happened since the previous one (the counters
-        are global, so every learner skips it alike)."""
-        now = (self.result.env_steps, self.learner.grad_steps)
+        onto learner 0, which writes them and prints the progress line; the next record is
+        due at the next multiple of ``run.log_every`` (one record per crossing, never two at
+        one step). ``final``: the last
+        record of a run, skipped when no environment step or episode came since the previous
+        one (the counters are global, so every learner skips it alike)."""
         unlogged = (len(self.result.episodes) - self.logged_episodes
                     + len(self.result.evals) - self.logged_evals)
-        if final and now == self.logged_at and not self.reducer.sum(np.array([unlogged]))[0]:
+        if (final and self.result.env_steps == self.logged_at
+                and not self.reducer.sum(np.array([unlogged]))[0]):
             return
-        self.logged_at = now
+        self.logged_at = self.result.env_steps
+        every = self.config.run.log_every
+        self.next_log = (self.result.env_steps // every + 1) * every
         record = self.interval.record(self.learner, self.result.env_steps, self.result.faults)
         gathered = self.reducer.gather((record, self.result.episodes[self.logged_episodes:],
                                         self.result.evals[self.logged_evals:]))
         self.logged_episodes = len(self.result.episodes)
         self.logged_evals = len(self.result.evals)
         if self.run is not None and gathered is not None:
-            for _, episodes, evals in gathered:
-                for episode in sorted(episodes):
-                    self.run.episode(*episode)
-                for evaluation in sorted(evals):
-                    self.run.evaluation(*evaluation)
+            for episode in sorted(e for _, episodes, _ in gathered for e in episodes):
+                self.run.episode(*episode)
+            for evaluation in sorted(e for _, _, evals in gathered for e in evals):
+                self.run.evaluation(*evaluation)
             _log_interval(self.run, record, self.config.run.steps)
         self.interval.reset(self.result.env_steps, self.learner.grad_steps)
 
@@ -545,9 +548,8 @@ class LearnerLoop:
             self.next_eval += self.config.run.eval_every
         if self.learner.steps_due(step) <= self.slack:
             self.release()
-        while step >= self.next_log:
+        if step >= self.next_log:
             self.log()
-            self.next_log += self.config.run.log_every
 
     def loop(self) -> LearnerResult:
         total = self.config.run.steps

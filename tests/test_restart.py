@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from mpi_launch import mpi_env, mpirun_exe
 
 from hpc_refer.evaluate import main as evaluate_main
 from hpc_refer.run import main as run_main
@@ -207,23 +207,8 @@ def test_evaluate_runs_the_saved_mean_policy(in_tmp, capsys):
 # Under mpirun (subprocesses of the serial pass)
 
 
-def mpi_env() -> dict[str, str]:
-    env = python_env()
-    env.update(
-        PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
-        OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-        PRTE_ALLOW_RUN_AS_ROOT="1", PRTE_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-        PRTE_MCA_rmaps_default_mapping_policy=":oversubscribe", OMPI_MCA_btl="^ofi",
-        OMPI_MCA_mpi_yield_when_idle="1",
-    )
-    return env
-
-
 def mpirun(n: int, *args: str) -> list[str]:
-    exe = shutil.which("mpirun", path=mpi_env()["PATH"])
-    if exe is None:
-        pytest.skip("no mpirun")
-    return [exe, "-n", str(n), sys.executable, "-m", "hpc_refer.run", *args]
+    return [mpirun_exe(), "-n", str(n), sys.executable, "-m", "hpc_refer.run", *args]
 
 
 def test_unusable_run_dir_under_mpirun_is_one_line_on_every_rank(in_tmp):
@@ -273,3 +258,26 @@ def stored_transitions(ckpt: Path) -> int:
         with h5py.File(part, "r") as f:
             total += int(f["state/learner/replay"].attrs["n_transitions"])
     return total
+
+
+def test_evaluate_a_policy_of_a_team_solver_under_mpirun(in_tmp):
+    """A Diffusion1D run with teams of 2 ranks, then its policy evaluated by one team of 2
+    (rank 0 acts, rank 1 follows the solver's calls); a wrong rank count is one line."""
+    small = ["--replay.size", "1000", "--replay.learn-start", "200", "--vracer.batch", "16",
+             "--vracer.hidden", "16,16", "--log-every", "200", "--chunk-len", "50"]
+    trained = subprocess.run(mpirun(3, "--env", "Diffusion1D", "--ranks-per-env", "2",
+                                    "--steps", "400", "--run-dir", "team", *small),
+                             capture_output=True, text=True, timeout=300, env=mpi_env(),
+                             check=False)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    evaluate = [*mpirun(2)[:3], sys.executable, "-m", "hpc_refer.evaluate", "team",
+                "--episodes", "2"]
+    proc = subprocess.run(evaluate, capture_output=True, text=True, timeout=300,
+                          env=mpi_env(), check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("episode ") == 2 and "mean return" in proc.stdout
+    stats = json.loads((in_tmp / "team" / "evaluation.json").read_text())
+    assert stats["episodes"] == 2 and np.isfinite(stats["return_mean"])
+    one = subprocess.run([sys.executable, "-m", "hpc_refer.evaluate", "team"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert one.returncode == 2 and "mpirun -n 2" in one.stderr

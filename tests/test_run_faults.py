@@ -8,7 +8,6 @@ import contextlib
 import csv
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,12 +16,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from mpi_launch import HERE, mpi_env, mpirun_exe
 
 from hpc_refer.run import main as run_main
 
 pytestmark = pytest.mark.mpi_skip
 
-HERE = Path(__file__).resolve().parent
 SMALL = ["--replay.size", "2000", "--replay.learn-start", "200", "--vracer.batch", "16",
          "--vracer.hidden", "16,16", "--log-every", "200", "--chunk-len", "50"]
 
@@ -71,25 +70,10 @@ def test_faults_in_a_row_checkpoint_and_stop_the_run_naming_the_environment(
     assert all_finite(run_dir)
 
 
-def mpi_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
-        PYTHONPATH=f"{HERE}{os.pathsep}{env.get('PYTHONPATH', '')}",
-        OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-        PRTE_ALLOW_RUN_AS_ROOT="1", PRTE_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-        PRTE_MCA_rmaps_default_mapping_policy=":oversubscribe", OMPI_MCA_btl="^ofi",
-        OMPI_MCA_mpi_yield_when_idle="1",
-    )
-    return env
-
-
 def test_a_team_rank_that_stops_answering_stops_the_run_with_a_checkpoint(in_tmp):
     """mpirun -n 3: 1 learner and one team of 2 ranks whose rank 1 hangs in Python: the
     actor's wait times out, the run checkpoints, says which environment and ends the job."""
-    exe = shutil.which("mpirun", path=mpi_env()["PATH"])
-    if exe is None:
-        pytest.skip("no mpirun")
+    exe = mpirun_exe()
     proc = subprocess.run(
         [exe, "-n", "3", sys.executable, "-m", "hpc_refer.run", "--env",
          "fault_envs:RankOneHangs", "--ranks-per-env", "2", "--steps", "2000",
@@ -111,9 +95,7 @@ def test_an_external_solver_that_stops_answering_ends_the_run_in_one_line(
         in_tmp, mode, message):
     """A spawned solver that never says HELLO is a start-up error; one that stops answering
     mid-run fails the environment: the run checkpoints and ends (exit 1), naming it."""
-    exe = shutil.which("mpirun", path=mpi_env()["PATH"])
-    if exe is None:
-        pytest.skip("no mpirun (MPI_Comm_spawn needs its runtime)")
+    exe = mpirun_exe()
     pidfile = in_tmp / "solver.pid"
     spec = f"external:-n 1 {sys.executable} {HERE / 'stuck_solver.py'} {pidfile} {mode}"
     state = in_tmp / "r" / "state.txt"

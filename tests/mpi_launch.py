@@ -1,0 +1,35 @@
+"""Launching mpirun from the serial test pass: the environment Open MPI 5 needs here (root,
+two oversubscribed cores, no busy polling) and the mpirun of this interpreter's venv."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+
+
+def mpi_env() -> dict[str, str]:
+    """os.environ plus the venv on PATH, tests/ on PYTHONPATH and Open MPI's settings."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.update(
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+        PYTHONPATH=f"{HERE}{os.pathsep}{env.get('PYTHONPATH', '')}",
+        OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+        PRTE_ALLOW_RUN_AS_ROOT="1", PRTE_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+        PRTE_MCA_rmaps_default_mapping_policy=":oversubscribe", OMPI_MCA_btl="^ofi",
+        OMPI_MCA_mpi_yield_when_idle="1",
+    )
+    return env
+
+
+def mpirun_exe() -> str:
+    """The mpirun to use (the test is skipped without one)."""
+    exe = shutil.which("mpirun", path=mpi_env()["PATH"])
+    if exe is None:
+        pytest.skip("no mpirun")
+    return exe
