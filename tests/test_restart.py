@@ -22,6 +22,7 @@ import pytest
 from mpi_launch import mpi_env, mpirun_exe
 
 from hpc_refer.evaluate import main as evaluate_main
+from hpc_refer.plot import plot_runs
 from hpc_refer.run import main as run_main
 
 pytestmark = pytest.mark.mpi_skip
@@ -190,6 +191,11 @@ def test_evaluate_runs_the_saved_mean_policy(in_tmp, capsys):
     evals = rows(in_tmp / "r" / "eval.csv")
     assert [int(e["env_step"]) for e in evals] == [400, 400, 800, 800]
     assert all(int(e["length"]) == 200 for e in evals)
+    (curve,) = plot_runs([in_tmp / "r"], in_tmp / "curves.png", window=200).values()
+    assert curve["eval"]["steps"] == [400, 800]
+    np.testing.assert_allclose(curve["eval"]["mean"], [
+        np.mean([float(e["return"]) for e in evals if int(e["env_step"]) == s])
+        for s in (400, 800)])
     capsys.readouterr()
     assert evaluate_main(["r", "--episodes", "3", "--out", "a.json"]) == 0
     out = capsys.readouterr().out
