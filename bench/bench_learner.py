@@ -21,13 +21,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from common import median, rate, write
+from common import median, rate, synthetic_episode, write
 
 from hpc_refer.config import build_config
 from hpc_refer.learner import Learner
 from hpc_refer.metrics import RunDirectory
 from hpc_refer.parallel import SerialReducer
-from hpc_refer.replay import TRUNCATED, Chunk
 from hpc_refer.training import make_learner, train_local
 
 OBS, ACT, T = 17, 6, 1000
@@ -42,12 +41,7 @@ def rss_bytes() -> int:
 def fill(learner: Learner, rng: np.random.Generator, states: int) -> None:
     """Store synthetic truncated episodes of T steps (mu near the policy) until ``states``."""
     while learner.replay.size < states:
-        learner.store(Chunk(
-            rng.standard_normal((T + 1, OBS)).astype(np.float32),
-            (0.45 * rng.standard_normal((T, ACT))).astype(np.float32),
-            rng.standard_normal(T).astype(np.float32),
-            (0.02 * rng.standard_normal((T, ACT))).astype(np.float32),
-            np.full((T, ACT), 0.447, np.float32), TRUNCATED, 0))
+        learner.store(synthetic_episode(rng, T, OBS, ACT))
 
 
 def bench_memory(size: int) -> dict:

@@ -30,14 +30,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from common import median, write
+from common import median, synthetic_episode, write
 
 from hpc_refer import checkpoint
 from hpc_refer.algorithms import make_algorithm
 from hpc_refer.config import build_config
 from hpc_refer.learner import Learner
 from hpc_refer.parallel import SerialReducer
-from hpc_refer.replay import TRUNCATED, Chunk
 
 OBS, ACT, T = 17, 6, 1000
 N = 2**18
@@ -64,12 +63,7 @@ def filled(learners: int, seed: int) -> Learner:
     learner = make(learners, seed)
     rng = np.random.default_rng(seed)
     while learner.replay.size < learner.replay.capacity or learner.replay.n_removed == 0:
-        learner.store(Chunk(
-            rng.standard_normal((T + 1, OBS)).astype(np.float32),
-            (0.45 * rng.standard_normal((T, ACT))).astype(np.float32),
-            rng.standard_normal(T).astype(np.float32),
-            (0.02 * rng.standard_normal((T, ACT))).astype(np.float32),
-            np.full((T, ACT), 0.447, np.float32), TRUNCATED, 0))
+        learner.store(synthetic_episode(rng, T, OBS, ACT))
     learner.update_start(learner.replay.size, 0)
     for _ in range(20):
         learner.train_step()

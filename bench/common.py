@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -57,3 +58,17 @@ def write(name: str, payload: dict) -> Path:
                "date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine(), **payload}
     path.write_text(json.dumps(payload, indent=2) + "\n")
     return path
+
+
+def synthetic_episode(rng: Any, steps: int, obs_dim: int, act_dim: int) -> Any:
+    """A truncated episode of ``steps`` random steps whose behaviour mu is near a fresh
+    V-RACER policy (mean about 0, std 0.447), as a replay :class:`~hpc_refer.replay.Chunk`."""
+    import numpy as np
+
+    from hpc_refer.replay import TRUNCATED, Chunk
+
+    return Chunk(rng.standard_normal((steps + 1, obs_dim)).astype(np.float32),
+                 (0.45 * rng.standard_normal((steps, act_dim))).astype(np.float32),
+                 rng.standard_normal(steps).astype(np.float32),
+                 (0.02 * rng.standard_normal((steps, act_dim))).astype(np.float32),
+                 np.full((steps, act_dim), 0.447, np.float32), TRUNCATED, 0)
