@@ -68,6 +68,29 @@ def evaluation_rounds(run_dir: Path) -> tuple[np.ndarray, np.ndarray] | None:
     return rounds, np.array([returns[steps == s].mean() for s in rounds])
 
 
+PAPER_WINDOW = 200_000
+"""The paper's averaging window (environment steps)."""
+WINDOWS = 20
+"""Windows a run is cut into when its length calls for a shorter window than the paper's."""
+
+
+def auto_window(run_dirs: list[Path]) -> int:
+    """The averaging window for these runs: the paper's 2e5 steps when the longest run spans
+    at least 20 of them, else a round number of steps (1, 2 or 5 times a power of ten) that
+    cuts the longest run into about 20 windows, so a short run draws a curve, not one dot."""
+    longest = 0
+    for d in run_dirs:
+        path = d / "episodes.csv"
+        if path.is_file():
+            with path.open() as f:
+                longest = max([longest, *(int(r["env_step"]) for r in csv.DictReader(f))])
+    if longest >= WINDOWS * PAPER_WINDOW:
+        return PAPER_WINDOW
+    target = max(longest / WINDOWS, 1.0)
+    power = 10 ** int(np.floor(np.log10(target)))
+    return int(next(m * power for m in (5, 2, 1) if m * power <= target))
+
+
 def seed_band(curves: list[tuple[np.ndarray, np.ndarray]]
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Window ends, mean over runs, 20th and 80th percentiles over runs of the curves
@@ -108,7 +131,8 @@ def plot_runs(run_dirs: list[Path], out: Path, window: int, title: str = "") -> 
         x, mean, lo, hi = seed_band(curves)
         if len(x) == 0:
             continue
-        (line,) = ax.plot(x, mean, label=f"{label} ({len(curves)} runs)")
+        (line,) = ax.plot(x, mean, marker="." if len(x) <= 2 * WINDOWS else None,
+                          label=f"{label} ({len(curves)} runs)")
         ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.25, linewidth=0)
         summary[label] = {"steps": x.tolist(), "mean": mean.tolist(), "p20": lo.tolist(),
                           "p80": hi.tolist(), "runs": len(curves)}
@@ -137,15 +161,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("runs", nargs="+", type=Path, help="run directories")
     parser.add_argument("--out", type=Path, default=Path("curves.png"), help="PNG to write")
-    parser.add_argument("--window", type=int, default=200_000,
-                        help="environment steps per averaging window (paper: 2e5)")
+    parser.add_argument("--window", type=int, default=None,
+                        help="environment steps per averaging window (default: the paper's "
+                        "2e5, or about 1/20 of the longest run when that is shorter)")
     parser.add_argument("--title", default="", help="figure title")
     args = parser.parse_args(argv)
-    if args.window <= 0:
+    if args.window is not None and args.window <= 0:
         print("hpc_refer.plot: error: --window must be > 0", file=sys.stderr)
         return 2
     try:
-        plot_runs(args.runs, args.out, args.window, args.title)
+        window = args.window if args.window is not None else auto_window(args.runs)
+        plot_runs(args.runs, args.out, window, args.title)
     except (FileNotFoundError, KeyError, tomllib.TOMLDecodeError) as err:
         print(f"hpc_refer.plot: error: {err}", file=sys.stderr)
         return 2

@@ -1,0 +1,38 @@
+"""The plot command's averaging window adapts to the runs' length (issue 14: a short run
+drew one invisible dot with the paper's 2e5-step window)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hpc_refer.config import Config
+from hpc_refer.plot import PAPER_WINDOW, auto_window, main, plot_runs
+
+
+def fake_run(path: Path, last_step: int, every: int = 200) -> Path:
+    """A run directory with one episode (return = its step) every ``every`` steps."""
+    path.mkdir()
+    Config().write_toml(path / "config.toml")
+    lines = ["env_step,rank,return,length,wall_s"]
+    lines += [f"{s},1,{s},{every},0.0" for s in range(every, last_step + 1, every)]
+    (path / "episodes.csv").write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("last_step, window", [
+    (4_000, 200), (25_000, 1_000), (100_000, 5_000), (1_000_000, 50_000),
+    (4_000_000, PAPER_WINDOW), (10_000_000, PAPER_WINDOW),
+])
+def test_window_is_the_papers_or_a_twentieth_of_the_run(tmp_path, last_step, window):
+    assert auto_window([fake_run(tmp_path / "r", last_step, every=last_step // 40)]) == window
+
+
+def test_a_short_run_draws_a_curve_not_a_dot(tmp_path, capsys):
+    run = fake_run(tmp_path / "r", 4_000)
+    out = tmp_path / "curves.png"
+    assert main([str(run), "--out", str(out)]) == 0
+    (curve,) = plot_runs([run], out, auto_window([run])).values()
+    assert len(curve["steps"]) == 20 and curve["mean"][-1] == pytest.approx(4_000)
+    assert main([str(run), "--out", str(out), "--window", "0"]) == 2
