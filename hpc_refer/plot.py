@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, KeyError, tomllib.TOMLDecodeError) as err:
         print(f"hpc_refer.plot: error: {err}", file=sys.stderr)
         return 2
-    print(f"wrote {args.out}")
+    print(f"wrote {args.out} (mean return per window of {window} environment steps)")
     return 0
 
 

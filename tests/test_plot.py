@@ -33,6 +33,7 @@ def test_a_short_run_draws_a_curve_not_a_dot(tmp_path, capsys):
     run = fake_run(tmp_path / "r", 4_000)
     out = tmp_path / "curves.png"
     assert main([str(run), "--out", str(out)]) == 0
+    assert "per window of 200 environment steps" in capsys.readouterr().out
     (curve,) = plot_runs([run], out, auto_window([run])).values()
     assert len(curve["steps"]) == 20 and curve["mean"][-1] == pytest.approx(4_000)
     assert main([str(run), "--out", str(out), "--window", "0"]) == 2
