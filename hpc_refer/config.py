@@ -21,6 +21,12 @@ a wrong one is refused with the allowed values.
 On the command line the ``[run]`` keys are plain flags (``--env``, ``--steps``, ``--seed``,
 ``--run-dir``) and the others are ``--<section>.<key>`` (``--refer.mode er``), with the
 underscores of TOML keys written as dashes (``--replay.learn-start``).
+
+Values are read by one rule, the same for TOML and flags: an integer key (``run.steps``,
+``replay.size``, ...) takes an integer, an integral float or a string of either (``1000``,
+``1e3``, ``"1e3"`` all give 1000); a non-integral value (``1.5``) is refused naming the key. A
+float key takes any number or numeric string. A boolean (``true``/``false``) is never a
+number: ``steps = true`` is refused naming the key and the expected type.
 """
 
 from __future__ import annotations
@@ -439,10 +445,10 @@ def _coerce(section: str, key: str, raw: Any) -> Any:
                 return raw.lower() == "true"
             return bool(raw)
         if kind is int:
-            if isinstance(raw, float) and not raw.is_integer():
-                raise ValueError
-            return int(raw)
+            return _integer(raw)
         if kind is float:
+            if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+                raise ValueError
             return float(raw)
         if kind is str:
             if not isinstance(raw, str):
@@ -454,14 +460,37 @@ def _coerce(section: str, key: str, raw: Any) -> Any:
             return raw
         if kind == tuple[int, ...]:
             items = raw.split(",") if isinstance(raw, str) else list(raw)
-            return tuple(int(x) for x in items)
-    except (TypeError, ValueError):
+            return tuple(_integer(x) for x in items)
+    except (TypeError, ValueError, OverflowError):
         raise ConfigError(f"{name} = {raw!r} is not a valid {_type_name(kind)}") from None
     raise AssertionError(f"unhandled field type {kind} of {name}")
 
 
+def _integer(raw: Any) -> int:
+    """An integer field's value: an int, an integral float or a string of either ("1000",
+    "1e3"); a bool, a non-integral or non-finite number is refused (ValueError)."""
+    if isinstance(raw, bool):
+        raise ValueError
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, str):
+        try:
+            return int(raw)
+        except ValueError:
+            raw = float(raw)
+    if isinstance(raw, float) and raw.is_integer():
+        return int(raw)
+    raise ValueError
+
+
 def _type_name(kind: Any) -> str:
-    return "list of integers" if kind == tuple[int, ...] else kind.__name__
+    if kind == tuple[int, ...]:
+        return "list of integers (each integral, e.g. 128 or 1e3)"
+    if kind is int:
+        return "integer (an integral number such as 1000 or 1e3; not true/false)"
+    if kind is float:
+        return "float (a number; not true/false)"
+    return str(kind.__name__)
 
 
 def build_config(overrides: dict[str, dict[str, Any]]) -> Config:
