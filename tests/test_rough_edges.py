@@ -3,9 +3,12 @@ before anything is written."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from hpc_refer.config import ConfigError, build_config, load_toml
+from hpc_refer.run import main as run_main
 from hpc_refer.run import parse_args
 
 # --- 1. one rule for integer and float values, from TOML and from flags ---------------------
@@ -54,3 +57,39 @@ def test_list_of_integers_takes_the_same_rule():
         build_config({"vracer": {"hidden": [64, True]}})
     with pytest.raises(ConfigError, match=r"^vracer\.hidden = "):
         build_config({"vracer": {"hidden": [64, 1.5]}})
+
+
+# --- 2. --env package.module:Class must name a solver class ---------------------------------
+
+
+class HasNoStep:
+    """A class missing parts of the solver protocol."""
+
+    obs_dim = 2
+    act_dim = 1
+    low = (-1.0,)
+
+    def reset(self, seed: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("env", "needle"),
+    [
+        ("os:path", "run.env = 'os:path' is a module, not a class: a solver class needs class "
+                    "attributes obs_dim, act_dim, low, high and methods reset, step, close"),
+        ("os:sep", "run.env = 'os:sep' is a str, not a class"),
+        ("collections:OrderedDict", "missing: obs_dim, act_dim, low, high, reset(), step()"),
+        ("test_rough_edges:HasNoStep", "is not a solver class: a solver class needs class "
+                                       "attributes obs_dim, act_dim, low, high and methods "
+                                       "reset, step, close; missing: high, step()"),
+    ],
+)
+def test_env_that_is_not_a_solver_class_is_one_line(env, needle, in_tmp, capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    assert run_main(["--env", env, "--steps", "10"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err
+    assert err.count("\n") == 0 and "Traceback" not in err
+    assert not (in_tmp / "runs").exists()

@@ -100,15 +100,34 @@ class EnvironmentFinished(Exception):  # noqa: N818 (a signal, not an error)
     its learner and stops; training goes on with the other actors."""
 
 
+SOLVER_ATTRIBUTES = ("obs_dim", "act_dim", "low", "high")
+"""Class attributes of the solver protocol (see the module docstring)."""
+SOLVER_METHODS = ("reset", "step", "close")
+"""Methods of the solver protocol (see the module docstring)."""
+
+
 def _load_class(spec: str) -> Any:
+    """The solver class ``package.module:Class``, checked against the solver protocol (one
+    line ConfigError naming what the protocol needs and what is missing)."""
     module, _, name = spec.partition(":")
     try:
-        return getattr(importlib.import_module(module), name)
+        loaded = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as err:
         raise ConfigError(
             f"run.env = {spec!r} cannot be loaded ({err}): allowed are gymnasium ids, "
             f"{', '.join(BUILTIN)}, or package.module:Class"
         ) from None
+    needs = (f"a solver class needs class attributes {', '.join(SOLVER_ATTRIBUTES)} and "
+             f"methods {', '.join(SOLVER_METHODS)}")
+    if not isinstance(loaded, type):
+        raise ConfigError(f"run.env = {spec!r} is a {type(loaded).__name__}, not a class: "
+                          f"{needs}")
+    missing = [a for a in SOLVER_ATTRIBUTES if not hasattr(loaded, a)]
+    missing += [f"{m}()" for m in SOLVER_METHODS if not callable(getattr(loaded, m, None))]
+    if missing:
+        raise ConfigError(f"run.env = {spec!r} is not a solver class: {needs}; missing: "
+                          f"{', '.join(missing)}")
+    return loaded
 
 
 def _solver_class(env_id: str) -> Any | None:
