@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -64,7 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
                            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                            description="Run the sweep; defaults are the study's full protocol. "
                            "Negative exponents need '=': --eta-exponents=-6:8.")
-    sweep.add_argument("--out", required=True, type=Path, help="HDF5 file to write")
+    sweep.add_argument("--out", required=True, type=Path,
+                       help="HDF5 file to write; its directory must exist and be writable")
+    sweep.add_argument("--force", action="store_true",
+                       help="overwrite --out if it exists (refused otherwise, before any work)")
     sweep.add_argument("--algorithms", default="all",
                        help="comma list or 'all' (the ten of the study); known: td, gtd, gtd2, "
                        "pgtd2, htd, etd, etdlb, vtrace, tb, abtd, vtrace-clipped (ambiguity A3)")
@@ -114,10 +118,24 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
     )
 
 
+def check_out(out: Path, force: bool) -> None:
+    """A ValueError naming --out (and --force) unless ``out`` can be written; before any work."""
+    parent = out.parent
+    if not parent.is_dir():
+        raise ValueError(f"--out: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"--out: directory {parent} is not writable")
+    if out.is_dir():
+        raise ValueError(f"--out: {out} is a directory")
+    if out.exists() and not force:
+        raise ValueError(f"--out: {out} exists; pass --force to overwrite it")
+
+
 def _sweep(args: argparse.Namespace) -> None:
     from hpc_refer.prediction import results
     from hpc_refer.prediction.sweep import Collective, run_sweep
 
+    check_out(args.out, args.force)
     config = config_from_args(args)
     result = run_sweep(config, Collective.world(), log=None if args.quiet else print_err)
     if result is not None:

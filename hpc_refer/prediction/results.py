@@ -66,17 +66,52 @@ def write(result: SweepResult, path: str | Path) -> None:
                     sub[field] = getattr(res.rerun, field)
 
 
+class NotASweepError(ValueError):
+    """The file given to :func:`read` is not a sweep result; the message is one line."""
+
+    def __init__(self, path: str | Path, reason: str) -> None:
+        super().__init__(f"{path} is not a sweep result ({' '.join(reason.split())})")
+
+
 def read(path: str | Path) -> SweepResult:
-    """Read a sweep written by :func:`write`; a ValueError if the file is not one."""
-    with h5py.File(path, "r") as fh:
-        if fh.attrs.get("format") != FORMAT:
-            raise ValueError(f"results: {path} is not a {FORMAT} file")
-        config = config_from_json(str(fh.attrs["config"]))
-        algorithms = {}
-        for name in config.algorithms:
-            grp = fh[name]
-            rerun = (Rerun(*(np.asarray(grp["rerun"][f]) for f in _RERUN_FIELDS))
-                     if "rerun" in grp else None)
-            algorithms[name] = AlgorithmResult(np.asarray(grp["auc"]), np.asarray(grp["final"]),
-                                               float(grp.attrs["seconds"]), rerun)
-        return SweepResult(config, algorithms, int(fh.attrs["ranks"]), float(fh.attrs["seconds"]))
+    """Read a sweep written by :func:`write`; a :class:`NotASweepError` (a ValueError) if the
+    file is missing, not HDF5, or lacks the attributes and datasets of the layout."""
+    file = Path(path)
+    if not file.exists():
+        raise NotASweepError(path, "no such file")
+    if not file.is_file():
+        raise NotASweepError(path, "not a regular file")
+    if not h5py.is_hdf5(file):
+        raise NotASweepError(path, "not an HDF5 file")
+    try:
+        with h5py.File(file, "r") as fh:
+            return _read(fh, path)
+    except NotASweepError:
+        raise
+    except KeyError as exc:
+        raise NotASweepError(path, f"missing entry: {exc.args[0] if exc.args else '?'}") from exc
+    except (OSError, TypeError, ValueError) as exc:
+        raise NotASweepError(path, f"{type(exc).__name__}: {exc}") from exc
+
+
+def _read(fh: h5py.File, path: str | Path) -> SweepResult:
+    if fh.attrs.get("format") != FORMAT:
+        found = fh.attrs.get("format")
+        raise NotASweepError(path, f"format attribute is {found!r}, not {FORMAT!r}")
+    missing = [key for key in ("config", "ranks", "seconds") if key not in fh.attrs]
+    if missing:
+        raise NotASweepError(path, f"no attribute {', '.join(missing)}")
+    config = config_from_json(str(fh.attrs["config"]))
+    algorithms = {}
+    for name in config.algorithms:
+        if name not in fh:
+            raise NotASweepError(path, f"no group for algorithm {name!r}")
+        grp = fh[name]
+        missing = [key for key in ("auc", "final") if key not in grp]
+        if missing or "seconds" not in grp.attrs:
+            raise NotASweepError(path, f"group {name!r} lacks {', '.join(missing) or 'seconds'}")
+        rerun = (Rerun(*(np.asarray(grp["rerun"][f]) for f in _RERUN_FIELDS))
+                 if "rerun" in grp else None)
+        algorithms[name] = AlgorithmResult(np.asarray(grp["auc"]), np.asarray(grp["final"]),
+                                           float(grp.attrs["seconds"]), rerun)
+    return SweepResult(config, algorithms, int(fh.attrs["ranks"]), float(fh.attrs["seconds"]))

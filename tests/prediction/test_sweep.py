@@ -173,4 +173,4 @@ def test_report_rejects_other_files(tmp_path: Path, capsys: pytest.CaptureFixtur
     with h5py.File(path, "w") as fh:
         fh["x"] = 1
     assert main(["report", str(path)]) == 2
-    assert "results:" in capsys.readouterr().err
+    assert f"{path} is not a sweep result (format attribute" in capsys.readouterr().err
