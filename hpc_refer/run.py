@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -22,6 +23,7 @@ from hpc_refer.checkpoint import CheckpointError
 from hpc_refer.config import (
     Config,
     ConfigError,
+    Sampling,
     add_arguments,
     build_config,
     config_from_args,
@@ -31,6 +33,7 @@ from hpc_refer.envs import SolverStartError, check_env, env_dims, is_external
 from hpc_refer.layout import Layout, LayoutError, compute_layout
 from hpc_refer.metrics import RunDirectory, episode_columns, new_run_dir
 from hpc_refer.parallel import Fabric, abort_job, app_count, world_rank_size
+from hpc_refer.replay import ReplayShard
 from hpc_refer.training import STOP, LearnerResult, Resume, run_role, set_threads
 
 DESCRIPTION = """\
@@ -76,6 +79,8 @@ class Start(NamedTuple):
     config: Config
     layout: Layout
     restart: Path | None
+    dims: tuple[int, int] | None = None
+    """(obs_dim, act_dim) of the environment; None for an external solver."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -146,9 +151,53 @@ def _parse_quietly(argv: list[str] | None, rank: int) -> tuple[Config, Path | No
 def _validate(argv: list[str] | None, rank: int, world: int) -> Start:
     config, restart = _parse_quietly(argv, rank)
     layout = compute_layout(world, config.run.learners, config.run.ranks_per_env)
-    check_env(config.run.env, config.run.ranks_per_env)
+    dims = env_dims(config.run.env, config.run.ranks_per_env)
+    if is_external(config.run.env):
+        check_env(config.run.env, config.run.ranks_per_env)  # and its port directory
     episode_columns(config.run.env)
-    return Start(config, layout, restart)
+    return Start(config, layout, restart, dims)
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to a new allocation on this node (MemAvailable of
+    /proc/meminfo, else the free physical pages); None where neither is known."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def replay_bytes(config: Config, dims: tuple[int, int], learners: int) -> int:
+    """Bytes of one learner's replay shard (its N / L states: every column of
+    :class:`~hpc_refer.replay.ReplayShard`, and the sum tree under prioritized replay)."""
+    capacity = max(config.replay.size // learners, 2)
+    total = capacity * ReplayShard(1, dims[0], dims[1], 1.0).column_bytes
+    if config.replay.sampling is Sampling.PER:
+        total += 2 * (1 << (capacity - 1).bit_length()) * 8  # SumTree: float64 [2 P]
+    return total
+
+
+def check_replay_memory(start: Start) -> None:
+    """Refuse (one line ConfigError) a replay memory larger than the memory available, before
+    anything is written. Checked on rank 0 (a learner) for its own shard; skipped for an
+    external solver, whose sizes are known only from its first message."""
+    if start.dims is None:
+        return
+    available = available_memory()
+    needed = replay_bytes(start.config, start.dims, start.layout.learners)
+    if available is not None and needed > available:
+        per = " per learner" if start.layout.learners > 1 else ""
+        raise ConfigError(
+            f"replay.size = {start.config.replay.size} needs {needed / 2**30:.1f} GiB of "
+            f"memory{per} for the replay, but {available / 2**30:.1f} GiB is available: "
+            f"lower --replay.size")
 
 
 def load_resume(config: Config, run_dir: Path) -> Resume:
@@ -178,6 +227,7 @@ def _open_run(start: Start) -> tuple[RunDirectory, Resume | None]:
     """Rank 0: create (or, resuming, reopen) the run directory; errors as OSError,
     ConfigError or CheckpointError, before anything is written."""
     config = start.config
+    check_replay_memory(start)
     if start.restart is None:
         return RunDirectory(new_run_dir(config), config), None
     resume = load_resume(config, start.restart)

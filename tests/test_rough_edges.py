@@ -93,3 +93,37 @@ def test_env_that_is_not_a_solver_class_is_one_line(env, needle, in_tmp, capsys,
     assert needle in err
     assert err.count("\n") == 0 and "Traceback" not in err
     assert not (in_tmp / "runs").exists()
+
+
+# --- 3. a replay larger than the memory is refused before anything is written --------------
+
+
+def test_replay_larger_than_memory_is_one_line_and_writes_nothing(in_tmp, capsys):
+    argv = ["--env", "Pendulum-v1", "--steps", "10", "--replay.size", "10000000000"]
+    assert run_main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("hpc_refer.run: error: replay.size = 10000000000 needs ")
+    assert "GiB of memory for the replay, but " in err and "GiB is available" in err
+    assert err.count("\n") == 0
+    assert not (in_tmp / "runs").exists()
+    assert run_main([*argv, "--run-dir", "mine"]) == 2
+    assert not (in_tmp / "mine").exists()
+
+
+def test_replay_memory_estimate_names_the_sizes(in_tmp, capsys, monkeypatch):
+    import hpc_refer.run as run_module
+
+    # Pendulum: obs 3, act 1: 4*3 + 12*1 + 33 = 57 bytes per stored state
+    monkeypatch.setattr(run_module, "available_memory", lambda: 2**30)
+    argv = ["--env", "Pendulum-v1", "--steps", "10", "--run-dir", "r"]
+    assert run_main([*argv, "--replay.size", str(2**30 // 57 + 1)]) == 2
+    err = capsys.readouterr().err
+    assert "needs 1.0 GiB of memory for the replay, but 1.0 GiB is available" in err
+    assert not (in_tmp / "r").exists()
+    config = run_module.parse_args(["--env", "Pendulum-v1", "--replay.size", "1000"])
+    assert run_module.replay_bytes(config, (3, 1), 1) == 57_000
+    assert run_module.replay_bytes(config, (3, 1), 2) == 28_500
+    layout = run_module.compute_layout(1, 1, 1)
+    fits = run_module.parse_args(["--env", "Pendulum-v1", "--replay.size", str(2**30 // 57)])
+    run_module.check_replay_memory(run_module.Start(fits, layout, None, (3, 1)))
+    run_module.check_replay_memory(run_module.Start(config, layout, None, None))  # external
