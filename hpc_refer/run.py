@@ -200,6 +200,17 @@ def check_replay_memory(start: Start) -> None:
             f"lower --replay.size")
 
 
+def start_warnings(config: Config, resume: Resume | None) -> list[str]:
+    """Warnings logged when a run starts: a new run too short to reach
+    ``replay.learn_start`` (about one state is stored per environment step)."""
+    start = config.replay.start
+    if resume is None and config.run.steps < start:
+        return [f"warning: run.steps = {config.run.steps} < replay.learn_start = {start} "
+                f"(states stored before the first gradient step): no gradient step will be "
+                f"made; set --replay.learn-start below run.steps for a short trial"]
+    return []
+
+
 def load_resume(config: Config, run_dir: Path) -> Resume:
     """The newest complete checkpoint of ``run_dir``, verified, and checked against
     ``config`` (raises CheckpointError or ConfigError saying what is wrong)."""
@@ -279,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     run.set_state("running")
     run.log(f"run directory {run.path} (one process: learner and actor)"
             + (f", resumed from {resume.path}" if resume is not None else ""))
+    for line in start_warnings(start.config, resume):
+        run.log(line)
     try:
         result = run_role(start.config, start.layout, None, run, run.path, resume)
         status = _outcome(run, result, rank)
@@ -326,6 +339,8 @@ def _main_mpi(start: Start, rank: int) -> int:
             run.log(f"run directory {path} ({layout.learners} learners, {layout.envs} "
                     f"environment teams of {layout.ranks_per_env} ranks)"
                     + (f", resumed from {resume.path}" if resume is not None else ""))
+            for line in start_warnings(config, resume):
+                run.log(line)
         result = run_role(config, layout, fabric, run, path, resume)
         if run is not None:
             status = _outcome(run, result, rank)

@@ -127,3 +127,18 @@ def test_replay_memory_estimate_names_the_sizes(in_tmp, capsys, monkeypatch):
     fits = run_module.parse_args(["--env", "Pendulum-v1", "--replay.size", str(2**30 // 57)])
     run_module.check_replay_memory(run_module.Start(fits, layout, None, (3, 1)))
     run_module.check_replay_memory(run_module.Start(config, layout, None, None))  # external
+
+
+# --- 4. a run too short to reach replay.learn_start says so ---------------------------------
+
+
+def test_run_shorter_than_learn_start_warns_in_the_log(in_tmp):
+    assert run_main(["--env", "Pendulum-v1", "--steps", "600", "--run-dir", "short",
+                     "--replay.size", "4096"]) == 0
+    log = (in_tmp / "short" / "log.txt").read_text()
+    assert ("warning: run.steps = 600 < replay.learn_start = 2048 (states stored before the "
+            "first gradient step): no gradient step will be made; set --replay.learn-start"
+            in log)
+    assert run_main(["--env", "Pendulum-v1", "--steps", "600", "--run-dir", "enough",
+                     "--replay.size", "4096", "--replay.learn-start", "300"]) == 0
+    assert "warning" not in (in_tmp / "enough" / "log.txt").read_text()
