@@ -117,6 +117,9 @@ class RunDirectory:
         self.t0 = time.perf_counter()
         self.recent: deque[float] = deque(maxlen=20)
         self.recent_metric: deque[float] = deque(maxlen=20)
+        self.training_start: tuple[float, int] | None = None
+        """(wall, env_step) at the first progress record with gradient steps: the ETA's
+        speed is measured from there (acting alone, before training, is much faster)."""
 
     def _cut_after(self, name: str, offset: int, step: int) -> None:
         """Move what ``name`` holds beyond ``offset`` bytes to ``name.after-step-<step>``."""
@@ -169,14 +172,25 @@ class RunDirectory:
             self.recent_metric.append(values[0])
 
     def progress(self, record: dict[str, Any], total: int) -> str:
-        """The progress line of an interval record (means over the last 20 episodes)."""
+        """The progress line of an interval record (means over the last 20 episodes); the
+        ETA uses the speed since training started (the first record with gradient steps),
+        the interval's speed before that and at that record."""
         recent = float(sum(self.recent) / len(self.recent)) if self.recent else None
         metric = None
         if self.metric is not None and self.recent_metric:
             metric = (self.metric, sum(self.recent_metric) / len(self.recent_metric))
-        return progress_line(int(record["env_step"]), total, float(record["env_steps_per_s"]),
-                             recent, float(record["beta"]), float(record["far_fraction"]),
-                             float(record["c_max"]), metric)
+        step, rate = int(record["env_step"]), float(record["env_steps_per_s"])
+        eta_rate = rate
+        if int(record.get("grad_step", 0)) > 0:
+            now = self.wall()
+            if self.training_start is None:
+                self.training_start = (now, step)
+            wall0, step0 = self.training_start
+            if now > wall0 and step > step0:
+                eta_rate = (step - step0) / (now - wall0)
+        return progress_line(step, total, rate, recent, float(record["beta"]),
+                             float(record["far_fraction"]), float(record["c_max"]), metric,
+                             eta_rate)
 
     def interval(self, record: dict[str, Any]) -> None:
         self._train.write(json.dumps(record) + "\n")
@@ -198,10 +212,13 @@ class RunDirectory:
 
 
 def progress_line(step: int, total: int, rate: float, recent: float | None, beta: float,
-                  far: float, c_max: float, metric: tuple[str, float] | None = None) -> str:
+                  far: float, c_max: float, metric: tuple[str, float] | None = None,
+                  eta_rate: float | None = None) -> str:
     """``steps 120000/1000000 (12.0%) | 510 steps/s | return 1234.5 | beta ... | ETA 28m``,
-    with ``| <metric> <value>`` after the return when the solver reports episode metrics."""
-    eta_s = max(total - step, 0) / rate if rate > 0 else float("inf")
+    with ``| <metric> <value>`` after the return when the solver reports episode metrics;
+    the ETA divides the steps left by ``eta_rate`` (default: ``rate``)."""
+    speed = rate if eta_rate is None else eta_rate
+    eta_s = max(total - step, 0) / speed if speed > 0 else float("inf")
     eta = f"{eta_s / 60:.0f}m" if eta_s < float("inf") else "?"
     ret = f"{recent:.1f}" if recent is not None else "-"
     shown = f" | {metric[0]} {metric[1]:.4g}" if metric is not None else ""

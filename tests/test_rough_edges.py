@@ -142,3 +142,36 @@ def test_run_shorter_than_learn_start_warns_in_the_log(in_tmp):
     assert run_main(["--env", "Pendulum-v1", "--steps", "600", "--run-dir", "enough",
                      "--replay.size", "4096", "--replay.learn-start", "300"]) == 0
     assert "warning" not in (in_tmp / "enough" / "log.txt").read_text()
+
+
+# --- 5. the ETA uses the speed since training started ---------------------------------------
+
+
+def _record(step: int, grad: int, rate: float) -> dict[str, float]:
+    return {"env_step": step, "grad_step": grad, "env_steps_per_s": rate, "beta": 0.0,
+            "far_fraction": 0.0, "c_max": 5.0}
+
+
+def test_eta_uses_the_speed_since_training_started(tmp_path):
+    from hpc_refer.config import Config
+    from hpc_refer.metrics import RunDirectory
+
+    run = RunDirectory(tmp_path / "r", Config(), quiet=True)
+    now = [10.0]
+    run.wall = lambda: now[0]  # type: ignore[method-assign]
+    total = 1_000_000
+    # acting alone: 2000 steps/s, the interval's speed (980000 steps left: 8 minutes)
+    assert run.progress(_record(20_000, 0, 2000.0), total).endswith("| ETA 8m")
+    # first record with gradient steps: its interval's speed (970000 / 1000 s: 16 minutes)
+    now[0] = 20.0
+    line = run.progress(_record(30_000, 100, 1000.0), total)
+    assert line.endswith("| ETA 16m") and "| 1000 steps/s |" in line
+    # then the speed since training started: 10000 steps in 100 s, 960000 left: 160 minutes,
+    # even when the interval's speed (shown) is far higher
+    now[0] = 120.0
+    line = run.progress(_record(40_000, 10_100, 2000.0), total)
+    assert line.endswith("| ETA 160m") and "| 2000 steps/s |" in line
+    now[0] = 220.0
+    line = run.progress(_record(60_000, 30_100, 300.0), total)
+    assert line.endswith(f"| ETA {940_000 / (30_000 / 200) / 60:.0f}m")
+    run.close()
