@@ -181,6 +181,10 @@ class RunConfig:
         20, "consecutive solver faults of one environment after which the run checkpoints "
         "and stops"
     )
+    tensorboard: bool = _opt(
+        False, "also write train.jsonl's scalars and every episode's return and metrics as "
+        "TensorBoard events to RUN_DIR/tensorboard (tensorboard --logdir runs)"
+    )
 
     def __post_init__(self) -> None:
         _enum_field(self, "action_bounds", ActionBounds)

@@ -11,6 +11,8 @@ Layout of ``runs/<name>/``::
     log.txt           the progress lines and messages of rank 0
     state.txt         running, preempted (stopped by a signal: resume it), finished or failed
     policy.h5         the latest policy (``python -m hpc_refer.evaluate RUN_DIR``)
+    tensorboard/      with ``run.tensorboard``: the train.jsonl scalars (``train/<key>``) and
+                      each episode's return, length and metrics (``episode/<name>``), by step
     checkpoints/      step-<env step>/ with one HDF5 part per rank and manifest.json
 
 A resumed run (``--restart``) appends to the same files. Rows written after the checkpoint it
@@ -95,7 +97,8 @@ class RunDirectory:
         path.mkdir(parents=True, exist_ok=True)
         config.write_toml(path / "config.toml")
         columns = episode_columns(config.run.env)
-        self.metric = columns[len(EPISODE_FIELDS)] if len(columns) > len(EPISODE_FIELDS) else None
+        self._metric_names = columns[len(EPISODE_FIELDS):]
+        self.metric = self._metric_names[0] if self._metric_names else None
         """The first episode metric, shown in the progress line."""
         with_eval = config.run.eval_every > 0 or (path / "eval.csv").exists()
         if resume is not None:
@@ -117,6 +120,7 @@ class RunDirectory:
         self.t0 = time.perf_counter()
         self.recent: deque[float] = deque(maxlen=20)
         self.recent_metric: deque[float] = deque(maxlen=20)
+        self._board = _event_writer(path / "tensorboard") if config.run.tensorboard else None
         self.training_start: tuple[float, int] | None = None
         """(wall, env_step) at the first progress record with gradient steps: the ETA's
         speed is measured from there (acting alone, before training, is much faster)."""
@@ -170,6 +174,11 @@ class RunDirectory:
         self.recent.append(ret)
         if values:
             self.recent_metric.append(values[0])
+        if self._board is not None:
+            self._board.add_scalar("episode/return", ret, env_step)
+            self._board.add_scalar("episode/length", length, env_step)
+            for name, value in zip(self._metric_names, values, strict=True):
+                self._board.add_scalar(f"episode/{name}", value, env_step)
 
     def progress(self, record: dict[str, Any], total: int) -> str:
         """The progress line of an interval record (means over the last 20 episodes); the
@@ -195,6 +204,12 @@ class RunDirectory:
     def interval(self, record: dict[str, Any]) -> None:
         self._train.write(json.dumps(record) + "\n")
         self._train.flush()
+        if self._board is not None:
+            step = int(record["env_step"])
+            for key, value in record.items():
+                if key != "env_step":
+                    self._board.add_scalar(f"train/{key}", value, step)
+            self._board.flush()
         self._episodes.flush()
         if self._eval is not None:
             self._eval.flush()
@@ -209,6 +224,16 @@ class RunDirectory:
         for f in (self._episodes, self._train, self._log, self._eval):
             if f is not None:
                 f.close()
+        if self._board is not None:
+            self._board.close()
+
+
+def _event_writer(logdir: Path) -> Any:
+    """torch's TensorBoard ``SummaryWriter`` on ``logdir`` (a resumed run adds an event file;
+    TensorBoard merges them by step)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    return SummaryWriter(log_dir=str(logdir))
 
 
 def progress_line(step: int, total: int, rate: float, recent: float | None, beta: float,

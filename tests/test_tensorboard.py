@@ -1,0 +1,41 @@
+"""--tensorboard writes train.jsonl's scalars and the episodes as TensorBoard events, read
+back here with TensorBoard's own reader (issue 14, point 3)."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from hpc_refer.run import main as run_main
+
+pytestmark = pytest.mark.mpi_skip
+
+SMALL = ["--replay.size", "600", "--replay.learn-start", "300", "--vracer.batch", "32",
+         "--vracer.hidden", "16,16", "--log-every", "200"]
+
+
+def test_tensorboard_events_hold_the_same_scalars_as_train_jsonl(in_tmp):
+    assert run_main(["--env", "Pendulum-v1", "--steps", "800", "--run-dir", "r",
+                     "--tensorboard", "true", *SMALL]) == 0
+    events = EventAccumulator(str(in_tmp / "r" / "tensorboard"))
+    events.Reload()
+    records = [json.loads(x) for x in (in_tmp / "r" / "train.jsonl").read_text().splitlines()]
+    for key in ("beta", "c_max", "far_fraction", "lr", "grad_step", "loss_v"):
+        shown = [(s.step, s.value) for s in events.Scalars(f"train/{key}")]
+        expected = [(r["env_step"], r[key]) for r in records if key in r]
+        assert [s for s, _ in shown] == [s for s, _ in expected], key
+        assert [v for _, v in shown] == pytest.approx([v for _, v in expected], rel=1e-6)
+    with (in_tmp / "r" / "episodes.csv").open() as f:
+        episodes = list(csv.DictReader(f))
+    returns = events.Scalars("episode/return")
+    assert [r.step for r in returns] == [int(e["env_step"]) for e in episodes]
+    assert [r.value for r in returns] == pytest.approx([float(e["return"]) for e in episodes],
+                                                       rel=1e-5)
+
+
+def test_no_events_without_the_flag(in_tmp):
+    assert run_main(["--env", "Pendulum-v1", "--steps", "200", "--run-dir", "r", *SMALL]) == 0
+    assert not (in_tmp / "r" / "tensorboard").exists()
