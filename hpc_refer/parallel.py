@@ -559,6 +559,12 @@ class SolverLink:
             self.comm.Disconnect()
 
 
+_ABANDONED: list[Any] = []
+"""Non-blocking requests given up at a deadline, with their buffers, kept for the life of the
+process: a late rank may still complete them, and MPI then writes into the buffers (freeing
+them with the Team that posted them corrupted the heap of a later test)."""
+
+
 class TeamCommand(IntEnum):
     """What team rank 0 (the actor) asks the solver ranks of its team to do."""
 
@@ -588,9 +594,6 @@ class Team:
         self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
-        self._abandoned: list[Any] = []
-        """Requests given up at a deadline, with their buffers (kept alive: MPI may still
-        write into them)."""
 
     def send_command(self, command: TeamCommand, payload: np.ndarray) -> None:
         """Team rank 0: broadcast a command and its float64 payload to the solver ranks."""
@@ -658,7 +661,7 @@ class Team:
         out = np.empty(1, np.int64)
         request = self.comm.Iallreduce(mine, out, op=_mpi().MAX)
         if not poll_until(request.Test, deadline):
-            self._abandoned.append((request, mine, out))
+            _ABANDONED.append((request, mine, out))
             raise TimeoutError("a team rank did not answer")
         return int(out[0])
 
