@@ -146,3 +146,21 @@ def torch_rng_state() -> np.ndarray:
 def set_torch_rng_state(state: np.ndarray) -> None:
     """Inverse of :func:`torch_rng_state`."""
     torch.set_rng_state(torch.from_numpy(np.asarray(state, np.uint8).copy()))
+
+
+def episodes_tree(episodes: list[LoggedEpisode]) -> StateTree:
+    """Logged episodes as arrays of a checkpoint (``values``: one row per episode)."""
+    width = len(episodes[0].values) if episodes else 0
+    return {"env_step": np.array([e.env_step for e in episodes], np.int64),
+            "actor": np.array([e.actor for e in episodes], np.int64),
+            "ret": np.array([e.ret for e in episodes], np.float64),
+            "length": np.array([e.length for e in episodes], np.int64),
+            "values": np.array([e.values for e in episodes], np.float64).reshape(
+                len(episodes), width)}
+
+
+def episodes_from(tree: StateTree) -> list[LoggedEpisode]:
+    """Inverse of :func:`episodes_tree`."""
+    return [LoggedEpisode(int(s), int(a), float(r), int(n), tuple(float(x) for x in v))
+            for s, a, r, n, v in zip(tree["env_step"], tree["actor"], tree["ret"],
+                                     tree["length"], tree["values"], strict=True)]

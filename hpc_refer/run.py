@@ -34,7 +34,9 @@ from hpc_refer.layout import Layout, LayoutError, compute_layout
 from hpc_refer.metrics import RunDirectory, episode_columns, new_run_dir
 from hpc_refer.parallel import Fabric, abort_job, app_count, world_rank_size
 from hpc_refer.replay import ReplayShard
-from hpc_refer.training import STOP, LearnerResult, Resume, run_role, set_threads
+from hpc_refer.resume import Resume
+from hpc_refer.supervision import STOP
+from hpc_refer.training import LearnerResult, run_role, set_threads
 
 DESCRIPTION = """\
 Train an off-policy agent (V-RACER, DDPG or NAF: --algorithm) with Remember-and-Forget

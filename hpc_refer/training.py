@@ -34,15 +34,10 @@ failure's message. Every ``run.eval_every`` environment steps the actor of envir
 
 from __future__ import annotations
 
-import os
-import signal
-import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -81,70 +76,12 @@ from hpc_refer.records import (
     LoggedEpisode,
     MessageKind,
     StateTree,
+    episodes_from,
+    episodes_tree,
 )
 from hpc_refer.replay import Chunk, ChunkEnd
-
-
-class StopRequest:
-    """Set by SIGTERM or SIGUSR1 (Slurm's time-limit warning): stop at the next safe point,
-    checkpoint, and exit 0."""
-
-    def __init__(self) -> None:
-        self.signal = 0
-        """The number of the first stop signal received (0: none)."""
-
-    def __call__(self) -> bool:
-        return self.signal != 0
-
-    def handle(self, signum: int, frame: FrameType | None) -> None:
-        if not self.signal:
-            self.signal = signum
-
-    def install(self) -> None:
-        """Catch SIGTERM and SIGUSR1 in this process (main thread)."""
-        for sig in (signal.SIGTERM, signal.SIGUSR1):
-            signal.signal(sig, self.handle)
-
-
-STOP = StopRequest()
-
-
-class Watchdog:
-    """A thread that notices a process stuck in a solver call.
-
-    ``run.env_step_timeout`` is enforced inside the call (SIGALRM for in-process solvers,
-    polled deadlines for teams and external solvers), but nothing interrupts compiled code
-    that never returns to Python: a solver blocked in its own MPI collective with a team rank
-    that stopped, say. When ``env.busy_since`` (set by :class:`~hpc_refer.envs.TeamDriver`
-    during each call) is older than ``2 * timeout + 5`` seconds, the watchdog calls
-    ``on_stuck(message)`` once, from its thread.
-    """
-
-    def __init__(self, env: TeamDriver, timeout: float, on_stuck: Callable[[str], None]) -> None:
-        self.env = env
-        self.limit = 2.0 * timeout + 5.0
-        self.on_stuck = on_stuck
-        self.timeout = timeout
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="hpc_refer-watchdog",
-                                        daemon=True)
-        if timeout > 0:
-            self._thread.start()
-
-    def _watch(self) -> None:
-        period = min(1.0, self.limit / 10)
-        while not self._stop.wait(period):
-            since = self.env.busy_since
-            if since is not None and time.monotonic() - since > self.limit:
-                self.on_stuck(
-                    f"{self.env.name}: stuck in a solver call for more than {self.limit:g} s "
-                    f"(run.env_step_timeout = {self.timeout:g} s could not interrupt it: the "
-                    f"solver is blocked outside Python, e.g. in an MPI call with a rank that "
-                    f"stopped)")
-                return
-
-    def close(self) -> None:
-        self._stop.set()
+from hpc_refer.resume import Resume, actor_part, part_attrs, restore_actor, restore_learner
+from hpc_refer.supervision import STOP, Watchdog, end_stuck_process
 
 
 class IntervalStats:
@@ -264,21 +201,6 @@ def next_message(actor: Actor, interrupted: Callable[[], bool] = lambda: False
             return (cut if cut is not None else empty_chunk(actor)), None
 
 
-def actor_part(actor: Actor) -> StateTree:
-    """An actor's checkpoint part: its own state and the policy copy it acts with."""
-    return {"actor": actor.checkpoint_state(), "policy": flat_state(actor.net)}
-
-
-def restore_actor(actor: Actor, tree: StateTree) -> None:
-    """Inverse of :func:`actor_part`."""
-    actor.restore_state(tree["actor"])
-    actor.load(np.asarray(tree["policy"], np.float32))
-
-
-def part_attrs(config: Config) -> dict[str, Any]:
-    return {"env_id": config.run.env, "algorithm": config.run.algorithm}
-
-
 class LocalChannel:
     """The in-process channel of one process: the learner's messages drive the actor.
 
@@ -366,22 +288,6 @@ def _agreed_dims(fabric: Fabric, mine: tuple[int, int] | None) -> tuple[int, int
         raise RuntimeError(f"the external solvers declare different (obs_dim, act_dim): "
                            f"{sorted(dims)}; every environment must declare the same sizes")
     return dims.pop()
-
-
-def _episodes_tree(episodes: list[LoggedEpisode]) -> StateTree:
-    width = len(episodes[0].values) if episodes else 0
-    return {"env_step": np.array([e.env_step for e in episodes], np.int64),
-            "actor": np.array([e.actor for e in episodes], np.int64),
-            "ret": np.array([e.ret for e in episodes], np.float64),
-            "length": np.array([e.length for e in episodes], np.int64),
-            "values": np.array([e.values for e in episodes], np.float64).reshape(
-                len(episodes), width)}
-
-
-def _episodes_from(tree: StateTree) -> list[LoggedEpisode]:
-    return [LoggedEpisode(int(s), int(a), float(r), int(n), tuple(float(x) for x in v))
-            for s, a, r, n, v in zip(tree["env_step"], tree["actor"], tree["ret"],
-                                     tree["length"], tree["values"], strict=True)]
 
 
 class LearnerLoop:
@@ -633,8 +539,8 @@ class LearnerLoop:
             "between_episodes": np.array([self.between_episodes[a] for a in self.actors]),
             "actors": np.array(self.actors, np.int64),
             "finished": np.array(self.result.finished_actors, np.int64),
-            "episodes": _episodes_tree(self.result.episodes[self.logged_episodes:]),
-            "evals": _episodes_tree(self.result.evals[self.logged_evals:]),
+            "episodes": episodes_tree(self.result.episodes[self.logged_episodes:]),
+            "evals": episodes_tree(self.result.evals[self.logged_evals:]),
             "interval": self.interval.checkpoint_state(),
         }
 
@@ -648,8 +554,8 @@ class LearnerLoop:
         self.next_log, self.next_checkpoint = tree["next_log"], tree["next_checkpoint"]
         self.next_eval, self.eval_step = tree["next_eval"], tree["eval_step"]
         self.last_checkpoint = tree["last_checkpoint"]
-        self.result.episodes = _episodes_from(tree["episodes"])
-        self.result.evals = _episodes_from(tree["evals"])
+        self.result.episodes = episodes_from(tree["episodes"])
+        self.result.evals = episodes_from(tree["evals"])
         self.interval.restore_state(tree["interval"])
         if same_actors:
             self.running = {int(a) for a in tree["running"]}
@@ -721,73 +627,15 @@ def make_actor(config: Config, env: TeamDriver, index: int, source: int) -> Acto
                  max_failures=config.run.max_env_failures)
 
 
-@dataclass
-class Resume:
-    """Where a run continues from: a verified checkpoint and its manifest."""
-
-    path: Path
-    manifest: dict[str, Any]
-
-    @property
-    def learners(self) -> int:
-        return int(self.manifest["meta"]["learners"])
-
-    @property
-    def envs(self) -> int:
-        return int(self.manifest["meta"]["envs"])
-
-    def part(self, name: str) -> StateTree | None:
-        """A part of the checkpoint, None when it has none of that name."""
-        path = self.path / name
-        return checkpoint.read_tree(path) if path.exists() else None
-
-
-def restore_learner(loop: LearnerLoop, resume: Resume, layout_same: bool) -> None:
-    """Load this learner's state: its own part when the learner count is unchanged, else
-    the networks of learner 0 and its share of every old shard's episodes."""
-    rank, size = loop.reducer.rank, loop.reducer.size
-    if resume.learners == size:
-        tree = resume.part(f"learner-{rank}.h5")
-        assert tree is not None
-        loop.learner.restore_state(tree["learner"])
-        loop.restore_state(tree["loop"], layout_same)
-    else:
-        _restore_resized(loop, resume)
-    stored = loop.learner.far_counts().n_stored
-    if loop.run is not None:
-        loop.run.log(f"resumed {stored} stored transitions of {resume.learners} learner(s) "
-                     f"on {size} learner(s) from {resume.path}")
-
-
-def _restore_resized(loop: LearnerLoop, resume: Resume) -> None:
-    """Another learner count: learner 0's networks, ReF-ER state and loop state, and this
-    learner's share of the episodes of every old shard."""
-    rank, size = loop.reducer.rank, loop.reducer.size
-    trees = [resume.part(f"learner-{r}.h5") for r in range(resume.learners)]
-    assert all(t is not None for t in trees)
-    first = trees[0]
-    assert first is not None
-    share = checkpoint.split_episodes([t["learner"]["replay"] for t in trees if t], size,
-                                      loop.learner.replay.capacity)[rank]
-    loop.learner.restore_resized(first["learner"], share)
-    loop.restore_state(first["loop"], same_actors=False)
-    loop.result.episodes, loop.result.evals = [], []
-    if rank == 0:  # the episodes every old learner had not logged yet
-        for tree in trees:
-            assert tree is not None
-            loop.result.episodes += _episodes_from(tree["loop"]["episodes"])
-            loop.result.evals += _episodes_from(tree["loop"]["evals"])
-
-
 def train_local(config: Config, run: RunDirectory | None, run_dir: Path | None = None,
                 resume: Resume | None = None) -> LearnerResult:
     """One process: one learner and one actor, the learner loop over a :class:`LocalChannel`."""
     env = TeamDriver(make_env(config.run.env, 1, None,
                               timeout=config.run.env_step_timeout), None,
                      timeout=config.run.env_step_timeout)
+    watchdog = Watchdog(env, config.run.env_step_timeout,
+                        lambda text: end_stuck_process(text, run))
     try:
-        watchdog = Watchdog(env, config.run.env_step_timeout,
-                            lambda text: _end_stuck_process(text, run))
         learner = make_learner(config, env.obs_dim, env.act_dim, SerialReducer())
         actor = make_actor(config, env, 0, 0)
         channel = LocalChannel(actor, 0, run_dir)
@@ -803,17 +651,6 @@ def train_local(config: Config, run: RunDirectory | None, run_dir: Path | None =
     finally:
         watchdog.close()
         env.close()
-
-
-def _end_stuck_process(text: str, run: RunDirectory | None) -> None:
-    """One process stuck in a solver call (from the watchdog thread): nothing can run a
-    checkpoint any more; record the failure and end the process (the last checkpoint
-    stands)."""
-    print(f"hpc_refer.run: error: {text}; stopping without a final checkpoint (resume from "
-          f"the last one with --restart)", file=sys.stderr, flush=True)
-    if run is not None:
-        run.set_state("failed")
-    os._exit(1)
 
 
 def learner_main(config: Config, layout: Layout, fabric: Fabric, run: RunDirectory | None,

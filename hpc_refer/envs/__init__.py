@@ -360,7 +360,7 @@ class TeamDriver:
         self.high = np.asarray(env.high, np.float64).reshape(-1)
         self.busy_since: float | None = None
         """``time.monotonic()`` when the call in progress began (None between calls): a
-        watchdog thread reads it (:class:`~hpc_refer.training.Watchdog`)."""
+        watchdog thread reads it (:class:`~hpc_refer.supervision.Watchdog`)."""
         self._answered = False
         """Whether the solver answered a call yet (a timeout before that is a start-up
         error)."""
