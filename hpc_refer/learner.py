@@ -51,6 +51,11 @@ from hpc_refer.replay import (
     StoredEpisode,
 )
 
+RHO_EDGES = np.linspace(-2.0, 2.0, 41)
+"""Bin edges of log10(rho) in the interval records' ``rho_hist`` (0.01 to 100 in 40 bins;
+rarer values are counted in the end bins): far-policy samples lie beyond log10 c_max on
+either side of 0."""
+
 ADOPTED_SOURCE = -1
 """The source under which :meth:`Learner.adopt` stores episodes (no actor uses it)."""
 
@@ -127,6 +132,12 @@ class Learner:
         if self.start_env_steps is None and global_states >= self.config.replay.start:
             self.start_env_steps = env_steps
             self.refresh_scaling()
+
+    def rho_histogram(self) -> np.ndarray:
+        """Counts of log10(rho) of the stored transitions of all learners in the bins of
+        :data:`RHO_EDGES` (one reduction)."""
+        local = self.replay.rho_histogram(RHO_EDGES).astype(np.float64)
+        return self.algo.reducer.sum(local).astype(np.int64)
 
     def steps_due(self, env_steps: int) -> int:
         """Gradient steps owed to reach grad_ratio * (env steps since training started)."""

@@ -33,6 +33,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any, TextIO
 
+import numpy as np
+
 from hpc_refer.config import Config, ConfigError, Sampling
 from hpc_refer.envs import episode_metric_names
 
@@ -207,7 +209,9 @@ class RunDirectory:
         if self._board is not None:
             step = int(record["env_step"])
             for key, value in record.items():
-                if key != "env_step":
+                if isinstance(value, list):
+                    _add_histogram(self._board, f"train/{key}", value, step)
+                elif key != "env_step":
                     self._board.add_scalar(f"train/{key}", value, step)
             self._board.flush()
         self._episodes.flush()
@@ -234,6 +238,20 @@ def _event_writer(logdir: Path) -> Any:
     from torch.utils.tensorboard import SummaryWriter
 
     return SummaryWriter(log_dir=str(logdir))
+
+
+def _add_histogram(board: Any, tag: str, counts: list[int], step: int) -> None:
+    """Bin counts over :data:`~hpc_refer.learner.RHO_EDGES` as a TensorBoard histogram (the
+    sums from the bin centres); nothing when the histogram is empty."""
+    from hpc_refer.learner import RHO_EDGES
+
+    n = np.asarray(counts, dtype=np.float64)
+    if n.sum() == 0:
+        return
+    centres = 0.5 * (RHO_EDGES[1:] + RHO_EDGES[:-1])
+    board.add_histogram_raw(tag, float(RHO_EDGES[0]), float(RHO_EDGES[-1]), int(n.sum()),
+                            float(n @ centres), float(n @ centres**2), RHO_EDGES[1:].tolist(),
+                            n.tolist(), step)
 
 
 def progress_line(step: int, total: int, rate: float, recent: float | None, beta: float,

@@ -314,6 +314,14 @@ class ReplayShard:
         acts = (self.flags[rows] & HAS_ACTION) != 0
         return int(np.count_nonzero(acts & ((r <= 1.0 / c_max) | (r >= c_max))))
 
+    def rho_histogram(self, edges: np.ndarray) -> np.ndarray:
+        """Counts of log10(rho) of the stored transitions (rows with an action) in the bins
+        of ``edges``, values outside them counted in the first or last bin."""
+        n = self.size
+        rho = self.rho[:n][(self.flags[:n] & HAS_ACTION) != 0]
+        logs = np.clip(np.log10(np.maximum(rho, 1e-30)), edges[0], edges[-1])
+        return np.histogram(logs, bins=edges)[0]
+
     def add(self, chunk: Chunk, c_max: float) -> np.ndarray:
         """Store a chunk, forgetting the oldest rows if full; return the ring rows written.
 

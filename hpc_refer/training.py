@@ -73,6 +73,7 @@ from hpc_refer.parallel import (
 from hpc_refer.records import (
     EpisodeRecord,
     Incoming,
+    IntervalRecord,
     LoggedEpisode,
     MessageKind,
     StateTree,
@@ -101,13 +102,15 @@ class IntervalStats:
             self.sums[k] = self.sums.get(k, 0.0) + v
         self.count += 1
 
-    def record(self, learner: Learner, env_steps: int, faults: int) -> dict[str, float | int]:
-        """The interval's metrics; far-policy fraction from the global counts (a collective
-        over learners); ``faults``: solver faults of all actors so far."""
+    def record(self, learner: Learner, env_steps: int, faults: int) -> IntervalRecord:
+        """The interval's metrics; far-policy fraction and ``rho_hist`` (counts of log10 rho
+        of the stored transitions in the bins of :data:`~hpc_refer.learner.RHO_EDGES`) from
+        the global counts (collectives over learners); ``faults``: solver faults of all
+        actors so far."""
         dt = max(time.perf_counter() - self.t0, 1e-9)
         refer = learner.refer
         n_far, n_stored = learner.far_counts()
-        out: dict[str, float | int] = {
+        out: IntervalRecord = {
             "env_step": env_steps,
             "grad_step": learner.grad_steps,
             "env_steps_per_s": (env_steps - self.env0) / dt,
@@ -119,6 +122,7 @@ class IntervalStats:
             "stored": n_stored,
             "reward_scale": learner.replay.reward_scale,
             "solver_faults": faults,
+            "rho_hist": learner.rho_histogram().tolist(),
         }
         out.update({k: v / self.count for k, v in self.sums.items()} if self.count else {})
         return out
@@ -256,7 +260,7 @@ class LocalChannel:
                                   actor_part(self.actor), {})
 
 
-def _log_interval(run: RunDirectory, record: dict[str, float | int], total: int) -> None:
+def _log_interval(run: RunDirectory, record: IntervalRecord, total: int) -> None:
     run.interval(record)
     run.log(run.progress(record, total))
 

@@ -195,6 +195,17 @@ def test_far_count_is_incremental_and_matches_recount():
     assert replay.recount_far(2.0) == incremental
 
 
+def test_rho_histogram_counts_stored_actions_by_log10_rho():
+    replay = ReplayShard(40, 3, 2, GAMMA)
+    rng = np.random.default_rng(3)
+    rows = replay.add(make_chunk(rng, 5, TRUNCATED), 2.0)  # 6 states, 5 with an action
+    replay.refresh(rows, None, np.array([1e-5, 0.05, 1.0, 30.0, 1e6, 7.0], np.float32), 2.0)
+    edges = np.array([-2.0, -1.0, 0.0, 1.0, 2.0])
+    # 1e-5 clipped into the first bin, 0.05 in [-2, -1), 1 in [0, 1), 30 in [1, 2],
+    # 1e6 clipped into the last; the state without an action (the 7.0) is not counted
+    assert replay.rho_histogram(edges).tolist() == [2, 0, 1, 2]
+
+
 def test_sampling_with_no_complete_transition_is_an_error():
     """A single open chunk of one step: its successor has not arrived, nothing is
     sampleable, and sampling says so instead of looping forever."""
