@@ -3,6 +3,8 @@ before anything is written."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -175,3 +177,17 @@ def test_eta_uses_the_speed_since_training_started(tmp_path):
     line = run.progress(_record(60_000, 30_100, 300.0), total)
     assert line.endswith(f"| ETA {940_000 / (30_000 / 200) / 60:.0f}m")
     run.close()
+
+
+def test_mujoco_warnings_become_python_warnings_and_the_asset_one_is_dropped():
+    script = ("import warnings; warnings.simplefilter('always')\n"
+              "from hpc_refer.envs.gym_env import GymEnv, mujoco_warning\n"
+              "for _ in range(2):\n"
+              "    GymEnv('HalfCheetah-v5').close()\n"
+              "mujoco_warning('Nan, Inf or huge value in QACC at DOF 0')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout + done.stderr
+    assert "settotalmass" not in out
+    assert "RuntimeWarning: MuJoCo: Nan, Inf or huge value in QACC" in out

@@ -15,10 +15,16 @@ velocities, actuator activations, warm-start accelerations, controls, applied fo
 and of classic-control ones (their ``state`` array), with the time limit's step count and
 the environment's random generator, so that a restored episode continues bit for bit. Other
 gymnasium environments (Box2D, ...) have no such state: ``get_state`` returns None.
+
+MuJoCo's warnings reach Python's :mod:`warnings` (as RuntimeWarning, so each is shown once per
+process under the default filter) instead of being printed by the C library at every model
+compile, and the deprecation of ``settotalmass`` in gymnasium's own HalfCheetah and Walker2d
+models, which a user cannot act on, is not shown at all.
 """
 
 from __future__ import annotations
 
+import warnings
 from enum import IntEnum
 from typing import Any
 
@@ -50,11 +56,22 @@ def check_env_id(env_id: str) -> None:
         )
 
 
+GYMNASIUM_ASSET_WARNINGS = ("compiler attribute 'settotalmass' is deprecated",)
+"""Starts of MuJoCo warnings caused by gymnasium's model files, not by the user: dropped."""
+
+
+def mujoco_warning(message: str) -> None:
+    """MuJoCo's warning callback: a RuntimeWarning, unless gymnasium's assets cause it."""
+    if not message.startswith(GYMNASIUM_ASSET_WARNINGS):
+        warnings.warn(f"MuJoCo: {message}", RuntimeWarning, stacklevel=2)
+
+
 class GymEnv:
     """A gymnasium environment with a continuous (Box) action space."""
 
     def __init__(self, env_id: str) -> None:
         check_env_id(env_id)
+        mujoco.set_mju_user_warning(mujoco_warning)
         self.env_id = env_id
         self.env = gym.make(env_id)
         self._reset_once = False
