@@ -185,6 +185,10 @@ class RunConfig:
         False, "also write train.jsonl's scalars and every episode's return and metrics as "
         "TensorBoard events to RUN_DIR/tensorboard (tensorboard --logdir runs)"
     )
+    report_every: int = _opt(
+        0, "environment steps between rewrites of RUN_DIR/report.html (python -m "
+        "hpc_refer.report; also written when the run ends); 0: no report during the run"
+    )
 
     def __post_init__(self) -> None:
         _enum_field(self, "action_bounds", ActionBounds)
@@ -209,6 +213,8 @@ class RunConfig:
                  "integers >= 1")
         _require(math.isfinite(self.env_step_timeout) and self.env_step_timeout >= 0,
                  "run.env_step_timeout", self.env_step_timeout, "seconds >= 0 (0: no limit)")
+        _require(self.report_every >= 0, "run.report_every", self.report_every,
+                 "integers >= 0 (0: no report)")
         _require(self.max_env_failures >= 1, "run.max_env_failures", self.max_env_failures,
                  "integers >= 1")
 

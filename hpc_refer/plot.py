@@ -17,6 +17,7 @@ import tomllib
 import warnings
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -116,8 +117,9 @@ def run_label(run_dir: Path) -> str:
     return f"{cfg['run']['env']} {cfg['refer']['mode']}"
 
 
-def plot_runs(run_dirs: list[Path], out: Path, window: int, title: str = "") -> dict[str, dict]:
-    """Draw the curves; return per label the window ends, mean, 20th and 80th percentiles."""
+def draw_learning_curves(ax: Any, run_dirs: list[Path], window: int) -> dict[str, dict]:
+    """Draw the curves of ``run_dirs`` on ``ax``; return per label the window ends, mean,
+    20th and 80th percentiles (and the evaluation rounds' means, when there are any)."""
     groups: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
     evals: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
     for d in run_dirs:
@@ -125,7 +127,6 @@ def plot_runs(run_dirs: list[Path], out: Path, window: int, title: str = "") -> 
         rounds = evaluation_rounds(d)
         if rounds is not None:
             evals[run_label(d)].append(rounds)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
     summary: dict[str, dict] = {}
     for label, curves in sorted(groups.items()):
         x, mean, lo, hi = seed_band(curves)
@@ -143,9 +144,17 @@ def plot_runs(run_dirs: list[Path], out: Path, window: int, title: str = "") -> 
             summary[label]["eval"] = {"steps": ex.tolist(), "mean": emean.tolist()}
     ax.set_xlabel("environment steps")
     ax.set_ylabel(f"mean return of episodes per {window} steps")
-    ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if summary:
+        ax.legend(fontsize=8)
+    return summary
+
+
+def plot_runs(run_dirs: list[Path], out: Path, window: int, title: str = "") -> dict[str, dict]:
+    """Draw the curves to the PNG ``out``; return :func:`draw_learning_curves`' summary."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    summary = draw_learning_curves(ax, run_dirs, window)
+    ax.set_title(title)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)

@@ -31,7 +31,7 @@ from hpc_refer.config import (
 )
 from hpc_refer.envs import SolverStartError, check_env, env_dims, is_external
 from hpc_refer.layout import Layout, LayoutError, compute_layout
-from hpc_refer.metrics import RunDirectory, episode_columns, new_run_dir
+from hpc_refer.metrics import RunDirectory, episode_columns, machine_info, new_run_dir
 from hpc_refer.parallel import Fabric, abort_job, app_count, world_rank_size
 from hpc_refer.replay import ReplayShard
 from hpc_refer.resume import Resume
@@ -69,7 +69,7 @@ evaluate the saved policy with: python -m hpc_refer.evaluate RUN_DIR --episodes 
 RESTART_MAY_CHANGE = frozenset({
     "run.steps", "run.log_every", "run.threads", "run.learners", "run.checkpoint_every",
     "run.checkpoint_keep", "run.eval_every", "run.eval_episodes", "run.env_step_timeout",
-    "run.max_env_failures", "run.checksum_every",
+    "run.max_env_failures", "run.checksum_every", "run.tensorboard", "run.report_every",
 })
 """What a resumed run may set differently from the run it continues (the learner count:
 the stored episodes are redistributed over the new learners)."""
@@ -290,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         return _main_mpi(start, rank)
     set_threads(start.config)
     run.set_state("running")
+    run.record_machine(machine_info(1, 1, 1, 1, start.config.run.threads))
     run.log(f"run directory {run.path} (one process: learner and actor)"
             + (f", resumed from {resume.path}" if resume is not None else ""))
     for line in start_warnings(start.config, resume):
@@ -338,6 +339,8 @@ def _main_mpi(start: Start, rank: int) -> int:
     try:
         if run is not None:
             run.set_state("running")
+            run.record_machine(machine_info(layout.world, layout.learners, layout.envs,
+                                            layout.ranks_per_env, config.run.threads))
             run.log(f"run directory {path} ({layout.learners} learners, {layout.envs} "
                     f"environment teams of {layout.ranks_per_env} ranks)"
                     + (f", resumed from {resume.path}" if resume is not None else ""))

@@ -101,6 +101,11 @@ def test_energy_bounded_on_the_attractor_and_seeds_are_deterministic():
     np.testing.assert_allclose(rewards, -np.diff(energies) / ks.DT_CONTROL, rtol=1e-12)
     # The episode metric <E>: the mean energy after each step.
     assert env.episode_values() == pytest.approx((np.mean(energies[1:]),), rel=1e-12)
+    # The episode's field u(x, t): the start and each step's u on the whole grid.
+    field = env.episode_field()
+    assert field.shape == (ks.HORIZON + 1, ks.N) and env.field_label == "u(x, t)"
+    np.testing.assert_allclose((field.astype(float) ** 2).mean(axis=1) / 2, energies, rtol=1e-5)
+    np.testing.assert_array_equal(field[-1], env.u.astype(np.float32))
     assert abs(np.mean(env.u)) < 1e-12, "the mean of u stays 0"
     np.testing.assert_array_equal(obs, env.u[:: ks.N // ks.N_SENS].astype(np.float32))
     # Same seed and actions -> same trajectory bit for bit; another seed -> another state.
@@ -156,6 +161,10 @@ def test_multi_rank_trajectory_equals_the_single_rank_one():
         serial.reset(2)
         serial.step(np.full(ks.N_ACT, 0.5))
         np.testing.assert_allclose(full, serial.u, rtol=0, atol=1e-10)
+        # The episode's field u(x, t) is gathered whole on team rank 0.
+        np.testing.assert_allclose(env.episode_field(), serial.episode_field(), atol=1e-6)
+    else:
+        assert env.history == []
 
 
 

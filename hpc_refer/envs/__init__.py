@@ -43,7 +43,12 @@ and that rank's results travel to the actor in one message per call (the other r
 values are ignored). A solver may also report values of its own per episode (a physical
 quantity, say): it names them in a class attribute ``episode_metrics`` (a tuple of identifiers)
 and returns them, in that order, from ``episode_values()``, which the actor calls on team rank 0
-(not collectively) when an episode ends; they become columns of ``episodes.csv``.
+(not collectively) when an episode ends; they become columns of ``episodes.csv``. A flow solver
+may also show its field: ``episode_field()`` (team rank 0, not collective) returns a 2-D array
+(rows: the control steps of the episode that just ended, columns: grid points), named by an
+optional class attribute ``field_label``; the actor saves the last episode's field of each
+environment to ``RUN_DIR/fields/env-<index>.npz`` (arrays ``field``, ``label``, ``episode``),
+which the run report draws (KS: u(x, t)).
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ import sys
 import time
 from collections.abc import Callable
 from enum import IntEnum
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -338,12 +344,14 @@ class TeamDriver:
 
     ``factory`` builds the solver anew after a fault (default :func:`rebuild_factory`; the
     solver ranks of a team use theirs in :func:`serve_team`), ``index`` is the environment's
-    index (named in messages), ``timeout`` is ``run.env_step_timeout`` (0: no limit).
+    index (named in messages), ``timeout`` is ``run.env_step_timeout`` (0: no limit),
+    ``field_dir`` where :meth:`end_episode` saves the solver's ``episode_field()`` (None: not
+    saved).
     """
 
     def __init__(self, env: Any, team: Team | None, *,
                  factory: Callable[[Team | None], Any] | None = None, index: int = 0,
-                 timeout: float = 0.0) -> None:
+                 timeout: float = 0.0, field_dir: Path | None = None) -> None:
         self.env = env
         self.team = team if team is not None and team.size > 1 else None
         self._solver_team = team
@@ -367,6 +375,8 @@ class TeamDriver:
         self._lost = ""
         """Why a team is out of step (a rank did not answer in time): it is not driven
         further."""
+        self.field_dir = field_dir
+        self.episodes_ended = 0
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         """A new episode's first state (float32, validated)."""
@@ -484,9 +494,13 @@ class TeamDriver:
         _close_faulty(self.env, deadline if self.team is None else None)
         self.env = self.factory(self._solver_team)
 
-    def episode_values(self) -> tuple[float, ...]:
-        """The solver's ``episode_values()`` for the episode that just ended (on this rank
-        only), one per name of its ``episode_metrics``."""
+    def end_episode(self) -> tuple[float, ...]:
+        """What follows the end of an episode (on this rank only): its field saved when the
+        solver has ``episode_field()`` and a ``field_dir`` was given, then the solver's
+        ``episode_values()``, one per name of its ``episode_metrics``."""
+        self.episodes_ended += 1
+        if self.field_dir is not None and hasattr(self.env, "episode_field"):
+            self._save_field(self.field_dir)
         if not self.metric_names:
             return ()
         values = tuple(float(v) for v in self.env.episode_values())
@@ -494,6 +508,15 @@ class TeamDriver:
             raise ValueError(f"{type(self.env).__name__}.episode_values() returned "
                              f"{len(values)} values for episode_metrics {self.metric_names}")
         return values
+
+    def _save_field(self, directory: Path) -> None:
+        """``episode_field()`` to ``directory/env-<index>.npz``, replaced atomically."""
+        field = np.asarray(self.env.episode_field(), np.float32)
+        directory.mkdir(parents=True, exist_ok=True)
+        tmp = directory / f"env-{self.index}.tmp.npz"
+        np.savez(tmp, field=field, label=str(getattr(self.env, "field_label", "field")),
+                 episode=self.episodes_ended)
+        tmp.replace(directory / f"env-{self.index}.npz")
 
     def checkpoint_state(self) -> StateTree | None:
         """The solver's state for a checkpoint (its ``get_state()``); None when it has no

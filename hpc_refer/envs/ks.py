@@ -131,6 +131,7 @@ class KuramotoSivashinsky:
     low = -np.ones(N_ACT)
     high = np.ones(N_ACT)
     episode_metrics = ("energy",)
+    field_label = "u(x, t)"
 
     def __init__(self, team: Team | None = None) -> None:
         self.team = team if team is not None and team.size > 1 else None
@@ -151,6 +152,8 @@ class KuramotoSivashinsky:
         self.t = 0
         self.last_energy = 0.0
         self.energy_sum = 0.0
+        self.history: list[np.ndarray] = []
+        """u on the whole grid at the episode's start and after each step (team rank 0)."""
 
     # Transforms: serial numpy FFTs, or partial DFTs summed over the team.
     def _forward(self, local: np.ndarray) -> np.ndarray:
@@ -176,6 +179,12 @@ class KuramotoSivashinsky:
 
         return term
 
+    def _record_field(self) -> None:
+        """Append the whole field u to the episode's history on team rank 0 (collective)."""
+        full = self.team.gather_rows(self.u) if self.team is not None else self.u
+        if full is not None:
+            self.history.append(np.array(full, np.float32))
+
     def _observe(self) -> np.ndarray:
         local = self.u[self.sensors]
         full = self.team.gather_rows(local) if self.team is not None else local
@@ -197,6 +206,8 @@ class KuramotoSivashinsky:
         self.t = 0
         self.last_energy = self.energy()
         self.energy_sum = 0.0
+        self.history = []
+        self._record_field()
         return self._observe()
 
     def _team_seed(self) -> int:
@@ -219,6 +230,7 @@ class KuramotoSivashinsky:
         previous, self.last_energy = self.last_energy, self.energy()
         self.energy_sum += self.last_energy
         self.t += 1
+        self._record_field()
         status = Status.TRUNCATED if self.t >= HORIZON else Status.CONTINUE
         reward = -(self.last_energy - previous) / DT_CONTROL - ACT_COST * float(np.mean(a**2))
         return self._observe(), reward, status
@@ -231,6 +243,11 @@ class KuramotoSivashinsky:
     def episode_values(self) -> tuple[float]:
         """<E>: the mean energy after each step of the episode so far (not collective)."""
         return (self.energy_sum / max(self.t, 1),)
+
+    def episode_field(self) -> np.ndarray:
+        """u(x, t) of the episode so far: rows are the control steps (the start, then after
+        each step), columns the N grid points (team rank 0, not collective)."""
+        return np.stack(self.history) if self.history else np.zeros((0, N), np.float32)
 
     def close(self) -> None:
         """Nothing to release."""

@@ -1,0 +1,510 @@
+"""The run report: ``python -m hpc_refer.report RUN_DIR [RUN_DIR ...]``.
+
+One static HTML page per run, or per group of runs of one setting (seeds: the same
+environment and ReF-ER mode, as :mod:`hpc_refer.plot` labels them), self-contained: the
+figures are inline SVG drawn by matplotlib (pictures inside them as data URIs), nothing is
+fetched when it is opened, so it can be copied off a cluster and opened anywhere. It shows
+what the run directories hold, and says what is absent:
+
+* the learning curve: windowed mean return over seeds with the 20-80% band, as the paper
+  draws it, and the evaluation rounds of the mean policy (``eval.csv``);
+* ReF-ER's state against environment steps: beta (eq. 12), c_max and the learning rate
+  (eq. 13), the far-policy fraction with its target D;
+* histograms of log10 rho of the stored transitions over time (``rho_hist`` of
+  ``train.jsonl``), with the near-policy band 1/c_max < rho < c_max;
+* the losses and the KL of the step diagnostics;
+* environment and gradient steps/s over the run, and environment steps/s per actor rank
+  (from each rank's episodes);
+* solver faults over the run, and the log lines that name them;
+* the solver's episode metrics (KS: energy) as windowed means;
+* pictures a flow environment contributes (``fields/env-<k>.npz``: KS draws u(x, t) of the
+  last episode of each environment);
+* the resolved configuration and the machine(s) the run started on.
+
+A run writes its own report every ``run.report_every`` environment steps and at its end
+(``--report-every``), atomically (a copy taken mid-write is never half a page).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import html
+import io
+import json
+import re
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+from hpc_refer.learner import RHO_EDGES
+from hpc_refer.metrics import EPISODE_FIELDS
+from hpc_refer.plot import auto_window, draw_learning_curves, run_label, window_means
+
+DIAGNOSTICS = (("beta", "beta (penalty coefficient, eq. 12)"),
+               ("c_max", "c_max (eq. 13)"),
+               ("lr", "learning rate (eq. 13)"),
+               ("far_fraction", "far-policy fraction"))
+"""The ReF-ER state drawn against environment steps: (train.jsonl key, axis title)."""
+
+DATA_GID = "data"
+"""The SVG id prefix of every drawn data artist: the browser check counts them."""
+
+STYLE = """
+body { font-family: sans-serif; margin: 1.5em auto; max-width: 1100px; color: #222; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.2em; border-bottom: 1px solid #ccc; }
+figure { margin: 0.5em 0 1.5em 0; } figcaption { font-size: 0.9em; color: #555; }
+figure svg { max-width: 100%; height: auto; }
+table { border-collapse: collapse; font-size: 0.9em; }
+td, th { border: 1px solid #ccc; padding: 2px 8px; text-align: left; }
+pre { background: #f6f6f6; padding: 0.6em; overflow-x: auto; font-size: 0.85em; }
+.absent { color: #777; font-style: italic; }
+"""
+
+
+class Run:
+    """What one run directory holds, read once (missing files give empty data)."""
+
+    def __init__(self, path: Path) -> None:
+        if not (path / "config.toml").is_file():
+            raise FileNotFoundError(f"{path}: no config.toml (is it a run directory?)")
+        self.path = path
+        self.name = path.resolve().name
+        self.label = run_label(path)
+        self.config_text = (path / "config.toml").read_text()
+        self.records = _read_jsonl(path / "train.jsonl")
+        self.episodes = _read_csv(path / "episodes.csv")
+        state = path / "state.txt"
+        self.state = state.read_text().strip() if state.is_file() else "unknown"
+        machine = path / "machine.json"
+        self.machines: list[dict[str, Any]] = (json.loads(machine.read_text())
+                                               if machine.is_file() else [])
+        log = path / "log.txt"
+        self.log_lines = log.read_text().splitlines() if log.is_file() else []
+        self.fields = sorted((p for p in (path / "fields").glob("env-*.npz")
+                              if re.fullmatch(r"env-\d+\.npz", p.name)),
+                             key=lambda p: int(p.stem.split("-")[1]))
+
+    def series(self, key: str) -> tuple[np.ndarray, np.ndarray]:
+        """Environment steps and values of the train.jsonl records that hold ``key``."""
+        rows = [(r["env_step"], r[key]) for r in self.records if key in r]
+        return (np.array([s for s, _ in rows], dtype=float),
+                np.array([v for _, v in rows], dtype=float))
+
+    def config_value(self, table: str, key: str) -> Any:
+        """``[table] key`` of the run's config.toml (None where absent)."""
+        import tomllib
+
+        return tomllib.loads(self.config_text).get(table, {}).get(key)
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut by a killed run
+            continue
+    return out
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    if not path.is_file():
+        return []
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _tag_data(fig: Any) -> int:
+    """Give every data artist of ``fig`` (lines, bands, bars, images; not the reference
+    lines, whose gid is set) an SVG id starting with :data:`DATA_GID`; return the number of
+    finite data values drawn."""
+    n, points = 0, 0
+    for ax in fig.axes:
+        for artist in [*ax.lines, *ax.collections, *ax.patches, *ax.images]:
+            if artist.get_gid() is not None or artist is ax.patch:
+                continue
+            artist.set_gid(f"{DATA_GID}-{n}")
+            n += 1
+            if hasattr(artist, "get_ydata"):
+                points += int(np.isfinite(np.asarray(artist.get_ydata(), float)).sum())
+            elif hasattr(artist, "get_array") and artist.get_array() is not None:
+                points += int(np.isfinite(np.asarray(artist.get_array(), float)).sum())
+            elif hasattr(artist, "get_height"):
+                points += int(np.isfinite(artist.get_height()))
+    return points
+
+
+def _reference(line: Any) -> None:
+    """Mark a line as a reference (target, bound), not data."""
+    line.set_gid("reference")
+
+
+def _figure(fig: Any, caption: str) -> str:
+    """``fig`` as an inline SVG ``<figure>`` with its caption; closes the figure."""
+    points = _tag_data(fig)
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    svg = buf.getvalue()
+    svg = svg[svg.index("<svg"):]  # drop the XML prolog and doctype: HTML5 inline SVG
+    return (f'<figure class="plot" data-points="{points}">{svg}'
+            f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+
+
+def _absent(text: str) -> str:
+    return f'<p class="absent">{html.escape(text)}</p>'
+
+
+def _per_run_lines(runs: list[Run], key: str, ax: Any) -> bool:
+    """One line per run of train.jsonl's ``key``; whether anything was drawn."""
+    drawn = False
+    for run in runs:
+        x, y = run.series(key)
+        if np.isfinite(y).any():
+            ax.plot(x, y, lw=1.2, label=run.name if len(runs) > 1 else None)
+            drawn = True
+    return drawn
+
+
+def learning_section(runs: list[Run], window: int | None) -> str:
+    with_episodes = [r.path for r in runs if r.episodes]
+    if not with_episodes:
+        return _absent("No episode has ended yet (episodes.csv is empty).")
+    w = window if window is not None else auto_window(with_episodes)
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    draw_learning_curves(ax, with_episodes, w)
+    evals = " Dashed: mean return of each evaluation round of the mean policy." if any(
+        (r.path / "eval.csv").is_file() for r in runs) else " No evaluation rounds (eval.csv)."
+    return _figure(fig, f"Mean return of the episodes that ended in each window of {w} "
+                        f"environment steps: mean over {len(with_episodes)} run(s), band from "
+                        f"the 20th to the 80th percentile over runs.{evals}")
+
+
+def refer_section(runs: list[Run]) -> str:
+    if not any(r.records for r in runs):
+        return _absent("No interval record yet (train.jsonl is empty).")
+    fig, axes = plt.subplots(2, 2, figsize=(9, 5.5), sharex=True)
+    for ax, (key, title) in zip(axes.flat, DIAGNOSTICS, strict=True):
+        _per_run_lines(runs, key, ax)
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3)
+        if key == "far_fraction":
+            target = runs[0].config_value("refer", "D")
+            if target is not None:
+                _reference(ax.axhline(float(target), color="k", ls=":", lw=1,
+                                      label=f"target D = {target}"))
+            ax.legend(fontsize=7)
+    for ax in axes[1]:
+        ax.set_xlabel("environment steps")
+    fig.tight_layout()
+    return _figure(fig, "ReF-ER against environment steps: beta grows while the far-policy "
+                        "fraction exceeds D and shrinks below it; c_max and the learning rate "
+                        "anneal as 1 + C / (1 + A t) and eta0 / (1 + A t).")
+
+
+def rho_section(runs: list[Run]) -> str:
+    parts = []
+    for run in runs:
+        rows = [(r["env_step"], r["rho_hist"], r.get("c_max", np.nan)) for r in run.records
+                if sum(r.get("rho_hist", [])) > 0]
+        if not rows:
+            parts.append(_absent(f"{run.name}: no rho histogram (no stored transition yet, or "
+                                 "a run from before rho_hist was recorded)."))
+            continue
+        steps = np.array([s for s, _, _ in rows], dtype=float)
+        counts = np.array([h for _, h, _ in rows], dtype=float)
+        frac = counts / counts.sum(axis=1, keepdims=True)
+        fig, ax = plt.subplots(figsize=(8, 3.4))
+        x_edges = np.concatenate([[steps[0] - (steps[1] - steps[0] if len(steps) > 1 else 1)],
+                                  steps])
+        mesh = ax.pcolormesh(x_edges, RHO_EDGES, frac.T, cmap="viridis", shading="flat")
+        fig.colorbar(mesh, ax=ax, label="fraction of stored transitions")
+        c_max = np.array([c for _, _, c in rows], dtype=float)
+        _reference(ax.plot(steps, np.log10(c_max), "w--", lw=1, label="log10 c_max")[0])
+        _reference(ax.plot(steps, -np.log10(c_max), "w--", lw=1)[0])
+        ax.set_ylabel("log10 rho")
+        ax.set_xlabel("environment steps")
+        ax.set_title(run.name, fontsize=10)
+        ax.legend(fontsize=7, loc="upper right")
+        parts.append(_figure(fig, f"{run.name}: distribution of log10 rho of the stored "
+                                  "transitions at each record; between the dashed lines "
+                                  "(1/c_max < rho < c_max) samples are near-policy."))
+    return "".join(parts)
+
+
+def losses_section(runs: list[Run]) -> str:
+    keys = sorted({k for r in runs for rec in r.records for k in rec
+                   if k.startswith("loss") or k == "kl"})
+    if not keys:
+        return _absent("No gradient step yet: no losses recorded.")
+    fig, axes = plt.subplots(1, len(keys), figsize=(3.4 * len(keys), 3.2), squeeze=False)
+    for ax, key in zip(axes[0], keys, strict=True):
+        _per_run_lines(runs, key, ax)
+        ax.set_title(key, fontsize=10)
+        ax.set_xlabel("environment steps")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return _figure(fig, "Interval means of the step diagnostics (losses of the algorithm's "
+                        "named loss functions; kl: the mean KL of Rule 2).")
+
+
+def _rank_rates(run: Run) -> dict[int, float]:
+    """Environment steps/s of each actor rank: the steps of its episodes after its first,
+    over the wall time between its first and last episode end."""
+    by_rank: dict[int, list[tuple[float, int]]] = defaultdict(list)
+    for e in run.episodes:
+        by_rank[int(e["rank"])].append((float(e["wall_s"]), int(e["length"])))
+    rates = {}
+    for rank, ends in by_rank.items():
+        ends.sort()
+        span = ends[-1][0] - ends[0][0]
+        if len(ends) > 1 and span > 0:
+            rates[rank] = sum(n for _, n in ends[1:]) / span
+    return rates
+
+
+def throughput_section(runs: list[Run]) -> str:
+    if not any(r.records for r in runs):
+        return _absent("No interval record yet.")
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    ax = axes[0]
+    for run in runs:
+        for key, style in (("env_steps_per_s", "-"), ("grad_steps_per_s", "--")):
+            x, y = run.series(key)
+            ax.plot(x, y, style, lw=1.2, label=f"{key.split('_')[0]} {run.name}"
+                    if len(runs) > 1 else key.replace("_", " "))
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("steps per second")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax = axes[1]
+    labels, values = [], []
+    for run in runs:
+        for rank, rate in sorted(_rank_rates(run).items()):
+            labels.append(f"{rank}" if len(runs) == 1 else f"{run.name}:{rank}")
+            values.append(rate)
+    if values:
+        ax.bar(range(len(values)), values, color="tab:blue")
+        ax.set_xticks(range(len(values)), labels, rotation=90 if len(values) > 12 else 0,
+                      fontsize=7)
+        ax.set_xlabel("actor rank")
+    ax.set_ylabel("environment steps per second")
+    ax.set_title("per actor rank (from its episodes)", fontsize=10)
+    fig.tight_layout()
+    return _figure(fig, "Left: environment and gradient steps per second of each interval "
+                        "(all actors; learners step together, one allreduce per step, so one "
+                        "gradient rate serves every learner rank). Right: each actor rank's "
+                        "environment steps per second over its episodes.")
+
+
+FAULT_LINE = re.compile(r"fault|failed|timed out|rebuilt|restart", re.IGNORECASE)
+
+
+def faults_section(runs: list[Run]) -> str:
+    parts = []
+    total = {r.name: int(r.records[-1].get("solver_faults", 0)) if r.records else 0
+             for r in runs}
+    if any(total.values()):
+        fig, ax = plt.subplots(figsize=(7, 3))
+        _per_run_lines(runs, "solver_faults", ax)
+        ax.set_xlabel("environment steps")
+        ax.set_ylabel("solver faults so far")
+        ax.grid(alpha=0.3)
+        parts.append(_figure(fig, "Solver faults counted by the actors (an episode ended by "
+                                  "an invalid answer, an exception or a timeout; the solver "
+                                  "was rebuilt)."))
+    else:
+        parts.append(_absent("No solver fault in " + ", ".join(total) + "."))
+    for run in runs:
+        lines = [line for line in run.log_lines if FAULT_LINE.search(line)]
+        if lines:
+            shown = "\n".join(lines[-20:])
+            parts.append(f"<p>{html.escape(run.name)}: the last {min(len(lines), 20)} of "
+                         f"{len(lines)} log lines about faults</p><pre>{html.escape(shown)}"
+                         "</pre>")
+    return "".join(parts)
+
+
+def metrics_section(runs: list[Run], window: int | None) -> str:
+    names = [c for c in (runs[0].episodes[0] if runs[0].episodes else {})
+             if c not in EPISODE_FIELDS]
+    if not names:
+        return _absent("The solver reports no episode metrics (episode_metrics).")
+    steps_all = [int(e["env_step"]) for r in runs for e in r.episodes]
+    w = window if window is not None else auto_window([r.path for r in runs])
+    fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 3.2), squeeze=False)
+    for ax, name in zip(axes[0], names, strict=True):
+        for run in runs:
+            steps = np.array([int(e["env_step"]) for e in run.episodes])
+            values = np.array([float(e[name]) for e in run.episodes])
+            x, y = window_means(steps, values, w)
+            ax.plot(x, y, marker=".", lw=1.2, label=run.name if len(runs) > 1 else None)
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("environment steps")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return _figure(fig, f"The solver's episode metrics, mean per window of {w} environment "
+                        f"steps ({len(steps_all)} episodes).")
+
+
+def fields_section(runs: list[Run]) -> str:
+    parts = []
+    for run in runs:
+        for path in run.fields[:4]:
+            with np.load(path) as data:
+                field = np.asarray(data["field"], float)
+                label = str(data["label"]) if "label" in data else "field"
+                episode = int(data["episode"]) if "episode" in data else -1
+            if field.ndim != 2 or field.size == 0:
+                continue
+            fig, ax = plt.subplots(figsize=(8, 3.2))
+            image = ax.imshow(field.T, aspect="auto", origin="lower", cmap="RdBu_r",
+                              extent=(0, field.shape[0], 0, field.shape[1]))
+            fig.colorbar(image, ax=ax, label=label)
+            ax.set_xlabel("control step")
+            ax.set_ylabel("grid point")
+            parts.append(_figure(fig, f"{run.name}, {path.stem}: {label} of its last episode "
+                                      f"(episode {episode} of that environment)."))
+    return "".join(parts) or _absent("The environment contributes no pictures "
+                                     "(no fields/env-*.npz: its solver has no "
+                                     "episode_field()).")
+
+
+def _machine_table(run: Run) -> str:
+    if not run.machines:
+        return _absent(f"{run.name}: no machine.json.")
+    rows = []
+    for m in run.machines:
+        versions = ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items())
+        layout = (f"world {m.get('world')}, {m.get('learners')} learners, "
+                  f"{m.get('environment_teams')} teams x {m.get('ranks_per_env')} ranks, "
+                  f"{m.get('torch_threads')} torch threads")
+        rows.append("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
+            m.get("started"), m.get("host"), f"{m.get('cpu')} ({m.get('cores')} cores)",
+            layout, f"Python {m.get('python')}; {versions}")) + "</tr>")
+    return (f"<p>{html.escape(run.name)}</p><table><tr><th>started</th><th>host</th>"
+            "<th>CPU</th><th>layout</th><th>software</th></tr>" + "".join(rows) + "</table>")
+
+
+def _summary(runs: list[Run]) -> str:
+    rows = []
+    for run in runs:
+        last = run.records[-1] if run.records else {}
+        total = run.config_value("run", "steps")
+        rows.append("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
+            run.name, run.state, f"{last.get('env_step', 0)} / {total}",
+            last.get("grad_step", 0), len(run.episodes),
+            f"{np.mean([float(e['return']) for e in run.episodes[-20:]]):.4g}"
+            if run.episodes else "-")) + "</tr>")
+    return ("<table><tr><th>run</th><th>state</th><th>environment steps</th>"
+            "<th>gradient steps</th><th>episodes</th><th>mean return, last 20</th></tr>"
+            + "".join(rows) + "</table>")
+
+
+def render(runs: list[Run], window: int | None = None) -> str:
+    """The HTML page of ``runs`` (runs of one setting)."""
+    title = f"hpc_refer report: {runs[0].label}" + (
+        f" ({len(runs)} runs)" if len(runs) > 1 else f" ({runs[0].name})")
+    sections = [
+        ("Runs", _summary(runs)),
+        ("Learning curve", learning_section(runs, window)),
+        ("ReF-ER", refer_section(runs)),
+        ("Importance weights rho", rho_section(runs)),
+        ("Losses", losses_section(runs)),
+        ("Throughput", throughput_section(runs)),
+        ("Solver faults", faults_section(runs)),
+        ("Episode metrics", metrics_section(runs, window)),
+        ("Flow fields", fields_section(runs)),
+        ("Configuration", "".join(f"<details><summary>{html.escape(r.name)}: config.toml"
+                                  f"</summary><pre>{html.escape(r.config_text)}</pre>"
+                                  "</details>" for r in runs)),
+        ("Machine", "".join(_machine_table(r) for r in runs)),
+    ]
+    body = "".join(f"<section><h2>{html.escape(h)}</h2>{content}</section>"
+                   for h, content in sections)
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>"
+            f"<h1>{html.escape(title)}</h1><p>Written {time.strftime('%Y-%m-%d %H:%M:%S')} "
+            f"from {', '.join(html.escape(str(r.path)) for r in runs)}.</p>{body}"
+            "</body></html>\n")
+
+
+def write_report(run_dirs: list[Path], out: Path, window: int | None = None) -> Path:
+    """Render the runs ``run_dirs`` (one setting) to ``out`` by an atomic rename."""
+    page = render([Run(d) for d in run_dirs], window)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(page)
+    tmp.replace(out)
+    return out
+
+
+def group_runs(run_dirs: list[Path]) -> dict[str, list[Path]]:
+    """Run directories by setting (:func:`~hpc_refer.plot.run_label`), in the given order."""
+    groups: dict[str, list[Path]] = defaultdict(list)
+    for d in run_dirs:
+        if not (d / "config.toml").is_file():
+            raise FileNotFoundError(f"{d}: no config.toml (is it a run directory?)")
+        groups[run_label(d)].append(d)
+    return dict(groups)
+
+
+def _slug(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", label).strip("_")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m hpc_refer.report",
+        description="Write a self-contained HTML report (learning curve over seeds, ReF-ER "
+        "state, rho histograms, losses, throughput, solver faults, episode metrics, flow "
+        "fields, config, machine) of run directories: one page per setting (runs with the "
+        "same environment and ReF-ER mode are seeds of one setting).")
+    parser.add_argument("runs", nargs="+", type=Path, help="run directories")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="the HTML file (one setting only; default: RUN_DIR/report.html "
+                        "for one run, report-<setting>.html in --out-dir for several)")
+    parser.add_argument("--out-dir", type=Path, default=Path("."),
+                        help="where the pages of several runs go (default: .)")
+    parser.add_argument("--window", type=int, default=None,
+                        help="environment steps per averaging window (default: the paper's "
+                        "2e5, or about 1/20 of the longest run)")
+    args = parser.parse_args(argv)
+    if args.window is not None and args.window <= 0:
+        print("hpc_refer.report: error: --window must be > 0", file=sys.stderr)
+        return 2
+    try:
+        groups = group_runs(args.runs)
+        if args.out is not None and len(groups) > 1:
+            print(f"hpc_refer.report: error: --out names one file, but the runs are "
+                  f"{len(groups)} settings ({', '.join(groups)}): use --out-dir",
+                  file=sys.stderr)
+            return 2
+        for label, dirs in groups.items():
+            if args.out is not None:
+                out = args.out
+            elif len(args.runs) == 1:
+                out = dirs[0] / "report.html"
+            else:
+                out = args.out_dir / f"report-{_slug(label)}.html"
+            write_report(dirs, out, args.window)
+            print(f"wrote {out} ({label}, {len(dirs)} run(s))")
+    except (FileNotFoundError, KeyError, ValueError) as err:
+        print(f"hpc_refer.report: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
