@@ -154,7 +154,8 @@ def _figure(fig: Any, caption: str) -> str:
     """``fig`` as an inline SVG ``<figure>`` with its caption; closes the figure."""
     points = _tag_data(fig)
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight")
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # text as <text>, not glyph paths
+        fig.savefig(buf, format="svg", bbox_inches="tight")
     plt.close(fig)
     svg = buf.getvalue()
     svg = svg[svg.index("<svg"):]  # drop the XML prolog and doctype: HTML5 inline SVG

@@ -78,6 +78,8 @@ def test_a_report_shows_every_section_with_data(tmp_path):
     assert "state has shape (7,), expected (8,)" in page  # the fault's log line
     assert "AMD" in page or "cores" in page  # the machine table
     assert "u(x, t) of its last episode" in page
+    # text stays text: the far-policy target D and the log10 c_max band are labelled
+    assert "target D = 0.1" in page and "log10 c_max" in page
     # per actor rank: the episodes came from ranks 1 and 2
     assert page.count('id="data-') >= sum(1 for p in points if p)
 
