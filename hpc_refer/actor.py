@@ -3,7 +3,8 @@
 Actions are drawn locally from the actor's copy of pi (no network round trip per step); the
 Gaussian that drew each action (the behaviour policy mu_k: mean and std) is stored with the
 step, so the learner's off-policy corrections stay exact however stale the copy is. The copy
-is refreshed by the caller at chunk boundaries.
+is refreshed by the caller at chunk boundaries, with the number of steps the next chunk may
+hold (:meth:`Actor.grant`, the learner's step budget).
 
 Bounded action spaces: the policy acts in a normalised space where [-1, 1] maps onto
 [low, high]; the sample u is either clipped to [-1, 1] (``clip``, the paper) or squashed by
@@ -82,7 +83,8 @@ class _Pending:
 
 
 class Actor:
-    """Steps one environment, returning chunks of at most ``chunk_len`` transitions.
+    """Steps one environment, returning chunks of at most ``chunk_len`` transitions (fewer
+    when the learner's budget, :meth:`grant`, is smaller).
 
     ``max_failures`` (``run.max_env_failures``): that many solver faults in a row, without a
     valid step in between, raise :class:`~hpc_refer.envs.external.SolverFailure`.
@@ -95,6 +97,8 @@ class Actor:
         self.env = env
         self.net = net
         self.chunk_len = chunk_len
+        self._limit = chunk_len
+        """The most transitions of a chunk, until the next :meth:`grant`."""
         self.source = source
         self.max_failures = max_failures
         self.rng = np.random.default_rng(seed)
@@ -121,6 +125,15 @@ class Actor:
     def load(self, flat: np.ndarray) -> None:
         """Replace the policy copy by the learner's parameters."""
         load_flat_state(self.net, flat)
+
+    def grant(self, steps: int) -> None:
+        """The learner's step budget of this release (>= 1): the next chunk holds at most
+        min(``chunk_len``, ``steps``) transitions, so the actor takes no more than ``steps``
+        environment steps before it returns. A chunk that reaches the budget ends OPEN, as a
+        :meth:`cut` does: the episode goes on in the next chunk. The budget holds until the
+        next grant (an actor sends one chunk per release) and is not part of the checkpoint:
+        the learner grants one anew after a restart."""
+        self._limit = min(self.chunk_len, steps)
 
     def to_env(self, u: np.ndarray) -> np.ndarray:
         """Map a Gaussian sample u to the environment's action box."""
@@ -178,11 +191,11 @@ class Actor:
         self._length += 1
         self._obs = nxt
         if status == Status.CONTINUE:
-            if len(p.act) < self.chunk_len:
+            if len(p.act) < self._limit:
                 return None, None
             self._sent = True
             return self._flush(ChunkEnd.OPEN, None), None
-        record = EpisodeRecord(self._return, self._length, self.env.episode_values())
+        record = EpisodeRecord(self._return, self._length, self.env.end_episode())
         end = ChunkEnd.TERMINATED if status == Status.TERMINAL else ChunkEnd.TRUNCATED
         chunk = self._flush(end, nxt)
         self._return, self._length = 0.0, 0
@@ -249,7 +262,7 @@ class Actor:
                     ret += reward
                     length += 1
                 self._faults_in_a_row = 0
-                records.append(EpisodeRecord(ret, length, self.env.episode_values()))
+                records.append(EpisodeRecord(ret, length, self.env.end_episode()))
             except SolverFault as fault:
                 self._count_fault(fault, "evaluation episode ended")
             except SolverFailure as failure:

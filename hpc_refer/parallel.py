@@ -257,7 +257,8 @@ class ActorChannel:
     is written; TAG_EVAL_RESULT (float64, :func:`~hpc_refer.records.pack_episodes`) after an
     evaluation round; TAG_FAILED (the failure's text, utf-8 bytes) when its environment
     failed for good, TAG_STUCK (likewise, from its watchdog thread) when it hangs in a
-    solver call. Learner to actor: the flat parameter vector (TAG_PARAMS), TAG_STOP,
+    solver call. Learner to actor: TAG_PARAMS (the float32 parameters, then the step budget
+    of this release: the bits of an int32, so any budget is exact), TAG_STOP,
     TAG_CHECKPOINT (float64 [env step]), TAG_EVAL (float32 parameters then the number of
     episodes), and TAG_CUT (empty: send the steps collected so far now, without waiting for
     the chunk to fill; an actor that sent its chunk already ignores it). ``faults`` (the
@@ -267,8 +268,12 @@ class ActorChannel:
     def __init__(self, world: Any, learner: int, n_params: int) -> None:
         self.world = world
         self.learner = learner
-        self.params = np.empty(n_params, np.float32)
-        self._eval = np.empty(n_params + 1, np.float32)
+        self._message = np.empty(n_params + 1, np.float32)
+        """A PARAMS or EVAL message: the parameters, then one more value."""
+        self.params = self._message[:-1]
+        """The parameters of the latest PARAMS or EVAL reply (a view of the message)."""
+        self.budget = 0
+        """Environment steps this actor may take (after a PARAMS reply)."""
         self.step = 0
         """The env step of the checkpoint asked for (after a CHECKPOINT reply)."""
         self.episodes = 0
@@ -309,8 +314,8 @@ class ActorChannel:
 
     def recv_reply(self) -> Reply:
         """Wait for the learner's next command (a stale TAG_CUT is dropped): new parameters
-        go to ``params``, a checkpoint's step to ``step``, an evaluation's size to
-        ``episodes``."""
+        go to ``params`` with the step budget in ``budget``, a checkpoint's step to ``step``,
+        an evaluation's size to ``episodes``."""
         while True:
             self.world.Probe(source=self.learner, tag=_mpi().ANY_TAG, status=self._status)
             tag = self._status.Get_tag()
@@ -326,11 +331,11 @@ class ActorChannel:
                 self.step = int(step[0])
                 return Reply.CHECKPOINT
             if tag == TAG_EVAL:
-                self.world.Recv(self._eval, source=self.learner, tag=TAG_EVAL)
-                self.params[:] = self._eval[:-1]
-                self.episodes = int(self._eval[-1])
+                self.world.Recv(self._message, source=self.learner, tag=TAG_EVAL)
+                self.episodes = int(self._message[-1])
                 return Reply.EVAL
-            self.world.Recv(self.params, source=self.learner, tag=TAG_PARAMS)
+            self.world.Recv(self._message, source=self.learner, tag=TAG_PARAMS)
+            self.budget = int(self._message[-1:].view(np.int32)[0])
             return Reply.PARAMS
 
 
@@ -385,8 +390,11 @@ class LearnerChannel:
         return Chunk(obs.reshape(n, ds), act.reshape(m, da), rew, mean.reshape(m, da),
                      std.reshape(m, da), header.end, source)
 
-    def send_params(self, actor: int, flat: np.ndarray) -> None:
-        self.world.Send(flat, dest=actor, tag=TAG_PARAMS)
+    def send_params(self, actor: int, flat: np.ndarray, budget: int) -> None:
+        """The float32 parameters ``flat`` and the environment steps the actor may take."""
+        bits = np.array([budget], np.int32).view(np.float32)
+        self.world.Send(np.concatenate([np.asarray(flat, np.float32), bits]), dest=actor,
+                        tag=TAG_PARAMS)
 
     def send_stop(self, actor: int) -> None:
         self.world.Send(np.empty(0, np.float32), dest=actor, tag=TAG_STOP)

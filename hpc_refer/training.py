@@ -7,6 +7,27 @@ sends each chunk and waits for the reply: new parameters, or stop. Its learner h
 while the learners owe more than ``grad_ratio * E * chunk_len`` gradient steps: the global
 ratio of gradient to environment steps stays within one chunk per actor of ``grad_ratio``.
 
+Step budgets
+------------
+Each release (new parameters) carries the number of environment steps the actor may take
+before it sends its chunk: at most ``chunk_len``, fewer near the end of the run, so that the
+actors of all learners together never take more than ``run.steps``. The counters summed in
+every iteration hold the steps received, the steps *granted* to running actors and not
+received yet, and the number of waiting actors of each learner; from these every learner
+knows the same remainder R = ``run.steps`` - received - granted and the same order of all
+waiting actors (learner by learner), and grants its own ones their place's share of R
+(:func:`grant_steps`: R // W each, one more to the first R % W, at most ``chunk_len``), so
+the budgets of one iteration sum to at most R over all learners. An actor granted nothing
+keeps waiting (a later iteration, or the stop at the end, answers it); an actor's grant is
+over when its next message arrives (its chunk holds at most the budget, a cut or an episode
+end sends fewer). Whenever steps remain and no actor runs, the first waiting one is granted
+at least one step (or evaluates, if its round is due), so a run ends with exactly
+``run.steps`` environment steps in its last ``train.jsonl`` record, whatever the episode
+boundaries, unless it stops early (signal, failed environment) or every environment finished
+its work (``EnvironmentFinished``) before. In one process the single actor is granted
+min(``chunk_len``, ``run.steps`` - received): full chunks as before, and a shorter last one
+where the run used to overshoot.
+
 One process (no mpirun, or ``mpirun -n 1``) runs this very loop with one learner and one
 actor over an in-process channel (:class:`LocalChannel`): the actor runs when the learner
 would wait for a message (a blocking poll), so a run is deterministic and takes the same
@@ -35,7 +56,7 @@ failure's message. Every ``run.eval_every`` environment steps the actor of envir
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -153,13 +174,33 @@ class LoopCounters(NamedTuple):
     """Learners that received SIGTERM or SIGUSR1."""
     failures: int
     """Environments that failed for good."""
+    granted: int
+    """Environment steps granted to running actors and not received yet."""
+    waiting: tuple[int, ...]
+    """Actors waiting for a reply, per learner (each learner fills its own slot)."""
 
     def pack(self) -> np.ndarray:
-        return np.array(self, np.float64)
+        return np.array([*self[:-1], *self.waiting], np.float64)
 
     @classmethod
     def unpack(cls, flat: np.ndarray) -> LoopCounters:
-        return cls(*(int(x) for x in flat))
+        fixed = len(cls._fields) - 1
+        return cls._make([*(int(x) for x in flat[:fixed]), tuple(int(x) for x in flat[fixed:])])
+
+
+def grant_steps(remaining: int, waiting: Sequence[int], rank: int, chunk_len: int
+                ) -> list[int]:
+    """The step budgets of learner ``rank``'s waiting actors, in its order.
+
+    ``remaining``: steps of the run neither received nor granted; ``waiting``: the waiting
+    actors of every learner. All waiting actors, learner by learner, share ``remaining``:
+    each gets ``remaining // W``, the first ``remaining % W`` one more, and none more than
+    ``chunk_len``; the budgets of all learners sum to at most ``max(remaining, 0)``.
+    """
+    total = sum(waiting)
+    first = sum(waiting[:rank])
+    share, extra = divmod(max(remaining, 0), max(total, 1))
+    return [min(chunk_len, share + (first + i < extra)) for i in range(waiting[rank])]
 
 
 class LearnerSide(Protocol):
@@ -170,7 +211,7 @@ class LearnerSide(Protocol):
 
     def poll(self, block: bool) -> Incoming | None: ...
 
-    def send_params(self, actor: int, flat: np.ndarray) -> None: ...
+    def send_params(self, actor: int, flat: np.ndarray, budget: int) -> None: ...
 
     def send_stop(self, actor: int) -> None: ...
 
@@ -208,10 +249,11 @@ def next_message(actor: Actor, interrupted: Callable[[], bool] = lambda: False
 class LocalChannel:
     """The in-process channel of one process: the learner's messages drive the actor.
 
-    ``send_params`` loads the parameters into the actor (a copy, as a message would carry);
-    a blocking ``poll`` runs the released actor up to its next chunk (or its evaluation
-    round); a non-blocking one returns nothing, since no other process could have sent
-    anything. The actor writes its checkpoint part when asked, into ``run_dir``.
+    ``send_params`` loads the parameters into the actor (a copy, as a message would carry)
+    and grants it its step budget; a blocking ``poll`` runs the released actor up to its next
+    chunk (or its evaluation round); a non-blocking one returns nothing, since no other
+    process could have sent anything. The actor writes its checkpoint part when asked, into
+    ``run_dir``.
     """
 
     def __init__(self, actor: Actor, rank: int = 0, run_dir: Path | None = None) -> None:
@@ -240,9 +282,17 @@ class LocalChannel:
             return Incoming(self.rank, MessageKind.FINISHED)
         return Incoming(self.rank, MessageKind.CHUNK, *message)
 
-    def send_params(self, actor: int, flat: np.ndarray) -> None:
+    def send_params(self, actor: int, flat: np.ndarray, budget: int) -> None:
         self.actor.load(flat.copy())
+        self.actor.grant(budget)
         self.released = True
+
+    def resume(self, budgets: dict[int, int]) -> None:
+        """After a restore: the actor released before the checkpoint (a key of ``budgets``,
+        with the budget recomputed for it) runs again, with the policy copy it had."""
+        self.released = self.rank in budgets
+        if self.released:
+            self.actor.grant(budgets[self.rank])
 
     def send_stop(self, actor: int) -> None:
         self.released = False
@@ -251,7 +301,8 @@ class LocalChannel:
         """Nothing to cut: the actor runs only inside a blocking poll."""
 
     def send_eval(self, actor: int, flat: np.ndarray, episodes: int) -> None:
-        self.send_params(actor, flat)
+        self.actor.load(flat.copy())
+        self.released = True
         self.eval_episodes = episodes
 
     def request_checkpoints(self, actors: list[int], step: int) -> None:
@@ -313,8 +364,12 @@ class LearnerLoop:
         self.run_dir = run_dir
         self.meta = meta or {}
         self.actors = actors
-        self.running = set(actors)
-        self.waiting: list[int] = []
+        self.running: set[int] = set()
+        self.waiting = list(actors)
+        self.granted: dict[int, int] = {}
+        """Step budget of each actor released with parameters, until its next message."""
+        self.counters = LoopCounters(0, 0, 0, 0, 0, 0, 0, (0,) * self.reducer.size)
+        """The counters of the latest reduction (:meth:`sum_counters`)."""
         self.between_episodes = dict.fromkeys(actors, True)
         """Whether each actor's last chunk ended an episode (evaluation may then run)."""
         self.result = LearnerResult(learner, 0)
@@ -343,6 +398,7 @@ class LearnerLoop:
     def handle(self, message: Incoming) -> None:
         actor = message.actor
         self.running.discard(actor)
+        self.granted.pop(actor, None)
         if message.kind is MessageKind.FINISHED:
             self.result.finished_actors.append(actor)
             return
@@ -377,13 +433,20 @@ class LearnerLoop:
             self.handle(message)
             message = self.channel.poll(False)
 
-    def reduce_counters(self) -> LoopCounters:
-        """Sum the loop counters over learners; record the interval's episodes."""
+    def sum_counters(self) -> LoopCounters:
+        """Collective over learners: the loop counters summed (kept as ``counters``)."""
+        waiting = [0] * self.reducer.size
+        waiting[self.reducer.rank] = len(self.waiting)
         local = LoopCounters(self.new_steps, self.learner.replay.size,
                              len(self.running) + len(self.waiting),
                              sum(self.channel.faults.values()), int(STOP()),
-                             len(self.failures))
-        total = LoopCounters.unpack(self.reducer.sum(local.pack()))
+                             len(self.failures), sum(self.granted.values()), tuple(waiting))
+        self.counters = LoopCounters.unpack(self.reducer.sum(local.pack()))
+        return self.counters
+
+    def reduce_counters(self) -> LoopCounters:
+        """Sum the loop counters over learners; record the interval's episodes."""
+        total = self.sum_counters()
         self.result.env_steps += total.new_steps
         self.result.faults = total.faults
         self.new_steps = 0
@@ -400,15 +463,27 @@ class LearnerLoop:
         return total
 
     def release(self) -> None:
+        """Answer the waiting actors: the actor of a pending evaluation round evaluates,
+        the others get the parameters with their step budget (:func:`grant_steps`, from the
+        counters of this iteration's reduction); one granted nothing keeps waiting."""
+        counters = self.counters
+        assert counters.waiting[self.reducer.rank] == len(self.waiting)
+        budgets = grant_steps(self.config.run.steps - self.result.env_steps - counters.granted,
+                              counters.waiting, self.reducer.rank, self.config.run.chunk_len)
         flat = self.learner.policy()
-        for actor in self.waiting:
+        kept = []
+        for actor, budget in zip(self.waiting, budgets, strict=True):
             if (actor == self.eval_actor and self.eval_step is not None
                     and self.between_episodes[actor]):
                 self.channel.send_eval(actor, flat, self.config.run.eval_episodes)
+            elif budget:
+                self.channel.send_params(actor, flat, budget)
+                self.granted[actor] = budget
             else:
-                self.channel.send_params(actor, flat)
+                kept.append(actor)
+                continue
             self.running.add(actor)
-        self.waiting = []
+        self.waiting = kept
 
     def log(self, final: bool = False) -> None:
         """Collective over learners: gather interval stats, episodes and evaluation episodes
@@ -463,12 +538,11 @@ class LearnerLoop:
 
     def loop(self) -> LearnerResult:
         total = self.config.run.steps
+        self.sum_counters()
         if self.resumed:
             self.advance()
         else:
-            flat = self.learner.policy()
-            for actor in self.actors:
-                self.channel.send_params(actor, flat)
+            self.release()
         while True:
             idle = self.learner.steps_due(self.result.env_steps) <= 0 and bool(self.running)
             self.receive(block=idle)
@@ -571,7 +645,13 @@ class LearnerLoop:
         else:
             self.running, self.waiting = set(), list(self.actors)
         if isinstance(self.channel, LocalChannel):
-            self.channel.released = bool(self.running)
+            # Only here can an actor be running at a checkpoint (MPI actors are cut first):
+            # released, not run yet. It runs with a budget recomputed from this run's steps
+            # (a restart asks for more steps than the checkpoint's, so it is >= 1).
+            budgets = grant_steps(self.config.run.steps - self.result.env_steps,
+                                  (len(self.running),), 0, self.config.run.chunk_len)
+            self.granted = dict(zip(sorted(self.running), budgets, strict=True))
+            self.channel.resume(self.granted)
 
     def stop_early(self, counters: LoopCounters) -> None:
         """Stop on a signal or a failed environment: cut the actors, checkpoint, stop them."""
@@ -729,6 +809,7 @@ def actor_main(config: Config, layout: Layout, fabric: Fabric, run_dir: Path | N
                 if reply is Reply.EVAL:
                     channel.send_evals(actor.evaluate(channel.episodes))
                     continue
+                actor.grant(channel.budget)
                 message = next_message(actor, channel.cut_requested)
             except SolverFailure as failure:
                 result.failure = str(failure)
