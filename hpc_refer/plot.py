@@ -78,16 +78,20 @@ WINDOWS = 20
 def auto_window(run_dirs: list[Path]) -> int:
     """The averaging window for these runs: the paper's 2e5 steps when the longest run spans
     at least 20 of them, else a round number of steps (1, 2 or 5 times a power of ten) that
-    cuts the longest run into about 20 windows, so a short run draws a curve, not one dot."""
-    longest = 0
+    cuts the longest run into about 20 windows, so a short run draws a curve, not one dot,
+    and no shorter than twice the mean spacing of episode ends, so most windows hold an
+    episode and the curve is a line, not scattered dots."""
+    longest, episodes = 0, 0
     for d in run_dirs:
         path = d / "episodes.csv"
         if path.is_file():
             with path.open() as f:
-                longest = max([longest, *(int(r["env_step"]) for r in csv.DictReader(f))])
+                steps = [int(r["env_step"]) for r in csv.DictReader(f)]
+            longest = max([longest, *steps])
+            episodes = max(episodes, len(steps))
     if longest >= WINDOWS * PAPER_WINDOW:
         return PAPER_WINDOW
-    target = max(longest / WINDOWS, 1.0)
+    target = max(longest / WINDOWS, 2.0 * longest / max(episodes, 1), 1.0)
     power = 10 ** int(np.floor(np.log10(target)))
     return int(next(m * power for m in (5, 2, 1) if m * power <= target))
 

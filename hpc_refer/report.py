@@ -131,6 +131,8 @@ def _tag_data(fig: Any) -> int:
     finite data values drawn."""
     n, points = 0, 0
     for ax in fig.axes:
+        if getattr(ax, "_colorbar", None) is not None:  # a colour scale, not data
+            continue
         for artist in [*ax.lines, *ax.collections, *ax.patches, *ax.images]:
             if artist.get_gid() is not None or artist is ax.patch:
                 continue
@@ -154,7 +156,8 @@ def _figure(fig: Any, caption: str) -> str:
     """``fig`` as an inline SVG ``<figure>`` with its caption; closes the figure."""
     points = _tag_data(fig)
     buf = io.StringIO()
-    with matplotlib.rc_context({"svg.fonttype": "none"}):  # text as <text>, not glyph paths
+    # text as <text>, not glyph paths; each picture its own <image> inside its data group
+    with matplotlib.rc_context({"svg.fonttype": "none", "image.composite_image": False}):
         fig.savefig(buf, format="svg", bbox_inches="tight")
     plt.close(fig)
     svg = buf.getvalue()

@@ -711,12 +711,18 @@ def make_actor(config: Config, env: TeamDriver, index: int, source: int) -> Acto
                  max_failures=config.run.max_env_failures)
 
 
+def fields_of(run_dir: Path | None) -> Path | None:
+    """Where actors save their solvers' episode fields: ``RUN_DIR/fields`` (none without a
+    run directory)."""
+    return run_dir / "fields" if run_dir is not None else None
+
+
 def train_local(config: Config, run: RunDirectory | None, run_dir: Path | None = None,
                 resume: Resume | None = None) -> LearnerResult:
     """One process: one learner and one actor, the learner loop over a :class:`LocalChannel`."""
     env = TeamDriver(make_env(config.run.env, 1, None,
                               timeout=config.run.env_step_timeout), None,
-                     timeout=config.run.env_step_timeout)
+                     timeout=config.run.env_step_timeout, field_dir=fields_of(run_dir))
     watchdog = Watchdog(env, config.run.env_step_timeout,
                         lambda text: end_stuck_process(text, run))
     try:
@@ -780,7 +786,8 @@ def actor_main(config: Config, layout: Layout, fabric: Fabric, run_dir: Path | N
     index = layout.team(fabric.rank)
     env = TeamDriver(make_env(config.run.env, config.run.ranks_per_env, team, index,
                               layout.envs, timeout=config.run.env_step_timeout), team,
-                     index=index, timeout=config.run.env_step_timeout)
+                     index=index, timeout=config.run.env_step_timeout,
+                     field_dir=fields_of(run_dir))
     if is_external(config.run.env):
         _agreed_dims(fabric, (env.obs_dim, env.act_dim))
     actor = make_actor(config, env, index, fabric.rank)

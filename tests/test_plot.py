@@ -37,3 +37,8 @@ def test_a_short_run_draws_a_curve_not_a_dot(tmp_path, capsys):
     (curve,) = plot_runs([run], out, auto_window([run])).values()
     assert len(curve["steps"]) == 20 and curve["mean"][-1] == pytest.approx(4_000)
     assert main([str(run), "--out", str(out), "--window", "0"]) == 2
+
+
+def test_sparse_episodes_get_windows_that_hold_one(tmp_path):
+    # 10 episodes over 4000 steps: a twentieth (200) would leave every other window empty
+    assert auto_window([fake_run(tmp_path / "r", 4_000, every=400)]) == 500

@@ -139,7 +139,7 @@ def test_a_run_refreshes_its_report_and_shows_the_ks_field(tmp_path):
     assert done.returncode == 0, done.stderr
     page = (run / "report.html").read_text()
     assert_self_contained(page)
-    assert len(figures(page)) == 8 and min(figures(page)) > 0
+    assert len(figures(page)) == 7 and min(figures(page)) > 0  # one environment's u(x, t)
     assert "1200 / 1200" in page and "finished" in page
     with np.load(run / "fields" / "env-0.npz") as saved:
         assert saved["field"].shape == (HORIZON + 1, N)

@@ -32,7 +32,8 @@ def records(run_dir: Path) -> list[dict]:
 
 def all_finite(run_dir: Path) -> bool:
     """No NaN or inf anywhere in train.jsonl and episodes.csv."""
-    values = [v for r in records(run_dir) for v in r.values()]
+    values = [x for r in records(run_dir) for v in r.values()
+              for x in (v if isinstance(v, list) else [v])]  # rho_hist is a list of counts
     with (run_dir / "episodes.csv").open() as f:
         values += [float(v) for row in csv.DictReader(f) for v in row.values()]
     return bool(np.isfinite(np.array(values, float)).all())
