@@ -16,6 +16,15 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from hpc_refer.client import (  # the external-solver wire protocol (see SolverLink)
+    TAG_ACTION,
+    TAG_ASSIGN,
+    TAG_HELLO,
+    TAG_METRICS,
+    TAG_RESET,
+)
+from hpc_refer.client import TAG_PARAMS as TAG_SOLVER_PARAMS
+from hpc_refer.client import TAG_STOP as TAG_SOLVER_STOP
 from hpc_refer.records import (
     ChunkHeader,
     EpisodeRecord,
@@ -413,38 +422,42 @@ class LearnerChannel:
             self.world.Recv(np.empty(0, np.float32), source=actor, tag=TAG_SAVED)
 
 
-TAG_ASSIGN, TAG_HELLO, TAG_BOUNDS, TAG_STATE, TAG_ACTION, TAG_RESET, TAG_SOLVER_STOP = range(
-    101, 108)
-"""Tags of the external-solver wire protocol (see :class:`SolverLink`)."""
-PROTOCOL_VERSION = 1
 
 
 class SolverLink:
     """The actor's end of the wire protocol with one external solver group.
 
-    The solver group (any number of ranks of a C/Fortran/... code using
-    ``solvers/coupling/hpc_refer_client.h``) is reached over COMM_WORLD when it was started
-    in the same mpirun (MPMD), or over an intercommunicator: that of ``MPI_Comm_spawn``, or
-    that of ``MPI_Comm_accept`` when the solver is a separate MPI job that connects to a port
-    (see :meth:`accept`). Only the group's rank 0 (the *leader*) exchanges messages with the
-    actor:
+    The solver group (any number of ranks of a code using ``solvers/coupling/
+    hpc_refer_client.h``, ``hpc_refer_client.f90`` or :mod:`hpc_refer.client`) is reached
+    over COMM_WORLD when it was started in the same mpirun (MPMD), or over an
+    intercommunicator: that of ``MPI_Comm_spawn``, or that of ``MPI_Comm_accept`` when the
+    solver is a separate MPI job that connects to a port (see :meth:`accept`). Only the
+    group's rank 0 (the *leader*) exchanges messages with the actor (protocol version 2,
+    the constants are in :mod:`hpc_refer.client`):
 
     ====== ========== ================ ====================================================
     tag    direction  type[count]      content
     ====== ========== ================ ====================================================
     101    A -> S     int32[2]         ASSIGN: environment index e, number of envs E
-    102    S -> A     int32[4]         HELLO: protocol version (1), obs_dim, act_dim, ranks
+    102    S -> A     int32[4]         HELLO: protocol version (2), obs_dim, act_dim, ranks
     103    S -> A     float64[2 a]     BOUNDS: action low[a], then high[a]
+    108    S -> A     char[n]          METRICS: step metric names, UTF-8, one per line
+                                       (n = 0: none)
+    109    A -> S     char[n]          PARAMS: UTF-8 ``key=value`` lines: the run's solver
+                                       parameters, ``env_index``, ``run_dir``, ``seed``
     106    A -> S     int32[1]         RESET: seed (-1: none); solver answers with a STATE
     105    A -> S     float64[a]       ACTION: one step; solver answers with a STATE
-    104    S -> A     float64[3 + d]   STATE: status, step index, reward, state[d]
+    104    S -> A     float64[3+d+m]   STATE: status, step index, reward, state[d], the
+                                       step metrics' values[m]
     107    A -> S     int32[0]         STOP: no more work; the solver finalises
     ====== ========== ================ ====================================================
 
-    (A = actor, S = solver leader; d = obs_dim, a = act_dim; status 0 continue, 1 terminal,
-    2 truncated; step index 0 after RESET, k after the k-th ACTION of the episode.)
-    Messages are received with whatever size they have (probe first), so a message of the
-    wrong size is drained and reported instead of truncating.
+    (A = actor, S = solver leader; d = obs_dim, a = act_dim, m = number of step metrics;
+    status 0 continue, 1 terminal, 2 truncated; step index 0 after RESET, k after the k-th
+    ACTION of the episode.) The solver sends HELLO, BOUNDS and METRICS unasked; the actor
+    answers with PARAMS, then drives it with RESET and ACTION. Messages are received with
+    whatever size they have (probe first), so a message of the wrong size is drained and
+    reported instead of truncating.
     """
 
     def __init__(self, comm: Any, peer: int, intercomm: bool) -> None:
@@ -527,11 +540,11 @@ class SolverLink:
     def recv(self, deadline: float | None = None) -> tuple[int, np.ndarray]:
         """The leader's next message, whatever its tag and size: (tag, values).
 
-        HELLO arrives as int32; every other tag as float64 (never truncated: the buffer has
-        the size the message has). Waits by polling (``Iprobe``, see
-        :func:`~hpc_refer.timeouts.poll_until`) until the :func:`time.monotonic` ``deadline``
-        (None: no limit), then raises TimeoutError. Before the peer is known (MPMD) only a
-        HELLO from any rank is taken.
+        HELLO arrives as int32, METRICS as uint8 (its UTF-8 bytes), every other tag as
+        float64 (never truncated: the buffer has the size the message has). Waits by
+        polling (``Iprobe``, see :func:`~hpc_refer.timeouts.poll_until`) until the
+        :func:`time.monotonic` ``deadline`` (None: no limit), then raises TimeoutError.
+        Before the peer is known (MPMD) only a HELLO from any rank is taken.
         """
         mpi = _mpi()
         known = self.peer >= 0
@@ -545,11 +558,15 @@ class SolverLink:
             self._assign[0].Wait()
             self._assign = None
         tag = int(self._status.Get_tag())
-        hello = tag == TAG_HELLO
-        count = self._status.Get_count(mpi.INT32_T if hello else mpi.DOUBLE)
-        out = np.empty(max(count, 0), np.int32 if hello else np.float64)
+        kind, dtype = {TAG_HELLO: (mpi.INT32_T, np.int32),
+                       TAG_METRICS: (mpi.BYTE, np.uint8)}.get(tag, (mpi.DOUBLE, np.float64))
+        out = np.empty(max(self._status.Get_count(kind), 0), dtype)
         self.comm.Recv(out, source=self.peer, tag=tag)
         return tag, out
+
+    def send_params(self, text: bytes) -> None:
+        """PARAMS: the run's solver parameters as UTF-8 ``key=value`` lines."""
+        self.comm.Send(np.frombuffer(text, np.uint8), dest=self.peer, tag=TAG_SOLVER_PARAMS)
 
     def send_reset(self, seed: int) -> None:
         self.comm.Send(np.array([seed], np.int32), dest=self.peer, tag=TAG_RESET)

@@ -20,10 +20,28 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from hpc_refer.client import (
+    TAG_BOUNDS,
+    TAG_HELLO,
+    TAG_METRICS,
+    TAG_STATE,
+    parse_params,
+)
 from hpc_refer.config import ConfigError
-from hpc_refer.envs.external import CONNECT, SPAWN, check_port_dir, parse_spec
+from hpc_refer.envs.external import (
+    CONNECT,
+    SPAWN,
+    ExternalEnv,
+    ExternalSolverError,
+    SolverFault,
+    SolverLink,
+    SolverStartError,
+    check_port_dir,
+    parse_spec,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -152,9 +170,8 @@ def _records(run_dir: Path) -> list[dict]:
 
 def _check_run(proc: subprocess.CompletedProcess, run_dir: Path, steps: int) -> list[dict]:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert sorted(p.name for p in run_dir.iterdir()) == [
-        "checkpoints", "config.toml", "episodes.csv", "log.txt", "policy.h5", "state.txt",
-        "train.jsonl"]
+    assert {"checkpoints", "config.toml", "episodes.csv", "log.txt", "machine.json",
+            "policy.h5", "state.txt", "train.jsonl"} <= {p.name for p in run_dir.iterdir()}
     assert (run_dir / "state.txt").read_text() == "finished\n"
     records = _records(run_dir)
     assert records[-1]["env_step"] >= steps and records[-1]["grad_step"] > 0
@@ -223,7 +240,7 @@ def _check_injected_faults(output: str, records: list[dict], program: str) -> No
         line.startswith("hpc_refer: actor rank 1: solver fault")
         and f"external env 0 (spawned rank 0 of {program}): field '" in line)]
     assert not bad, bad
-    for field in ("'reward' = nan", "'size' = 36 values", "'status' = 7.0"):
+    for field in ("'reward' = nan", "'size' = 37 values", "'status' = 7.0"):
         assert any(field in line for line in faults), field
 
 
@@ -467,3 +484,147 @@ def test_an_external_solver_that_stops_answering_fails_within_the_timeout(tmp_pa
                              "solver is no longer driven"), out
     assert lines[2].startswith("again: ") and "stopped answering earlier" in lines[2], out
     assert lines[3] == "closed", out
+
+
+class ScriptedLink:
+    """A SolverLink stand-in that answers with scripted (tag, values) messages and records
+    what the actor sends."""
+
+    def __init__(self, messages: list[tuple[int, np.ndarray]]) -> None:
+        self.messages = messages
+        self.sent: list[tuple[str, object]] = []
+
+    def recv(self, deadline: float | None = None) -> tuple[int, np.ndarray]:
+        return self.messages.pop(0)
+
+    def send_params(self, text: bytes) -> None:
+        self.sent.append(("params", text))
+
+    def send_reset(self, seed: int) -> None:
+        self.sent.append(("reset", seed))
+
+    def send_action(self, action: np.ndarray) -> None:
+        self.sent.append(("action", action))
+
+    def close(self, disconnect: bool = True) -> None:
+        self.sent.append(("close", disconnect))
+
+
+def _handshake(version: int = 2, metrics: bytes = b"cd\ncl") -> list[tuple[int, np.ndarray]]:
+    """HELLO (obs_dim 2, act_dim 1), BOUNDS and METRICS of a scripted solver."""
+    return [(TAG_HELLO, np.array([version, 2, 1, 1], np.int32)),
+            (TAG_BOUNDS, np.array([-1.0, 1.0])),
+            (TAG_METRICS, np.frombuffer(metrics, np.uint8))]
+
+
+def _scripted(monkeypatch, messages: list[tuple[int, np.ndarray]],
+              **kwargs: object) -> tuple[ExternalEnv, ScriptedLink]:
+    link = ScriptedLink(messages)
+    monkeypatch.setattr(SolverLink, "spawn", lambda *args: link)
+    return ExternalEnv("external:true", 3, 4, **kwargs), link  # type: ignore[arg-type]
+
+
+def test_params_metrics_and_step_values_of_protocol_2(monkeypatch):
+    """The actor sends PARAMS (the solver parameters, env_index, run_dir, seed) after
+    HELLO, BOUNDS and METRICS; each STATE carries the step values after the state."""
+    state = (TAG_STATE, np.array([0.0, 0.0, 0.0, 0.5, 0.25, 1.5, -2.0]))
+    env, link = _scripted(monkeypatch, [*_handshake(), state],
+                          params={"re": 100.0, "les": True, "mesh": "m.h5"}, run_dir="/r",
+                          seed=11)
+    assert env.step_metric_names == ("cd", "cl")
+    assert env.step_values.dtype == np.float64 and env.step_values.tolist() == [0.0, 0.0]
+    assert link.sent[0][0] == "params"
+    assert parse_params(link.sent[0][1]) == {  # type: ignore[arg-type]
+        "re": "100.0", "les": "true", "mesh": "m.h5", "env_index": "3", "run_dir": "/r",
+        "seed": "11"}
+    assert env.reset(1).tolist() == [0.5, 0.25]
+    assert env.step_values.tolist() == [1.5, -2.0]
+    env, link = _scripted(monkeypatch, _handshake(metrics=b""))
+    assert env.step_metric_names == () and env.step_values.shape == (0,)
+    assert parse_params(link.sent[0][1]) == {  # type: ignore[arg-type]
+        "env_index": "3", "run_dir": "", "seed": "0"}
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [([0.0, 1.0, 0.0, 0.5, 0.25, np.nan, 1.0], "field 'step value cd' = nan is not finite"),
+     ([0.0, 1.0, 0.0, 0.5, 0.25, 1.0], "field 'size' = 6 values, expected 3 + obs_dim + "
+                                       "step metrics = 7")],
+)
+def test_bad_step_values_are_solver_faults(monkeypatch, values, field):
+    reset = (TAG_STATE, np.array([0.0, 0.0, 0.0, 0.5, 0.25, 1.5, -2.0]))
+    env, _ = _scripted(monkeypatch, [*_handshake(), reset, (TAG_STATE, np.array(values))])
+    env.reset(1)
+    with pytest.raises(SolverFault) as exc:
+        env.step(np.zeros(1))
+    assert str(exc.value) == f"external env 3 (spawned rank 0 of true): {field}"
+    assert env.step_values.tolist() == [1.5, -2.0]  # the last valid STATE's
+
+
+def test_bad_metric_names_and_old_clients_stop_the_start(monkeypatch):
+    """A start-up error (one line, a SolverStartError) names the field; a client of protocol
+    1 gets the version error; a solver parameter may not take a reserved name."""
+    with pytest.raises(ExternalSolverError) as exc:
+        _scripted(monkeypatch, _handshake(metrics=b"cd\nc d"))
+    assert isinstance(exc.value, SolverStartError) and "\n" not in str(exc.value)
+    assert str(exc.value) == ("external env 3 (spawned rank 0 of true): field 'METRICS' holds "
+                              "'c d', not an identifier ([A-Za-z_][A-Za-z0-9_]*); allowed "
+                              "are distinct identifiers, one per line")
+    with pytest.raises(ExternalSolverError, match="HELLO declares protocol 1, obs_dim 2, "
+                                                  "act_dim 1; allowed: protocol 2"):
+        _scripted(monkeypatch, _handshake(version=1))
+    with pytest.raises(ConfigError, match=r"solver parameter\(s\) seed of run.env = "
+                                          r"'external:true' are set by hpc_refer itself"):
+        _scripted(monkeypatch, _handshake(), params={"seed": 1})
+
+
+PARAM_DRIVER = """
+import json, sys
+import numpy as np
+from hpc_refer.envs.external import ExternalEnv
+
+env = ExternalEnv(sys.argv[1], 0, 1, timeout=60.0, params={"horizon": 3})
+out = {"names": env.step_metric_names, "states": [env.reset(4).tolist()],
+       "values": [env.step_values.tolist()], "status": []}
+for _ in range(3):
+    state, _, status = env.step(np.ones(4))  # heating: the mean rises
+    out["states"].append(state.tolist())
+    out["values"].append(env.step_values.tolist())
+    out["status"].append(int(status))
+env.close()
+print(json.dumps(out))
+"""
+
+
+def _check_param_driver(proc: subprocess.CompletedProcess) -> None:
+    """The solver read the parameter horizon = 3 (its 3rd step is truncated) and sent its
+    step metric mean_u, the mean of the state, with every STATE."""
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["names"] == ["mean_u"] and out["status"] == [0, 0, 2]
+    for state, values in zip(out["states"], out["values"], strict=True):
+        assert values == [pytest.approx(sum(state) / len(state), abs=1e-12)]
+    assert len({round(v[0], 12) for v in out["values"]}) > 1  # the mean moves
+
+
+@needs_mpicc
+def test_c_client_reads_params_and_sends_step_metrics(heat1d, tmp_path):
+    """heat1d (C, 2 spawned ranks) driven directly through ExternalEnv."""
+    driver = tmp_path / "driver.py"
+    driver.write_text(PARAM_DRIVER)
+    env = {**os.environ, **ENV, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    proc = subprocess.run([sys.executable, str(driver), f"external:-n 2 {heat1d}"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    _check_param_driver(proc)
+
+
+@needs_fortran
+def test_fortran_client_reads_params_and_sends_step_metrics(fortran_mpi, heat1d_fortran,
+                                                            tmp_path):
+    """heat1d_f (Fortran, 2 spawned ranks) driven directly through ExternalEnv."""
+    driver = tmp_path / "driver.py"
+    driver.write_text(PARAM_DRIVER)
+    proc = _jobs([([str(fortran_mpi.bin / "mpirun"), "-n", "1", sys.executable, str(driver),
+                    f"external:-n 2 {heat1d_fortran}"], fortran_mpi.env())], tmp_path,
+                 timeout=120)[0]
+    _check_param_driver(proc)

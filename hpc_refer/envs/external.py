@@ -24,11 +24,16 @@
 
 All need ``--ranks-per-env 1``: an environment's ranks are the solver's, not hpc_refer's.
 
-The wire protocol (tags, layouts) is in :class:`hpc_refer.parallel.SolverLink`. Every STATE
-message is checked here: size 3 + obs_dim, status 0/1/2, the expected step index, finite
-reward and state. A failed check raises :class:`SolverFault`, which names the environment,
-the solver's rank and the field; the actor then drops the faulty step, counts and logs the
-fault, and resets the environment.
+The wire protocol (version 2; tags, layouts) is in :class:`hpc_refer.parallel.SolverLink`
+and :mod:`hpc_refer.client` (the solver side in Python). At start-up the solver declares its
+sizes and bounds (HELLO, BOUNDS) and the names of its per-step series (METRICS, possibly
+none: :attr:`ExternalEnv.step_metric_names`); the actor answers with PARAMS, the run's solver
+parameters and ``env_index``, ``run_dir``, ``seed`` as ``key=value`` lines. A bad HELLO,
+BOUNDS or METRICS is an :class:`ExternalSolverError` (one line at start-up). Every STATE
+message is checked here: size 3 + obs_dim + number of step metrics, status 0/1/2, the
+expected step index, finite reward, state and step values. A failed check raises
+:class:`SolverFault`, which names the environment, the solver's rank and the field; the
+actor then drops the faulty step, counts and logs the fault, and resets the environment.
 
 Timeouts (``run.env_step_timeout`` seconds, 0: none): the actor polls for each answer. No
 HELLO in time is a start-up error (:class:`SolverStartError`, naming the environment, the
@@ -47,20 +52,23 @@ import glob
 import os
 import shlex
 import shutil
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import numpy as np
 
-from hpc_refer.config import ConfigError
-from hpc_refer.envs.gym_env import Status
-from hpc_refer.parallel import (
+from hpc_refer.client import (
     PROTOCOL_VERSION,
     TAG_BOUNDS,
     TAG_HELLO,
+    TAG_METRICS,
     TAG_STATE,
-    SolverLink,
-    app_count,
+    params_text,
+    parse_metric_names,
 )
+from hpc_refer.config import ConfigError
+from hpc_refer.envs.gym_env import Status
+from hpc_refer.parallel import SolverLink, app_count
 from hpc_refer.timeouts import deadline_after
 
 PREFIX = "external"
@@ -71,6 +79,8 @@ USAGE = ("allowed are 'external' (solver in the same mpirun: mpirun -n N python 
 MPMD, SPAWN, CONNECT = "mpmd", "spawn", "connect"
 PORT_FILE = "env-{}.port"
 """Name of the port file of environment e in a ``--connect`` directory."""
+RESERVED_PARAMS = ("env_index", "run_dir", "seed")
+"""The PARAMS keys hpc_refer sets itself (a solver parameter may not take these names)."""
 
 
 class Launch(NamedTuple):
@@ -100,12 +110,15 @@ class SolverFailure(RuntimeError):  # noqa: N818 (the name the training loop cat
 
 
 class SolverStartError(RuntimeError):
-    """A solver never answered its first message (an external solver's HELLO, a Python
-    solver's first reset) within ``run.env_step_timeout``: the run stops at start-up."""
+    """A solver cannot start: it never answered its first message (an external solver's
+    HELLO, a Python solver's first reset) within ``run.env_step_timeout``, or (the subclass
+    :class:`ExternalSolverError`) its start-up messages are unusable. The run stops at
+    start-up with this one-line message."""
 
 
-class ExternalSolverError(RuntimeError):
-    """The solver's HELLO is unusable (sizes, bounds, protocol version): training stops."""
+class ExternalSolverError(SolverStartError):
+    """The solver's HELLO, BOUNDS or METRICS is unusable (protocol version, sizes, bounds,
+    step metric names): training stops."""
 
 
 def is_external(env_id: str) -> bool:
@@ -175,10 +188,24 @@ def check_port_dir(env_id: str) -> None:
 
 
 class ExternalEnv:
-    """Environment ``index`` of ``envs``, run by an external solver group (actor side);
-    ``timeout``: seconds to wait for each answer (0: no limit)."""
+    """Environment ``index`` of ``envs``, run by an external solver group (actor side).
 
-    def __init__(self, env_id: str, index: int, envs: int, timeout: float = 0.0) -> None:
+    ``timeout``: seconds to wait for each answer (0: no limit); ``params``: the run's solver
+    parameters, sent in PARAMS with ``env_index`` (= ``index``), ``run_dir`` and ``seed``
+    (this environment's seed) added; a parameter named like one of these is a ConfigError.
+    After the handshake ``step_metric_names`` holds the names the solver declared and, after
+    each STATE, ``step_values`` their values (float64, shape (m,), finite).
+    """
+
+    def __init__(self, env_id: str, index: int, envs: int, timeout: float = 0.0, *,
+                 params: Mapping[str, bool | int | float | str] | None = None,
+                 run_dir: str = "", seed: int = 0) -> None:
+        params = dict(params or {})
+        taken = sorted(set(params) & set(RESERVED_PARAMS))
+        if taken:
+            raise ConfigError(f"solver parameter(s) {', '.join(taken)} of run.env = "
+                              f"{env_id!r} are set by hpc_refer itself: rename them")
+        text = params_text({**params, "env_index": index, "run_dir": run_dir, "seed": seed})
         launch = parse_spec(env_id, 1)
         self.timeout = timeout
         self.broken = False
@@ -201,6 +228,10 @@ class ExternalEnv:
         if launch.how == MPMD:
             self.name = f"external env {index} (world rank {self.link.peer})"
         self.low, self.high = self._bounds()
+        self.step_metric_names = self._metrics()
+        self.step_values = np.zeros(len(self.step_metric_names))
+        """The step metrics' values in the last valid STATE (float64)."""
+        self.link.send_params(text)
         self.t = 0
 
     def _recv(self, what: str, start: bool = False) -> tuple[int, np.ndarray]:
@@ -245,17 +276,30 @@ class ExternalEnv:
                                       f"got low {low}, high {high}")
         return low, high
 
+    def _metrics(self) -> tuple[str, ...]:
+        tag, data = self._recv("METRICS", start=True)
+        if tag != TAG_METRICS:
+            raise ExternalSolverError(f"{self.name}: third message must be METRICS (tag "
+                                      f"{TAG_METRICS}, the step metric names), got tag {tag}")
+        try:
+            return parse_metric_names(data.tobytes())
+        except ValueError as err:
+            raise ExternalSolverError(f"{self.name}: field 'METRICS' {err}; allowed are "
+                                      f"distinct identifiers, one per line") from None
+
     def _fault(self, field: str, problem: str) -> SolverFault:
         return SolverFault(f"{self.name}: field '{field}' {problem}")
 
     def _receive(self, what: str) -> tuple[np.ndarray, float, Status]:
-        """The next STATE (the answer to ``what``), validated: (state, reward, status)."""
+        """The next STATE (the answer to ``what``), validated: (state, reward, status);
+        ``step_values`` takes its step values."""
         tag, msg = self._recv(what)
         if tag != TAG_STATE:
             raise self._fault("tag", f"= {tag}, expected STATE ({TAG_STATE})")
-        if msg.size != 3 + self.obs_dim:
-            raise self._fault("size", f"= {msg.size} values, expected 3 + obs_dim = "
-                                      f"{3 + self.obs_dim}")
+        d, m = self.obs_dim, len(self.step_metric_names)
+        if msg.size != 3 + d + m:
+            raise self._fault("size", f"= {msg.size} values, expected 3 + obs_dim + step "
+                                      f"metrics = {3 + d + m}")
         status, step, reward = msg[:3]
         if status not in (0, 1, 2):
             raise self._fault("status", f"= {status} is unknown (0 continue, 1 terminal, "
@@ -264,11 +308,16 @@ class ExternalEnv:
             raise self._fault("step", f"= {step}, expected {self.t}")
         if not np.isfinite(reward):
             raise self._fault("reward", f"= {reward} is not finite")
-        state = msg[3:]
+        state, values = msg[3 : 3 + d], msg[3 + d :]
         bad = np.flatnonzero(~np.isfinite(state))
         if bad.size:
             raise self._fault(f"state[{bad[0]}]", f"= {state[bad[0]]} is not finite "
                                                   f"({bad.size} such values)")
+        bad = np.flatnonzero(~np.isfinite(values))
+        if bad.size:
+            raise self._fault(f"step value {self.step_metric_names[bad[0]]}",
+                              f"= {values[bad[0]]} is not finite")
+        self.step_values = values
         return state, float(reward), Status(int(status))
 
     def _check_alive(self) -> None:

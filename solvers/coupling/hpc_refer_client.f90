@@ -4,6 +4,8 @@
 !   use hpc_refer_client
 !   type(hpc_refer_t) :: c
 !   call hpc_refer_init(c, obs_dim, act_dim, low, high)      ! MPI_Init if needed
+!   call hpc_refer_param(c, 'horizon', value, found)         ! the run's solver parameters
+!   if (found) read (value, *) horizon
 !   do
 !     call hpc_refer_recv_action(c, action, seed, cmd)        ! action on every rank
 !     if (cmd == HPC_REFER_STOP) exit
@@ -11,6 +13,12 @@
 !     call hpc_refer_send_state(c, status, step, reward, state)   ! read on c%rank == 0
 !   end do
 !   call hpc_refer_finalize(c)
+!
+! Per-step series: declare their names at init and pass their values with each state:
+!   call hpc_refer_init(c, obs_dim, act_dim, low, high, metrics=[character(len=2) :: 'cd', 'cl'])
+!   call hpc_refer_send_state(c, status, step, reward, state, values=[cd, cl])
+! Protocol version 2 (HELLO, BOUNDS, METRICS; PARAMS; RESET/ACTION answered by STATE; STOP):
+! see hpc_refer_client.h.
 !
 ! c%comm holds this environment's ranks (use it instead of MPI_COMM_WORLD). The three launch
 ! forms of the C header work the same way: MPMD, spawn, and a separate job that connects
@@ -27,10 +35,11 @@ module hpc_refer_client
   use, intrinsic :: iso_c_binding, only: c_int
   implicit none
   private
-  integer, parameter, public :: HPC_REFER_PROTOCOL = 1
+  integer, parameter, public :: HPC_REFER_PROTOCOL = 2
   integer, parameter, public :: HPC_REFER_TAG_ASSIGN = 101, HPC_REFER_TAG_HELLO = 102, &
        HPC_REFER_TAG_BOUNDS = 103, HPC_REFER_TAG_STATE = 104, HPC_REFER_TAG_ACTION = 105, &
-       HPC_REFER_TAG_RESET = 106, HPC_REFER_TAG_STOP = 107
+       HPC_REFER_TAG_RESET = 106, HPC_REFER_TAG_STOP = 107, HPC_REFER_TAG_METRICS = 108, &
+       HPC_REFER_TAG_PARAMS = 109
   integer, parameter, public :: HPC_REFER_CONTINUE = 0, HPC_REFER_TERMINAL = 1, &
        HPC_REFER_TRUNCATED = 2
   integer, parameter, public :: HPC_REFER_RESET = 0, HPC_REFER_STEP = 1, HPC_REFER_STOP = 2
@@ -39,14 +48,17 @@ module hpc_refer_client
      integer :: comm, rank, size      ! this environment's ranks
      integer :: env, envs
      integer :: obs_dim, act_dim
+     integer :: n_metrics = 0         ! step metrics declared at init
+     character(len=:), allocatable :: params   ! the PARAMS text: "key=value" lines
      integer :: peer, actor           ! MPI_COMM_WORLD or an intercommunicator to the actor
      integer :: app
      logical :: intercomm = .false.   ! spawn or connect: peer is disconnected at the end
      logical :: owns_mpi = .false.
-     double precision, allocatable :: buf(:)
+     double precision, allocatable :: buf(:)   ! 3 + obs_dim + n_metrics (rank 0)
   end type hpc_refer_t
 
-  public :: hpc_refer_init, hpc_refer_recv_action, hpc_refer_send_state, hpc_refer_finalize
+  public :: hpc_refer_init, hpc_refer_param, hpc_refer_recv_action, hpc_refer_send_state, &
+       hpc_refer_finalize
 
   interface
      integer(c_int) function c_usleep(microseconds) bind(C, name='usleep')
@@ -124,12 +136,17 @@ contains
     end do
   end subroutine assign_mpmd
 
-  subroutine hpc_refer_init(c, obs_dim, act_dim, low, high)
+  ! Join hpc_refer (every rank): split the ranks into environments, declare the sizes, the
+  ! action bounds and the names of the per-step series (metrics, identifiers; absent: none),
+  ! and receive the run's solver parameters (hpc_refer_param).
+  subroutine hpc_refer_init(c, obs_dim, act_dim, low, high, metrics)
     type(hpc_refer_t), intent(out) :: c
     integer, intent(in) :: obs_dim, act_dim
     double precision, intent(in) :: low(act_dim), high(act_dim)
-    integer :: ierr, wrank, wsize, arank, asize, mine, parent, plen, pstat
-    integer :: head(2), hello(4)
+    character(len=*), intent(in), optional :: metrics(:)
+    integer :: ierr, wrank, wsize, arank, asize, mine, parent, plen, pstat, i, length
+    integer :: head(2), hello(4), st(MPI_STATUS_SIZE)
+    character(len=:), allocatable :: names
     integer(kind=MPI_ADDRESS_KIND) :: attr
     integer, allocatable :: apps(:), actors(:)
     character(len=:), allocatable :: port_file
@@ -139,6 +156,14 @@ contains
     if (.not. flag) call MPI_Init(ierr)
     c%obs_dim = obs_dim
     c%act_dim = act_dim
+    names = ''
+    if (present(metrics)) then
+       c%n_metrics = size(metrics)
+       do i = 1, size(metrics)
+          if (i > 1) names = names // achar(10)
+          names = names // trim(metrics(i))
+       end do
+    end if
     c%app = MPI_COMM_WORLD
     call MPI_Comm_rank(MPI_COMM_WORLD, wrank, ierr)
     call MPI_Comm_get_parent(parent, ierr)
@@ -193,9 +218,48 @@ contains
        call MPI_Send(hello, 4, MPI_INTEGER, c%actor, HPC_REFER_TAG_HELLO, c%peer, ierr)
        call MPI_Send([low, high], 2 * act_dim, MPI_DOUBLE_PRECISION, c%actor, &
             HPC_REFER_TAG_BOUNDS, c%peer, ierr)
-       allocate (c%buf(3 + obs_dim))
+       call MPI_Send(names, len(names), MPI_CHARACTER, c%actor, HPC_REFER_TAG_METRICS, &
+            c%peer, ierr)
+       allocate (c%buf(3 + obs_dim + c%n_metrics))
+       call MPI_Probe(c%actor, HPC_REFER_TAG_PARAMS, c%peer, st, ierr)
+       call MPI_Get_count(st, MPI_CHARACTER, length, ierr)
     end if
+    call MPI_Bcast(length, 1, MPI_INTEGER, 0, c%comm, ierr)
+    allocate (character(len=length) :: c%params)
+    if (c%rank == 0) call MPI_Recv(c%params, length, MPI_CHARACTER, c%actor, &
+         HPC_REFER_TAG_PARAMS, c%peer, MPI_STATUS_IGNORE, ierr)
+    call MPI_Bcast(c%params, length, MPI_CHARACTER, 0, c%comm, ierr)
   end subroutine hpc_refer_init
+
+  ! The run's solver parameter key (any rank, after hpc_refer_init): found and its value
+  ! (cut to len(value) characters), or found = .false. and value blank. hpc_refer always
+  ! sends env_index, run_dir and seed.
+  subroutine hpc_refer_param(c, key, value, found)
+    type(hpc_refer_t), intent(in) :: c
+    character(len=*), intent(in) :: key
+    character(len=*), intent(out) :: value
+    logical, intent(out) :: found
+    integer :: start, finish
+    found = .false.
+    value = ' '
+    start = 1
+    do while (start <= len(c%params))
+       finish = index(c%params(start:), achar(10))
+       if (finish == 0) then
+          finish = len(c%params)
+       else
+          finish = start + finish - 2
+       end if
+       if (finish - start > len_trim(key)) then
+          if (c%params(start:start + len_trim(key)) == trim(key) // '=') then
+             value = c%params(start + len_trim(key) + 1:finish)
+             found = .true.
+             return
+          end if
+       end if
+       start = finish + 2
+    end do
+  end subroutine hpc_refer_param
 
   subroutine hpc_refer_recv_action(c, action, seed, cmd)
     type(hpc_refer_t), intent(inout) :: c
@@ -228,24 +292,33 @@ contains
     seed = head(2)
   end subroutine hpc_refer_recv_action
 
-  subroutine hpc_refer_send_state(c, status, step, reward, state)
+  ! Answer a RESET or an ACTION (every rank; read on c%rank == 0): state(obs_dim) and, when
+  ! step metrics were declared, their values(n_metrics).
+  subroutine hpc_refer_send_state(c, status, step, reward, state, values)
     type(hpc_refer_t), intent(inout) :: c
     integer, intent(in) :: status, step
     double precision, intent(in) :: reward, state(*)
+    double precision, intent(in), optional :: values(*)
     integer :: ierr
     if (c%rank /= 0) return
     c%buf(1) = status
     c%buf(2) = step
     c%buf(3) = reward
-    c%buf(4:) = state(1:c%obs_dim)
-    call MPI_Send(c%buf, 3 + c%obs_dim, MPI_DOUBLE_PRECISION, c%actor, HPC_REFER_TAG_STATE, &
-         c%peer, ierr)
+    c%buf(4:3 + c%obs_dim) = state(1:c%obs_dim)
+    if (c%n_metrics > 0) then
+       if (.not. present(values)) call fail('step metrics were declared: pass their ' // &
+            'values to hpc_refer_send_state')
+       c%buf(4 + c%obs_dim:) = values(1:c%n_metrics)
+    end if
+    call MPI_Send(c%buf, 3 + c%obs_dim + c%n_metrics, MPI_DOUBLE_PRECISION, c%actor, &
+         HPC_REFER_TAG_STATE, c%peer, ierr)
   end subroutine hpc_refer_send_state
 
   subroutine hpc_refer_finalize(c)
     type(hpc_refer_t), intent(inout) :: c
     integer :: ierr
     if (allocated(c%buf)) deallocate (c%buf)
+    if (allocated(c%params)) deallocate (c%params)
     call MPI_Comm_free(c%comm, ierr)
     if (c%intercomm) call MPI_Comm_disconnect(c%peer, ierr)
     if (c%app /= MPI_COMM_WORLD) call MPI_Comm_free(c%app, ierr)

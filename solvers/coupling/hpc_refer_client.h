@@ -4,6 +4,8 @@
  *
  *   hpc_refer_client c;
  *   hpc_refer_init(&c, &argc, &argv, obs_dim, act_dim, low, high);  // MPI_Init if needed
+ *   char value[64];                                  // the run's solver parameters, any rank:
+ *   if (hpc_refer_param(&c, "horizon", value, sizeof value)) horizon = atoi(value);
  *   for (;;) {
  *     int seed, cmd = hpc_refer_recv_action(&c, action, &seed);     // action on all ranks
  *     if (cmd == HPC_REFER_STOP) break;
@@ -12,6 +14,14 @@
  *     hpc_refer_send_state(&c, status, step, reward, state);         // read on group rank 0
  *   }
  *   hpc_refer_finalize(&c);                                          // MPI_Finalize if ours
+ *
+ * Per-step series (e.g. drag and lift): declare their names at init and send their values
+ * with each state:
+ *   const char *names[] = {"cd", "cl"};
+ *   hpc_refer_init_metrics(&c, &argc, &argv, obs_dim, act_dim, low, high, 2, names);
+ *   ...
+ *   double values[2] = {cd, cl};
+ *   hpc_refer_send_state_values(&c, status, step, reward, state, values);
  *
  * Use c.comm (the ranks of this environment, c.rank / c.size) for the solver's own MPI
  * traffic instead of MPI_COMM_WORLD. Launch (see solvers/README.md):
@@ -27,14 +37,18 @@
  *            HPC_REFER_PORT_WAIT seconds, default 600, then every rank of MPI_COMM_WORLD
  *            joins MPI_Comm_connect)
  *
- * Wire protocol (between the actor and the group's rank 0; A = actor, S = solver):
+ * Wire protocol, version 2 (between the actor and the group's rank 0; A = actor, S = solver;
+ * d = obs_dim, a = act_dim, m = number of step metrics):
  *   tag  dir     type[count]      content
  *   101  A -> S  int[2]           ASSIGN: environment index e, number of environments E
- *   102  S -> A  int[4]           HELLO: protocol version 1, obs_dim, act_dim, group ranks
+ *   102  S -> A  int[4]           HELLO: protocol version 2, obs_dim, act_dim, group ranks
  *   103  S -> A  double[2 a]      BOUNDS: action low[a] then high[a]
+ *   108  S -> A  char[n]          METRICS: the step metric names, one per line (n = 0: none)
+ *   109  A -> S  char[n]          PARAMS: "key=value" lines, UTF-8: the run's solver
+ *                                 parameters and env_index, run_dir, seed
  *   106  A -> S  int[1]           RESET: seed (-1: none); S answers with STATE
  *   105  A -> S  double[a]        ACTION; S answers with STATE
- *   104  S -> A  double[3 + d]    STATE: status, step index, reward, state[d]
+ *   104  S -> A  double[3 + d + m] STATE: status, step index, reward, state[d], values[m]
  *   107  A -> S  int[0]           STOP
  * status: 0 continue, 1 terminal, 2 truncated; step index: 0 after RESET, k after the k-th
  * ACTION. Messages travel on MPI_COMM_WORLD (MPMD) or an intercommunicator (spawn, connect).
@@ -50,12 +64,12 @@
 #include <string.h>
 #include <time.h>
 
-#define HPC_REFER_PROTOCOL 1
+#define HPC_REFER_PROTOCOL 2
 
 enum {
   HPC_REFER_TAG_ASSIGN = 101, HPC_REFER_TAG_HELLO = 102, HPC_REFER_TAG_BOUNDS = 103,
   HPC_REFER_TAG_STATE = 104, HPC_REFER_TAG_ACTION = 105, HPC_REFER_TAG_RESET = 106,
-  HPC_REFER_TAG_STOP = 107
+  HPC_REFER_TAG_STOP = 107, HPC_REFER_TAG_METRICS = 108, HPC_REFER_TAG_PARAMS = 109
 };
 enum { HPC_REFER_CONTINUE = 0, HPC_REFER_TERMINAL = 1, HPC_REFER_TRUNCATED = 2 };
 enum { HPC_REFER_RESET = 0, HPC_REFER_STEP = 1, HPC_REFER_STOP = 2 };
@@ -65,12 +79,14 @@ typedef struct {
   int rank, size; /* in comm */
   int env, envs;  /* environment index e and number E of environments */
   int obs_dim, act_dim;
+  int n_metrics;  /* number of step metrics declared at init */
+  char *params;   /* the PARAMS text ("key=value" lines, NUL-terminated), on every rank */
   MPI_Comm peer;  /* MPI_COMM_WORLD (MPMD) or an intercommunicator to the actor */
   int actor;      /* the actor's rank in peer */
   MPI_Comm app;   /* this program's ranks (MPI_COMM_WORLD unless MPMD) */
   int intercomm;  /* peer is an intercommunicator (spawn, connect): disconnected at the end */
   int owns_mpi;
-  double *buf;    /* 3 + obs_dim doubles (rank 0) */
+  double *buf;    /* 3 + obs_dim + n_metrics doubles (rank 0) */
 } hpc_refer_client;
 
 /* Print "hpc_refer_client: <msg>" and abort the whole job (both apps). */
@@ -136,11 +152,15 @@ static inline MPI_Comm hpc_refer_connect_(const char *path) {
   return inter;
 }
 
-/* Join hpc_refer: split the ranks into environments and declare the sizes (collective over
- * every rank of the solver; in MPMD also the Allgather + Split that hpc_refer makes). */
-static inline int hpc_refer_init(hpc_refer_client *c, int *argc, char ***argv, int obs_dim,
-                                 int act_dim, const double *low, const double *high) {
-  int flag, wrank, wsize, found, *attr, mine, several = 0, i;
+/* Join hpc_refer: split the ranks into environments, declare the sizes, the action bounds and
+ * the names of n_metrics per-step series (identifiers; n_metrics = 0, names NULL: none), and
+ * receive the run's solver parameters (collective over every rank of the solver; in MPMD
+ * also the Allgather + Split that hpc_refer makes). */
+static inline int hpc_refer_init_metrics(hpc_refer_client *c, int *argc, char ***argv,
+                                         int obs_dim, int act_dim, const double *low,
+                                         const double *high, int n_metrics,
+                                         const char *const *names) {
+  int flag, wrank, wsize, found, *attr, mine, several = 0, i, length = 0;
   const char *port_file = getenv("HPC_REFER_PORT");
   MPI_Comm parent;
   memset(c, 0, sizeof *c);
@@ -149,6 +169,7 @@ static inline int hpc_refer_init(hpc_refer_client *c, int *argc, char ***argv, i
   if (!flag) MPI_Init(argc, argv);
   c->obs_dim = obs_dim;
   c->act_dim = act_dim;
+  c->n_metrics = n_metrics;
   c->app = MPI_COMM_WORLD;
   MPI_Comm_get_parent(&parent);
   if (port_file != NULL && *port_file) {
@@ -209,12 +230,63 @@ static inline int hpc_refer_init(hpc_refer_client *c, int *argc, char ***argv, i
     double *bounds = (double *)malloc(2 * (size_t)act_dim * sizeof(double));
     memcpy(bounds, low, (size_t)act_dim * sizeof(double));
     memcpy(bounds + act_dim, high, (size_t)act_dim * sizeof(double));
+    size_t n = 0;
+    char *text;
+    MPI_Status st;
+    for (i = 0; i < n_metrics; ++i) n += strlen(names[i]) + 1;
+    text = (char *)malloc(n + 1);
+    text[0] = '\0';
+    for (i = 0; i < n_metrics; ++i) {
+      if (i) strcat(text, "\n");
+      strcat(text, names[i]);
+    }
     MPI_Send(hello, 4, MPI_INT, c->actor, HPC_REFER_TAG_HELLO, c->peer);
     MPI_Send(bounds, 2 * act_dim, MPI_DOUBLE, c->actor, HPC_REFER_TAG_BOUNDS, c->peer);
+    MPI_Send(text, (int)strlen(text), MPI_CHAR, c->actor, HPC_REFER_TAG_METRICS, c->peer);
+    free(text);
     free(bounds);
-    c->buf = (double *)malloc((3 + (size_t)obs_dim) * sizeof(double));
+    c->buf = (double *)malloc((3 + (size_t)obs_dim + (size_t)n_metrics) * sizeof(double));
+    MPI_Probe(c->actor, HPC_REFER_TAG_PARAMS, c->peer, &st);
+    MPI_Get_count(&st, MPI_CHAR, &length);
   }
+  MPI_Bcast(&length, 1, MPI_INT, 0, c->comm);
+  c->params = (char *)malloc((size_t)length + 1);
+  if (c->rank == 0)
+    MPI_Recv(c->params, length, MPI_CHAR, c->actor, HPC_REFER_TAG_PARAMS, c->peer,
+             MPI_STATUS_IGNORE);
+  MPI_Bcast(c->params, length, MPI_CHAR, 0, c->comm);
+  c->params[length] = '\0';
   return MPI_SUCCESS;
+}
+
+/* hpc_refer_init_metrics without step metrics. */
+static inline int hpc_refer_init(hpc_refer_client *c, int *argc, char ***argv, int obs_dim,
+                                 int act_dim, const double *low, const double *high) {
+  return hpc_refer_init_metrics(c, argc, argv, obs_dim, act_dim, low, high, 0, NULL);
+}
+
+/* The run's solver parameter key (any rank, after init): returns 1 and copies its value
+ * (NUL-terminated, cut to len - 1 characters) into value, or returns 0 when there is no such
+ * parameter. hpc_refer always sends env_index, run_dir and seed. */
+static inline int hpc_refer_param(const hpc_refer_client *c, const char *key, char *value,
+                                  int len) {
+  size_t k = strlen(key);
+  const char *line = c->params;
+  while (*line) {
+    const char *end = strchr(line, '\n');
+    size_t n = end ? (size_t)(end - line) : strlen(line);
+    if (n > k && line[k] == '=' && strncmp(line, key, k) == 0) {
+      size_t v = n - k - 1;
+      if (len > 0) {
+        if (v > (size_t)len - 1) v = (size_t)len - 1;
+        memcpy(value, line + k + 1, v);
+        value[v] = '\0';
+      }
+      return 1;
+    }
+    line += n + (end != NULL);
+  }
+  return 0;
 }
 
 /* Wait for the actor's next command (collective over c->comm). Returns HPC_REFER_RESET
@@ -243,15 +315,29 @@ static inline int hpc_refer_recv_action(hpc_refer_client *c, double *action, int
   return head[0];
 }
 
-/* Answer a RESET or an ACTION: called on every rank, state[obs_dim] is read on rank 0 only. */
-static inline int hpc_refer_send_state(hpc_refer_client *c, int status, int step,
-                                       double reward, const double *state) {
+/* Answer a RESET or an ACTION: called on every rank, state[obs_dim] and values[n_metrics]
+ * (the step metrics' values) are read on rank 0 only. */
+static inline int hpc_refer_send_state_values(hpc_refer_client *c, int status, int step,
+                                              double reward, const double *state,
+                                              const double *values) {
   if (c->rank != 0) return MPI_SUCCESS;
+  if (c->n_metrics > 0 && values == NULL)
+    hpc_refer_fail("step metrics were declared: send their values with "
+                   "hpc_refer_send_state_values");
   c->buf[0] = status;
   c->buf[1] = step;
   c->buf[2] = reward;
   memcpy(c->buf + 3, state, (size_t)c->obs_dim * sizeof(double));
-  return MPI_Send(c->buf, 3 + c->obs_dim, MPI_DOUBLE, c->actor, HPC_REFER_TAG_STATE, c->peer);
+  if (c->n_metrics > 0)
+    memcpy(c->buf + 3 + c->obs_dim, values, (size_t)c->n_metrics * sizeof(double));
+  return MPI_Send(c->buf, 3 + c->obs_dim + c->n_metrics, MPI_DOUBLE, c->actor,
+                  HPC_REFER_TAG_STATE, c->peer);
+}
+
+/* hpc_refer_send_state_values without step metrics (none declared). */
+static inline int hpc_refer_send_state(hpc_refer_client *c, int status, int step,
+                                       double reward, const double *state) {
+  return hpc_refer_send_state_values(c, status, step, reward, state, NULL);
 }
 
 /* After HPC_REFER_STOP: free the communicators (disconnect from a spawning or accepting
@@ -259,6 +345,8 @@ static inline int hpc_refer_send_state(hpc_refer_client *c, int status, int step
 static inline int hpc_refer_finalize(hpc_refer_client *c) {
   free(c->buf);
   c->buf = NULL;
+  free(c->params);
+  c->params = NULL;
   MPI_Comm_free(&c->comm);
   if (c->intercomm) MPI_Comm_disconnect(&c->peer);
   if (c->app != MPI_COMM_WORLD) MPI_Comm_free(&c->app);

@@ -6,8 +6,9 @@
  * q: a steady heat source; g_j: N_ACT Gaussian heaters/coolers driven by the action a in
  * [-1, 1]^N_ACT. Each rank owns a block of cells and exchanges one halo value with each
  * neighbour per step; reward = -mean_i u_i^2 (minus the energy, an Allreduce); the state (the
- * whole field) is gathered on the environment's rank 0. Episodes are truncated after HORIZON
- * steps.
+ * whole field) is gathered on the environment's rank 0. Episodes are truncated after
+ * `horizon` steps (the run's solver parameter horizon, default 50). One step metric,
+ * mean_u (the mean temperature), goes with every state.
  *
  * Options: --cells N (default 32, >= ranks), --fault-every K (test aid: in every K-th episode
  * rank 0 sends one invalid STATE at step 3, cycling through NaN reward, wrong size, unknown
@@ -25,7 +26,6 @@
 #include "hpc_refer_client.h"
 
 #define N_ACT 4
-#define HORIZON 50
 #define NU 0.2
 #define DT 0.1
 #define TWO_PI 6.283185307179586
@@ -57,7 +57,11 @@ int main(int argc, char **argv) {
   double low[N_ACT], high[N_ACT], action[N_ACT] = {0};
   for (j = 0; j < N_ACT; ++j) { low[j] = -1.0; high[j] = 1.0; }
   hpc_refer_client c;
-  hpc_refer_init(&c, &argc, &argv, n, N_ACT, low, high);
+  const char *metrics[] = {"mean_u"};
+  char value[32];
+  int horizon = 50;
+  hpc_refer_init_metrics(&c, &argc, &argv, n, N_ACT, low, high, 1, metrics);
+  if (hpc_refer_param(&c, "horizon", value, sizeof value)) horizon = atoi(value);
 
   /* This rank's block of cells [first, first + m), and counts for the gather. */
   int m = n / c.size + (c.rank < n % c.size), first = 0;
@@ -80,6 +84,7 @@ int main(int argc, char **argv) {
   }
   int left = (c.rank + c.size - 1) % c.size, right = (c.rank + 1) % c.size;
   int step = 0, episode = 0, seed;
+  double mean_u = 0.0;
 
   for (;;) {
     int cmd = hpc_refer_recv_action(&c, action, &seed);
@@ -112,25 +117,31 @@ int main(int argc, char **argv) {
       MPI_Allreduce(&local, &total, 1, MPI_DOUBLE, MPI_SUM, c.comm);
       reward = -total / n;
       ++step;
-      if (step >= HORIZON) status = HPC_REFER_TRUNCATED;
+      if (step >= horizon) status = HPC_REFER_TRUNCATED;
     }
     MPI_Gatherv(&u[1], m, MPI_DOUBLE, field, counts, displs, MPI_DOUBLE, 0, c.comm);
+    if (c.rank == 0) {
+      mean_u = 0.0;
+      for (i = 0; i < n; ++i) mean_u += field[i];
+      mean_u /= n;
+    }
     if (fault_every > 0 && episode % fault_every == 0 && step == 3) {
       if (c.rank == 0) { /* test aid: one invalid STATE, then wait for RESET */
         int kind = fault_kind >= 0 ? fault_kind : (episode / fault_every) % 4;
-        int size = 3 + n + (kind == 1);
+        int size = 3 + n + 1 + (kind == 1);
         double *bad = calloc((size_t)size, sizeof(double));
         bad[0] = kind == 2 ? 7.0 : status;
         bad[1] = kind == 4 ? step + 1 : step;
         bad[2] = kind == 0 ? NAN : reward;
         memcpy(bad + 3, field, (size_t)n * sizeof(double));
+        bad[3 + n] = mean_u;
         if (kind == 3) bad[3 + n / 2] = NAN;
         MPI_Send(bad, size, MPI_DOUBLE, c.actor, HPC_REFER_TAG_STATE, c.peer);
         free(bad);
       }
       continue;
     }
-    hpc_refer_send_state(&c, status, step, reward, field);
+    hpc_refer_send_state_values(&c, status, step, reward, field, &mean_u);
   }
   free(u); free(next); free(q); free(g); free(field); free(counts); free(displs);
   hpc_refer_finalize(&c);

@@ -6,7 +6,9 @@
 ! on a periodic ring of cells split over the ranks of one environment (one halo value per
 ! neighbour per step); q: a steady heat source; g_j: N_ACT Gaussian heaters/coolers driven by
 ! the action a in [-1, 1]^N_ACT; reward = -mean_i u_i^2 (an Allreduce); the state (the whole
-! field) is gathered on the environment's rank 0; episodes are truncated after HORIZON steps.
+! field) is gathered on the environment's rank 0; episodes are truncated after `horizon` steps
+! (the run's solver parameter horizon, default 50); one step metric, mean_u (the mean
+! temperature), goes with every state.
 ! The random initial condition uses another generator than heat1d.c (Park-Miller), so the two
 ! programs draw different initial fields.
 !
@@ -20,14 +22,16 @@ program heat1d_f
   use hpc_refer_client
   use, intrinsic :: ieee_arithmetic, only: ieee_value, ieee_quiet_nan
   implicit none
-  integer, parameter :: n_act = 4, horizon = 50, i8 = selected_int_kind(18)
+  integer, parameter :: n_act = 4, i8 = selected_int_kind(18)
   double precision, parameter :: nu = 0.2d0, dt = 0.1d0, two_pi = 6.283185307179586d0
   type(hpc_refer_t) :: c
   integer :: n, fault_every, m, first, i, j, left, right, step, episode, seed, cmd, status, ierr
-  integer :: fault, length
+  integer :: fault, length, horizon
+  logical :: found
+  character(len=32) :: value
   integer, allocatable :: counts(:), displs(:)
   double precision :: low(n_act), high(n_act), action(n_act), modes(4), reward, local, total
-  double precision :: x, d
+  double precision :: x, d, mean_u
   double precision, allocatable :: u(:), next(:), q(:), g(:, :), field(:), bad(:)
   integer(i8) :: s
 
@@ -35,7 +39,10 @@ program heat1d_f
   low = -1d0
   high = 1d0
   action = 0d0
-  call hpc_refer_init(c, n, n_act, low, high)
+  call hpc_refer_init(c, n, n_act, low, high, metrics=['mean_u'])
+  horizon = 50
+  call hpc_refer_param(c, 'horizon', value, found)
+  if (found) read (value, *) horizon
 
   ! This rank's block of cells [first, first + m), and counts for the gather.
   allocate (counts(0:c%size - 1), displs(0:c%size - 1))
@@ -97,10 +104,11 @@ program heat1d_f
      end if
      call MPI_Gatherv(u(1:m), m, MPI_DOUBLE_PRECISION, field, counts, displs, &
           MPI_DOUBLE_PRECISION, 0, c%comm, ierr)
+     mean_u = sum(field) / n
      if (fault_every > 0 .and. mod(episode, fault_every) == 0 .and. step == 3) then
         if (c%rank == 0) then  ! test aid: one invalid STATE, then wait for RESET
            fault = mod(episode / fault_every, 4)
-           length = 3 + n
+           length = 3 + n + 1
            if (fault == 1) length = length + 1
            allocate (bad(length))
            bad = 0d0
@@ -110,6 +118,7 @@ program heat1d_f
            bad(3) = reward
            if (fault == 0) bad(3) = ieee_value(1d0, ieee_quiet_nan)
            bad(4:3 + n) = field
+           bad(4 + n) = mean_u
            if (fault == 3) bad(4 + n / 2) = ieee_value(1d0, ieee_quiet_nan)
            call MPI_Send(bad, length, MPI_DOUBLE_PRECISION, c%actor, HPC_REFER_TAG_STATE, &
                 c%peer, ierr)
@@ -117,7 +126,7 @@ program heat1d_f
         end if
         cycle
      end if
-     call hpc_refer_send_state(c, status, step, reward, field)
+     call hpc_refer_send_state(c, status, step, reward, field, values=[mean_u])
   end do
   call hpc_refer_finalize(c)
 

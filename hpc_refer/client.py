@@ -1,0 +1,385 @@
+"""The solver side of the external-solver wire protocol, for Python codes (mpi4py).
+
+``hpc_refer_client.h`` and ``hpc_refer_client.f90`` in Python: a solver that runs as its own
+MPI program (its own ``python solver.py`` processes) couples to hpc_refer with the same
+messages and the same collectives, so a code that hard-codes ``MPI.COMM_WORLD`` (for its
+halo exchange, its reductions, its parallel I/O) can be trained against without touching
+it. Every rank of the solver makes the same calls::
+
+    from hpc_refer.client import Client, RESET, STOP, TRUNCATED, CONTINUE
+
+    with Client(obs_dim, act_dim, low, high, step_metrics=("cd",)) as c:   # init, handshake
+        horizon = int(c.params.get("horizon", "100"))     # the run's solver parameters
+        while True:
+            cmd = c.recv_action()                          # on every rank of the group
+            if cmd.kind == STOP:
+                break
+            if cmd.kind == RESET:
+                ...new initial condition from cmd.seed...
+            else:
+                ...advance with cmd.action...
+            c.send_state(state, reward, status, step_values=(cd,))   # read on c.rank 0
+                                                                     # c.finalize() at exit
+
+``c.comm`` holds this environment's ranks. Launch forms (``solvers/README.md``):
+
+- **spawn** ``--env "external:-n K python solver.py ARGS"``: each actor starts K processes;
+  their ``COMM_WORLD`` is their own, exactly the group (``c.comm`` is a duplicate of it),
+  so code that communicates on ``MPI.COMM_WORLD`` works unchanged.
+- **connect** ``--env "external:--connect DIR"`` and a separate job per environment e,
+  started with ``HPC_REFER_PORT=DIR/env-<e>.port``: the same, its ``COMM_WORLD`` is the
+  group.
+- **MPMD** ``mpirun -n N python -m hpc_refer.run --env external ... : -n M python solver.py``:
+  ``COMM_WORLD`` also holds hpc_refer's ranks and the other environments' groups, so the
+  code must use ``c.comm`` for all its traffic. A code that hard-codes ``COMM_WORLD`` says
+  so with ``Client(..., uses_world=True)``: under MPMD the client then stops the job with
+  a one-line error naming spawn and connect, instead of letting it deadlock.
+
+Protocol version 2, between the actor (A) and the group's rank 0 (the leader, S); the
+leader broadcasts what it receives to the group. d = obs_dim, a = act_dim, m = number of
+step metrics:
+
+==== ========= =============== =========================================================
+tag  direction type[count]     content
+==== ========= =============== =========================================================
+101  A -> S    int32[2]        ASSIGN: environment index e, number of environments E
+102  S -> A    int32[4]        HELLO: protocol version (2), obs_dim, act_dim, group ranks
+103  S -> A    float64[2 a]    BOUNDS: action low[a], then high[a]
+108  S -> A    char[n]         METRICS: the step metrics' names, UTF-8, one per line
+                               (n = 0: none); identifiers, distinct
+109  A -> S    char[n]         PARAMS: UTF-8 text, one ``key=value`` per line: the run's
+                               solver parameters and ``env_index``, ``run_dir``, ``seed``
+106  A -> S    int32[1]        RESET: seed (-1: none); S answers with a STATE
+105  A -> S    float64[a]      ACTION: one step; S answers with a STATE
+104  S -> A    float64[3+d+m]  STATE: status, step index, reward, state[d], step values[m]
+107  A -> S    int32[0]        STOP: no more work; the solver finalises
+==== ========= =============== =========================================================
+
+Order: ASSIGN; HELLO, BOUNDS, METRICS; PARAMS; then RESET/ACTION each answered by a STATE;
+STOP. status: 0 continue, 1 terminal, 2 truncated; step index 0 after RESET, k after the
+k-th ACTION of the episode. Start-up under MPMD: every process of the job makes
+``Allgather(APPNUM)`` (int32) on ``COMM_WORLD`` and then, with several apps,
+``Split(COMM_WORLD, appnum, world rank)``; the solver app's rank 0 receives the E ASSIGN
+messages and the app splits into E equal groups (group e = app rank // (ranks / E)).
+
+This module imports mpi4py only inside :class:`Client` (importing it never initialises MPI;
+hpc_refer's actor side imports the protocol constants from here).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+import traceback
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+PROTOCOL_VERSION = 2
+"""The wire protocol's version, sent in HELLO; hpc_refer refuses any other."""
+TAG_ASSIGN, TAG_HELLO, TAG_BOUNDS, TAG_STATE, TAG_ACTION, TAG_RESET, TAG_STOP = range(101, 108)
+TAG_METRICS, TAG_PARAMS = 108, 109
+"""Tags of the wire protocol (see the module docstring)."""
+
+CONTINUE, TERMINAL, TRUNCATED = 0, 1, 2
+"""A STATE's status."""
+RESET, STEP, STOP = 0, 1, 2
+"""What :meth:`Client.recv_action` returns (:attr:`Command.kind`)."""
+
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""What a step metric's name must be."""
+PORT_WAIT = 600.0
+"""Default of ``HPC_REFER_PORT_WAIT``: seconds rank 0 waits for the port file (connect)."""
+
+
+class Command(NamedTuple):
+    """The actor's next command, on every rank of the group."""
+
+    kind: int
+    """RESET, STEP or STOP."""
+    seed: int = -1
+    """RESET: the episode's seed (-1: none)."""
+    action: np.ndarray = np.empty(0)
+    """STEP: the action, float64[act_dim] (empty otherwise)."""
+
+
+def metric_names_text(names: Sequence[str]) -> bytes:
+    """METRICS payload of ``names``; ValueError unless they are distinct identifiers."""
+    names = tuple(names)
+    bad = [n for n in names if not (isinstance(n, str) and IDENTIFIER.fullmatch(n))]
+    if bad or len(set(names)) != len(names):
+        raise ValueError(f"step_metrics = {names!r} is invalid: allowed are distinct "
+                         f"identifiers ([A-Za-z_][A-Za-z0-9_]*)")
+    return "\n".join(names).encode()
+
+
+def parse_metric_names(data: bytes) -> tuple[str, ...]:
+    """The names of a METRICS payload; ValueError naming the first bad name."""
+    try:
+        text = data.decode()
+    except UnicodeDecodeError as err:
+        raise ValueError(f"is not UTF-8 text ({err.reason} at byte {err.start})") from None
+    names = tuple(text.split("\n")) if text else ()
+    seen: set[str] = set()
+    for name in names:
+        if not IDENTIFIER.fullmatch(name):
+            raise ValueError(f"holds {name!r}, not an identifier ([A-Za-z_][A-Za-z0-9_]*)")
+        if name in seen:
+            raise ValueError(f"holds {name!r} twice")
+        seen.add(name)
+    return names
+
+
+def params_text(params: Mapping[str, bool | int | float | str]) -> bytes:
+    """PARAMS payload: one ``key=value`` line per parameter (bool as ``true``/``false``,
+    numbers as Python writes them, strings as they are). ValueError for a key that is
+    empty or holds ``=`` or a line break, or a value with a line break."""
+    lines = []
+    for key, value in params.items():
+        text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        if not key or "=" in key or "\n" in key or "\r" in key:
+            raise ValueError(f"solver parameter name {key!r} is invalid: allowed is a "
+                             f"non-empty name without '=' or line breaks")
+        if "\n" in text or "\r" in text:
+            raise ValueError(f"solver parameter {key} = {text!r} is invalid: allowed is a "
+                             f"value without line breaks")
+        lines.append(f"{key}={text}")
+    return "\n".join(lines).encode()
+
+
+def parse_params(data: bytes) -> dict[str, str]:
+    """The parameters of a PARAMS payload (every value a str)."""
+    out = {}
+    for line in data.decode().split("\n"):
+        if line:
+            key, _, value = line.partition("=")
+            out[key] = value
+    return out
+
+
+def _fail(message: str) -> None:
+    """Print ``hpc_refer_client: error on world rank R: message`` and abort the whole job
+    (both apps under MPMD): used where only some ranks know of the error, so that none is
+    left waiting in a collective."""
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    print(f"hpc_refer_client: error on world rank {world.Get_rank()}: {message}",
+          file=sys.stderr, flush=True)
+    world.Abort(2)
+
+
+def _connect(path: str) -> Any:
+    """Every rank of COMM_WORLD: MPI_Comm_connect to the port whose name the actor writes
+    to ``path`` (rank 0 polls for the file up to ``HPC_REFER_PORT_WAIT`` seconds)."""
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    port = ""
+    if world.Get_rank() == 0:
+        limit = float(os.environ.get("HPC_REFER_PORT_WAIT") or PORT_WAIT)
+        start = time.monotonic()
+        while not os.path.exists(path):
+            if time.monotonic() - start > limit:
+                _fail(f"HPC_REFER_PORT={path}: no port file after {limit:g} s (start "
+                      f"hpc_refer with --env \"external:--connect DIR\" and DIR/env-<e>.port)")
+            time.sleep(0.02)
+        with open(path) as handle:
+            port = handle.readline().strip()
+    return world.Connect(port, root=0)
+
+
+class Client:
+    """One environment's solver group, joined to its hpc_refer actor (every rank).
+
+    ``Client(obs_dim, act_dim, low, high, step_metrics=(), uses_world=False)`` joins
+    (collective over the solver's ranks; under MPMD also the Allgather and Split that
+    hpc_refer makes), declares the sizes, the action bounds and the names of the per-step
+    series (``step_metrics``, distinct identifiers, possibly none) and receives the run's
+    parameters. ``uses_world``: the code communicates on ``MPI.COMM_WORLD`` itself, so an
+    MPMD launch (where COMM_WORLD holds hpc_refer's ranks too) is refused with an error.
+
+    Attributes: ``comm`` (this environment's ranks: use it, or in spawn/connect mode
+    COMM_WORLD, for the solver's own traffic), ``rank``, ``size`` (in ``comm``), ``env``,
+    ``envs`` (environment index e of E), ``obs_dim``, ``act_dim``, ``step_metrics``,
+    ``params`` (dict of str, on every rank: the run's solver parameters plus ``env_index``,
+    ``run_dir``, ``seed``), ``mode`` (``"mpmd"``, ``"spawn"`` or ``"connect"``).
+    """
+
+    def __init__(self, obs_dim: int, act_dim: int, low: Iterable[float],
+                 high: Iterable[float], step_metrics: Sequence[str] = (), *,
+                 uses_world: bool = False) -> None:
+        from mpi4py import MPI
+
+        self._mpi = MPI
+        bounds = np.concatenate([np.asarray(low, np.float64).reshape(-1),
+                                 np.asarray(high, np.float64).reshape(-1)])
+        if obs_dim < 1 or act_dim < 1 or bounds.size != 2 * act_dim:
+            raise ValueError(f"Client needs obs_dim >= 1, act_dim >= 1 and act_dim values "
+                             f"in each of low and high; got obs_dim {obs_dim}, act_dim "
+                             f"{act_dim} and {bounds.size} bound values")
+        names = metric_names_text(step_metrics)
+        self.obs_dim, self.act_dim = int(obs_dim), int(act_dim)
+        self.step_metrics = tuple(step_metrics)
+        world = MPI.COMM_WORLD
+        port_file = os.environ.get("HPC_REFER_PORT", "")
+        parent = MPI.Comm.Get_parent()
+        self._app: Any = None
+        """This program's ranks under MPMD (split from COMM_WORLD), freed at the end."""
+        if port_file:
+            self.mode, self.peer = "connect", _connect(port_file)
+        elif parent != MPI.COMM_NULL:
+            self.mode, self.peer = "spawn", parent
+        else:
+            self.mode, self.peer = "mpmd", world
+        if self.mode == "mpmd":
+            self._join_mpmd(uses_world)
+        else:  # the actor is rank 0 of the remote group; ASSIGN comes to our rank 0
+            head = np.array([0, 1], np.int32)
+            if world.Get_rank() == 0:
+                self.peer.Recv(head, source=0, tag=TAG_ASSIGN)
+            world.Bcast(head, root=0)
+            self.env, self.envs, self.actor = int(head[0]), int(head[1]), 0
+            self.comm = world.Dup()
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        self.step = 0
+        """The step index of the next STATE (0 after RESET, k after the k-th ACTION)."""
+        text = np.empty(0, np.uint8)
+        if self.rank == 0:
+            hello = np.array([PROTOCOL_VERSION, obs_dim, act_dim, self.size], np.int32)
+            self.peer.Send(hello, dest=self.actor, tag=TAG_HELLO)
+            self.peer.Send(bounds, dest=self.actor, tag=TAG_BOUNDS)
+            self.peer.Send(np.frombuffer(names, np.uint8), dest=self.actor, tag=TAG_METRICS)
+            status = MPI.Status()
+            self.peer.Probe(source=self.actor, tag=TAG_PARAMS, status=status)
+            text = np.empty(status.Get_count(MPI.BYTE), np.uint8)
+            self.peer.Recv(text, source=self.actor, tag=TAG_PARAMS)
+        self.params = parse_params(self.comm.bcast(text.tobytes(), root=0))
+
+    def _join_mpmd(self, uses_world: bool) -> None:
+        """MPMD start-up: the Allgather of APPNUM and the Split that hpc_refer makes, the E
+        ASSIGN messages (to the app's rank 0), the split into E equal groups."""
+        mpi = self._mpi
+        world = mpi.COMM_WORLD
+        wrank = world.Get_rank()
+        mine = world.Get_attr(mpi.APPNUM)
+        mine = 0 if mine is None else int(mine)
+        apps = np.empty(world.Get_size(), np.int32)
+        world.Allgather(np.array([mine], np.int32), apps)
+        if len(set(apps.tolist())) == 1:
+            raise RuntimeError(
+                "hpc_refer.client: not started by hpc_refer: launch it beside hpc_refer in "
+                "one mpirun (mpirun -n N python -m hpc_refer.run --env external ... : -n M "
+                "python solver.py), let hpc_refer spawn it (--env \"external:-n M python "
+                "solver.py\") or set HPC_REFER_PORT=DIR/env-<e>.port (--env "
+                "\"external:--connect DIR\")")
+        if uses_world and wrank == int(np.flatnonzero(apps == mine)[0]):
+            _fail("this solver communicates on MPI.COMM_WORLD (Client(uses_world=True)), "
+                  "which under MPMD also holds hpc_refer's ranks: launch it with spawn "
+                  "(--env \"external:-n K python solver.py\") or connect (--env "
+                  "\"external:--connect DIR\"), or make it use Client.comm")
+        self._app = world.Split(mine, wrank)
+        arank, asize = self._app.Get_rank(), self._app.Get_size()
+        actors = None
+        if arank == 0:
+            actors = self._assign_mpmd()
+        actors = self._app.bcast(actors, root=0)
+        self.envs = len(actors)
+        if asize % self.envs:
+            if arank == 0:
+                _fail(f"{asize} solver ranks cannot be split into {self.envs} environments "
+                      f"of equal size: launch a multiple of {self.envs} solver ranks")
+            self._app.Barrier()  # never returns: rank 0 aborts the job
+        self.env = arank // (asize // self.envs)
+        self.actor = actors[self.env]
+        self.comm = self._app.Split(self.env, arank)
+
+    def _assign_mpmd(self) -> list[int]:
+        """The E actors' world ranks, from their ASSIGN messages (the app's rank 0)."""
+        mpi = self._mpi
+        msg, status = np.empty(2, np.int32), mpi.Status()
+        actors: list[int] = []
+        while True:
+            mpi.COMM_WORLD.Recv(msg, source=mpi.ANY_SOURCE, tag=TAG_ASSIGN, status=status)
+            env, envs = int(msg[0]), int(msg[1])
+            if not actors and envs > 0:
+                actors = [-1] * envs
+            if not actors or envs != len(actors) or not 0 <= env < envs or actors[env] >= 0:
+                _fail(f"bad ASSIGN (env {env} of {envs}) from world rank "
+                      f"{status.Get_source()}")
+            actors[env] = status.Get_source()
+            if min(actors) >= 0:
+                return actors
+
+    def recv_action(self) -> Command:
+        """The actor's next command (collective over ``comm``): RESET with its seed, STEP
+        with the action on every rank, or STOP."""
+        mpi = self._mpi
+        head = np.array([STOP, -1], np.int64)
+        action = np.empty(self.act_dim, np.float64)
+        if self.rank == 0:
+            status = mpi.Status()
+            self.peer.Probe(source=self.actor, tag=mpi.ANY_TAG, status=status)
+            tag = status.Get_tag()
+            if tag == TAG_ACTION:
+                self.peer.Recv(action, source=self.actor, tag=tag)
+                head[0] = STEP
+            elif tag == TAG_RESET:
+                seed = np.empty(1, np.int32)
+                self.peer.Recv(seed, source=self.actor, tag=tag)
+                head[:] = RESET, seed[0]
+            elif tag == TAG_STOP:
+                self.peer.Recv(np.empty(0, np.int32), source=self.actor, tag=tag)
+            else:
+                _fail(f"unexpected message tag {tag} from the actor")
+        self.comm.Bcast(head, root=0)
+        kind = int(head[0])
+        if kind == STEP:
+            self.comm.Bcast(action, root=0)
+            self.step += 1
+            return Command(STEP, -1, action)
+        if kind == RESET:
+            self.step = 0
+            return Command(RESET, int(head[1]))
+        return Command(STOP)
+
+    def send_state(self, state: Any, reward: float, status: int = CONTINUE,
+                   step_values: Iterable[float] = ()) -> None:
+        """Answer the last RESET or ACTION; called on every rank, the arguments are read on
+        ``rank`` 0 only (the others may pass None). ``state``: obs_dim values;
+        ``step_values``: one value per name of ``step_metrics``; the step index is kept
+        by the client. ValueError (on rank 0) for a state or step values of another size."""
+        if self.rank != 0:
+            return
+        state = np.asarray(state, np.float64).reshape(-1)
+        values = np.asarray(tuple(step_values), np.float64).reshape(-1)
+        if state.size != self.obs_dim or values.size != len(self.step_metrics):
+            raise ValueError(f"send_state: state has {state.size} values and step_values "
+                             f"{values.size}, expected obs_dim = {self.obs_dim} and one per "
+                             f"step metric {self.step_metrics}")
+        message = np.concatenate([[status, self.step, reward], state, values])
+        self.peer.Send(message, dest=self.actor, tag=TAG_STATE)
+
+    def finalize(self) -> None:
+        """After STOP: free the communicators and disconnect from a spawning or accepting
+        actor (collective). MPI itself is finalised by mpi4py at exit."""
+        self.comm.Free()
+        if self.mode != "mpmd":
+            self.peer.Disconnect()
+        if self._app is not None:
+            self._app.Free()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        """Finalise after a normal exit; after an exception, print it and abort the job
+        instead (the other ranks, and hpc_refer, would wait for this one forever)."""
+        if kind is None:
+            self.finalize()
+            return
+        traceback.print_exc()
+        _fail(f"{kind.__name__} in the solver (traceback above)")
