@@ -273,8 +273,9 @@ class Actor:
         """Everything the actor needs to continue: its generator, the OU noise, the episode
         in progress (current state, pending steps, return, length, whether chunks of it were
         sent, whether it is interrupted), the first reset's seed if still unused, the fault
-        counters, and the environment's state (None when it cannot give one, see
-        :meth:`~hpc_refer.envs.TeamDriver.checkpoint_state`). The policy copy is not part
+        counters, the environment's state (None when it cannot give one, see
+        :meth:`~hpc_refer.envs.TeamDriver.checkpoint_state`) and the rows of its step series
+        (None without one). The policy copy is not part
         of it (the caller saves the parameters it loads)."""
         return {
             "rng": numpy_rng_state(self.rng),
@@ -289,6 +290,7 @@ class Actor:
             "faults": self.faults,
             "faults_in_a_row": self._faults_in_a_row,
             "env": self.env.checkpoint_state(),
+            "series": self.env.series_state(),
         }
 
     def restore_state(self, tree: StateTree) -> None:
@@ -307,6 +309,8 @@ class Actor:
         self._seed = None if tree["seed"] is None else int(tree["seed"])
         self.faults = int(tree["faults"])
         self._faults_in_a_row = int(tree["faults_in_a_row"])
+        if tree.get("series") is not None:
+            self.env.restore_series(tree["series"])
         restored = tree["env"] is not None and self.env.restore_state(tree["env"])
         self._interrupted = bool(tree["interrupted"]) or (self._obs is not None
                                                            and not restored)

@@ -13,6 +13,7 @@ TOML layout (every section and key optional)::
     [naf]     hidden, lr, batch, gamma, tau, ...  in the resolved config)
     [refer]   mode, C, D, A, ...
     [replay]  size, learn_start, grad_ratio, sampling, ...
+    [env]     the solver's own parameters (any identifiers; see below)
 
 Modes are enums (:class:`ReferMode`, :class:`KLDirection`, :class:`ActionBounds`,
 :class:`Sampling`, :class:`Exploration`): the TOML or flag string is converted once, here, and
@@ -27,13 +28,22 @@ Values are read by one rule, the same for TOML and flags: an integer key (``run.
 ``1e3``, ``"1e3"`` all give 1000); a non-integral value (``1.5``) is refused naming the key. A
 float key takes any number or numeric string. A boolean (``true``/``false``) is never a
 number: ``steps = true`` is refused naming the key and the expected type.
+
+The ``[env]`` table (flags ``--env.KEY VALUE``) holds the environment's own parameters:
+keyword arguments of a Python solver's constructor, of ``gymnasium.make`` for a gymnasium id,
+or ``key=value`` lines of an external solver's PARAMS message. Its keys are identifiers and its
+values booleans, integers, floats or strings; a flag's value is read as a TOML value when it is
+one (``100`` an integer, ``0.5`` a float, ``true`` a boolean), else as a string. What the
+solver takes is checked where the solver is known (:func:`hpc_refer.envs.solver_params`).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import keyword
 import math
+import re
 import tomllib
 import typing
 from dataclasses import dataclass, field
@@ -185,6 +195,10 @@ class RunConfig:
         False, "also write train.jsonl's scalars and every episode's return and metrics as "
         "TensorBoard events to RUN_DIR/tensorboard (tensorboard --logdir runs)"
     )
+    series_stride: int = _opt(
+        1, "record a solver's step_metrics every this many steps of an episode to "
+        "RUN_DIR/series/env-<k>.h5"
+    )
     report_every: int = _opt(
         0, "environment steps between rewrites of RUN_DIR/report.html (python -m "
         "hpc_refer.report; also written when the run ends); 0: no report during the run"
@@ -213,6 +227,8 @@ class RunConfig:
                  "integers >= 1")
         _require(math.isfinite(self.env_step_timeout) and self.env_step_timeout >= 0,
                  "run.env_step_timeout", self.env_step_timeout, "seconds >= 0 (0: no limit)")
+        _require(self.series_stride >= 1, "run.series_stride", self.series_stride,
+                 "integers >= 1")
         _require(self.report_every >= 0, "run.report_every", self.report_every,
                  "integers >= 0 (0: no report)")
         _require(self.max_env_failures >= 1, "run.max_env_failures", self.max_env_failures,
@@ -390,6 +406,8 @@ class Config:
     naf: NAFConfig = field(default_factory=NAFConfig)
     refer: ReferConfig = field(default_factory=ReferConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
+    env: dict[str, bool | int | float | str] = field(default_factory=dict)
+    """The ``[env]`` table: the environment's own parameters."""
 
     def __post_init__(self) -> None:
         """Resolve ``replay.size = 0`` to the algorithm's N, then check the cross-table rules."""
@@ -423,12 +441,13 @@ class Config:
         def plain(v: Any) -> Any:
             return list(v) if isinstance(v, tuple) else str(v) if isinstance(v, StrEnum) else v
 
-        return {
+        tables = {
             section.name: {
                 k: plain(v) for k, v in dataclasses.asdict(getattr(self, section.name)).items()
             }
-            for section in dataclasses.fields(self)
+            for section in dataclasses.fields(self) if section.name != "env"
         }
+        return {**tables, "env": dict(self.env)}
 
     def write_toml(self, path: Path) -> None:
         """Write the resolved config as TOML."""
@@ -503,13 +522,67 @@ def _type_name(kind: Any) -> str:
     return str(kind.__name__)
 
 
+ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def env_table(values: dict[str, Any]) -> dict[str, bool | int | float | str]:
+    """The ``[env]`` table checked: identifier keys, scalar values (one-line ConfigError)."""
+    for key, value in values.items():
+        if not ENV_KEY.fullmatch(key) or keyword.iskeyword(key):
+            raise ConfigError(f"env.{key} is invalid: [env] keys are Python identifiers (they "
+                              "become keyword arguments of the solver)")
+        if not isinstance(value, bool | int | float | str):
+            raise ConfigError(f"env.{key} = {value!r} is invalid: allowed values are booleans, "
+                              "integers, floats and strings")
+    return dict(values)
+
+
+def env_flag_value(text: str) -> bool | int | float | str:
+    """A ``--env.KEY`` flag's value: the TOML value it spells (``100``, ``0.5``, ``true``,
+    ``"a b"``), else the text itself."""
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+    return value if isinstance(value, bool | int | float | str) else text
+
+
+def env_flags(extras: list[str]) -> tuple[dict[str, bool | int | float | str], list[str]]:
+    """``--env.KEY VALUE`` and ``--env.KEY=VALUE`` pairs out of argparse's unrecognised
+    arguments; returns them and the arguments that are not such flags."""
+    params: dict[str, bool | int | float | str] = {}
+    rest: list[str] = []
+    k = 0
+    while k < len(extras):
+        arg = extras[k]
+        if not arg.startswith("--env."):
+            rest.append(arg)
+            k += 1
+            continue
+        name, eq, value = arg[len("--env."):].partition("=")
+        if not eq:
+            if k + 1 >= len(extras):
+                raise ConfigError(f"--env.{name} needs a value: --env.{name} VALUE")
+            value = extras[k + 1]
+            k += 1
+        params[name.replace("-", "_")] = env_flag_value(value)
+        k += 1
+    return params, rest
+
+
 def build_config(overrides: dict[str, dict[str, Any]]) -> Config:
     """Config from ``{section: {key: value}}`` over the defaults; unknown keys are errors."""
-    sections = {}
+    sections: dict[str, Any] = {}
     for section, values in overrides.items():
+        if section == "env":
+            if not isinstance(values, dict):
+                raise ConfigError("[env] must be a table of key = value pairs")
+            sections["env"] = env_table(values)
+            continue
         if section not in _SECTION_TYPES:
             raise ConfigError(
-                f"unknown config section [{section}]: allowed are {', '.join(_SECTION_TYPES)}"
+                f"unknown config section [{section}]: allowed are "
+                f"{', '.join([*_SECTION_TYPES, 'env'])}"
             )
         if not isinstance(values, dict):
             raise ConfigError(f"[{section}] must be a table of key = value pairs")
@@ -560,6 +633,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             )
 
 
+ENV_HELP = """\
+--env.KEY VALUE: a parameter of the environment itself (the [env] table), given to a Python
+solver's constructor as the keyword argument KEY, to gymnasium.make, or to an external solver
+in its PARAMS message; VALUE is read as a TOML value (100, 0.5, true) or else as a string. A
+Python solver is checked against its constructor's signature before anything starts."""
+
+
+def parse_command_line(parser: argparse.ArgumentParser,
+                       argv: list[str] | None) -> argparse.Namespace:
+    """``parser.parse_args`` that also takes the ``--env.KEY VALUE`` flags (into
+    ``args.env_params``); any other unknown argument is argparse's usual error."""
+    args, extras = parser.parse_known_args(argv)
+    try:
+        params, rest = env_flags(extras)
+    except ConfigError as err:
+        parser.error(str(err))
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.env_params = params
+    return args
+
+
 def config_from_args(args: argparse.Namespace) -> Config:
     """Resolve defaults < TOML file < command-line flags into a validated Config."""
     layers: dict[str, dict[str, Any]] = {}
@@ -569,4 +664,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         if "." in dest:
             section, key = dest.split(".", 1)
             layers.setdefault(section, {})[key] = value
+    env_params = getattr(args, "env_params", {})
+    if env_params:
+        layers["env"] = {**layers.get("env", {}), **env_params}
     return build_config(layers)

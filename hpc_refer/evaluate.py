@@ -22,7 +22,7 @@ import numpy as np
 from hpc_refer.actor import Actor
 from hpc_refer.checkpoint import CheckpointError, load_policy
 from hpc_refer.config import ConfigError, build_config, load_toml
-from hpc_refer.envs import TeamDriver, env_factory, make_env, serve_team
+from hpc_refer.envs import SolverSpec, env_factory, make_driver, serve_team
 from hpc_refer.parallel import world_rank_size, world_team
 from hpc_refer.records import EpisodeRecord
 
@@ -75,11 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     team = world_team() if size > 1 else None
     if rank != 0:
         assert team is not None
-        serve_team(env_factory(config.run.env, config.run.ranks_per_env), team)
+        serve_team(env_factory(SolverSpec.of(config, args.run_dir)), team)
         return 0
     timeout = config.run.env_step_timeout
-    env = TeamDriver(make_env(config.run.env, config.run.ranks_per_env, team, timeout=timeout),
-                     team, timeout=timeout)
+    env = make_driver(SolverSpec.of(config, args.run_dir), team, timeout=timeout)
     try:
         actor = Actor(env, net, config.run.action_bounds, args.seed, config.run.chunk_len,
                       max_failures=config.run.max_env_failures)

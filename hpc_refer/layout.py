@@ -30,6 +30,8 @@ class SeedRole(IntEnum):
     """Minibatch sampling of one learner (index: learner rank)."""
     ACTOR = 2
     """Behaviour noise and environment resets of one actor (index: environment)."""
+    SOLVER = 3
+    """The ``seed`` a solver's constructor may take (index: environment)."""
 
 
 def role_seed(seed: int, role: SeedRole, index: int = 0) -> int:

@@ -15,6 +15,8 @@ Layout of ``runs/<name>/``::
     report.html       with ``run.report_every``: the run report (python -m hpc_refer.report)
     fields/           env-<k>.npz: the last episode's field of environment k, for solvers
                       that provide ``episode_field()`` (KS: u(x, t))
+    series/           env-<k>.h5: environment k's ``step_metrics`` per step
+                      (:mod:`hpc_refer.series`)
     policy.h5         the latest policy (``python -m hpc_refer.evaluate RUN_DIR``)
     tensorboard/      with ``run.tensorboard``: the train.jsonl scalars (``train/<key>``) and
                       each episode's return, length and metrics (``episode/<name>``), by step

@@ -16,7 +16,8 @@ what the run directories hold, and says what is absent:
 * environment and gradient steps/s over the run, and environment steps/s per actor rank
   (from each rank's episodes);
 * solver faults over the run, and the log lines that name them;
-* the solver's episode metrics (KS: energy) as windowed means;
+* the solver's episode metrics (KS: energy) as windowed means, and its per-step series
+  (``series/env-<k>.h5``: the last episodes of each environment's ``step_metrics``);
 * pictures a flow environment contributes (``fields/env-<k>.npz``: KS draws u(x, t) of the
   last episode of each environment);
 * the resolved configuration and the machine(s) the run started on.
@@ -48,6 +49,7 @@ import numpy as np
 from hpc_refer.learner import RHO_EDGES
 from hpc_refer.metrics import EPISODE_FIELDS
 from hpc_refer.plot import auto_window, draw_learning_curves, run_label, window_means
+from hpc_refer.series import read_series
 
 DIAGNOSTICS = (("beta", "beta (penalty coefficient, eq. 12)"),
                ("c_max", "c_max (eq. 13)"),
@@ -89,9 +91,8 @@ class Run:
                                                if machine.is_file() else [])
         log = path / "log.txt"
         self.log_lines = log.read_text().splitlines() if log.is_file() else []
-        self.fields = sorted((p for p in (path / "fields").glob("env-*.npz")
-                              if re.fullmatch(r"env-\d+\.npz", p.name)),
-                             key=lambda p: int(p.stem.split("-")[1]))
+        self.fields = _per_env(path / "fields", "npz")
+        self.series_files = _per_env(path / "series", "h5")
 
     def series(self, key: str) -> tuple[np.ndarray, np.ndarray]:
         """Environment steps and values of the train.jsonl records that hold ``key``."""
@@ -104,6 +105,13 @@ class Run:
         import tomllib
 
         return tomllib.loads(self.config_text).get(table, {}).get(key)
+
+
+def _per_env(directory: Path, suffix: str) -> list[Path]:
+    """``directory/env-<k>.<suffix>`` files by environment index."""
+    return sorted((p for p in directory.glob(f"env-*.{suffix}")
+                   if re.fullmatch(rf"env-\d+\.{suffix}", p.name)),
+                  key=lambda p: int(p.stem.split("-")[1]))
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -385,6 +393,37 @@ def fields_section(runs: list[Run]) -> str:
                                      "episode_field()).")
 
 
+SERIES_EPISODES = 3
+"""Episodes of each environment's step series drawn (its last ones)."""
+
+
+def series_section(runs: list[Run]) -> str:
+    parts = []
+    for run in runs:
+        for path in run.series_files[:4]:
+            columns = read_series(path)
+            names = [n for n in columns if n not in ("episode", "step")]
+            episodes = np.unique(columns["episode"])[-SERIES_EPISODES:]
+            if not names or episodes.size == 0:
+                continue
+            fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 3.2),
+                                     squeeze=False)
+            for ax, name in zip(axes[0], names, strict=True):
+                for episode in episodes:
+                    rows = columns["episode"] == episode
+                    ax.plot(columns["step"][rows], columns[name][rows], lw=1.2,
+                            label=f"episode {episode}")
+                ax.set_title(name, fontsize=10)
+                ax.set_xlabel("step of the episode")
+                ax.grid(alpha=0.3)
+            axes[0][0].legend(fontsize=7)
+            fig.tight_layout()
+            parts.append(_figure(fig, f"{run.name}, {path.stem}: the solver's step metrics "
+                                      f"over its last {episodes.size} episodes "
+                                      f"({columns['step'].size} rows recorded)."))
+    return "".join(parts) or _absent("The solver reports no step metrics (step_metrics).")
+
+
 def _machine_table(run: Run) -> str:
     if not run.machines:
         return _absent(f"{run.name}: no machine.json.")
@@ -429,6 +468,7 @@ def render(runs: list[Run], window: int | None = None) -> str:
         ("Throughput", throughput_section(runs)),
         ("Solver faults", faults_section(runs)),
         ("Episode metrics", metrics_section(runs, window)),
+        ("Per-step series", series_section(runs)),
         ("Flow fields", fields_section(runs)),
         ("Configuration", "".join(f"<details><summary>{html.escape(r.name)}: config.toml"
                                   f"</summary><pre>{html.escape(r.config_text)}</pre>"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
 import os
 import sys
@@ -21,6 +22,7 @@ from typing import NamedTuple
 from hpc_refer import checkpoint
 from hpc_refer.checkpoint import CheckpointError
 from hpc_refer.config import (
+    ENV_HELP,
     Config,
     ConfigError,
     Sampling,
@@ -28,8 +30,16 @@ from hpc_refer.config import (
     build_config,
     config_from_args,
     load_toml,
+    parse_command_line,
 )
-from hpc_refer.envs import SolverStartError, check_env, env_dims, is_external
+from hpc_refer.envs import (
+    SolverSpec,
+    SolverStartError,
+    check_env,
+    env_dims,
+    is_external,
+    solver_params,
+)
 from hpc_refer.layout import Layout, LayoutError, compute_layout
 from hpc_refer.metrics import RunDirectory, episode_columns, machine_info, new_run_dir
 from hpc_refer.parallel import Fabric, abort_job, app_count, world_rank_size
@@ -46,7 +56,9 @@ replay. Values come from the defaults below, then the TOML file given by --confi
 Under mpirun, the world splits into --learners learner ranks and environment teams of
 --ranks-per-env ranks: world size = learners + teams x ranks-per-env."""
 
-EPILOG = """\
+EPILOG = f"""\
+{ENV_HELP}
+
 examples:
   python -m hpc_refer.run                                   # HalfCheetah-v5, 10^6 steps
   python -m hpc_refer.run --env Hopper-v5 --refer.mode er --seed 3
@@ -58,11 +70,13 @@ examples:
   python -m hpc_refer.run --env "external:-n 2 ./heat1d"    # the actor spawns the C solver
   mpirun --ompi-server file:URI -n 2 python -m hpc_refer.run --env "external:--connect DIR"
       # ... and the solver as a separate job: HPC_REFER_PORT=DIR/env-0.port mpirun ... ./heat1d
+  python -m hpc_refer.run --env mysolver:Channel --env.re 100 --env.nx 256   # [env] table
   python -m hpc_refer.run --restart runs/try --steps 40000  # resume, train further
 the run directory holds config.toml, episodes.csv, train.jsonl, log.txt, state.txt, policy.h5
 and checkpoints/ (every --checkpoint-every steps, at the end, and on SIGTERM or SIGUSR1, after
 which the run stops and exits 0 with state.txt = preempted);
 plot learning curves with: python -m hpc_refer.plot RUN_DIR [RUN_DIR ...] --out curves.png
+a self-contained HTML report with: python -m hpc_refer.report RUN_DIR [RUN_DIR ...]
 evaluate the saved policy with: python -m hpc_refer.evaluate RUN_DIR --episodes 10"""
 
 
@@ -70,6 +84,7 @@ RESTART_MAY_CHANGE = frozenset({
     "run.steps", "run.log_every", "run.threads", "run.learners", "run.checkpoint_every",
     "run.checkpoint_keep", "run.eval_every", "run.eval_episodes", "run.env_step_timeout",
     "run.max_env_failures", "run.checksum_every", "run.tensorboard", "run.report_every",
+    "run.series_stride",
 })
 """What a resumed run may set differently from the run it continues (the learner count:
 the stored episodes are redistributed over the new learners)."""
@@ -102,7 +117,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def parse_args(argv: list[str] | None) -> Config:
     """Parse the command line into a validated Config (raises ConfigError)."""
-    return config_from_args(_parser().parse_args(argv))
+    parser = _parser()
+    return config_from_args(parse_command_line(parser, argv))
 
 
 def restart_config(run_dir: Path, args: argparse.Namespace) -> Config:
@@ -132,6 +148,12 @@ def restart_config(run_dir: Path, args: argparse.Namespace) -> Config:
                 f"{old[section][key]!r}, given: {given[section][key]!r}); allowed to change "
                 f"are {', '.join(sorted(RESTART_MAY_CHANGE))}")
         layers.setdefault(section, {})[key] = given[section][key]
+    for key, value in getattr(args, "env_params", {}).items():
+        if saved.get("env", {}).get(key) != value:
+            raise ConfigError(
+                f"--restart: env.{key} cannot change when a run resumes (checkpoint: "
+                f"{saved.get('env', {}).get(key)!r}, given: {value!r}); the solver's "
+                f"parameters stay those of the run")
     layers["run"]["run_dir"] = str(run_dir)
     return build_config(layers)
 
@@ -139,7 +161,7 @@ def restart_config(run_dir: Path, args: argparse.Namespace) -> Config:
 def _parse_quietly(argv: list[str] | None, rank: int) -> tuple[Config, Path | None]:
     """Parse on every rank; only rank 0 prints argparse's help or usage errors."""
     def parse() -> tuple[Config, Path | None]:
-        args = _parser().parse_args(argv)
+        args = parse_command_line(_parser(), argv)
         if args.restart is not None:
             return restart_config(args.restart, args), args.restart
         return config_from_args(args), None
@@ -153,9 +175,10 @@ def _parse_quietly(argv: list[str] | None, rank: int) -> tuple[Config, Path | No
 def _validate(argv: list[str] | None, rank: int, world: int) -> Start:
     config, restart = _parse_quietly(argv, rank)
     layout = compute_layout(world, config.run.learners, config.run.ranks_per_env)
-    dims = env_dims(config.run.env, config.run.ranks_per_env)
+    config = dataclasses.replace(config, env=solver_params(config.run.env, config.env))
+    dims = env_dims(SolverSpec.of(config))
     if is_external(config.run.env):
-        check_env(config.run.env, config.run.ranks_per_env)  # and its port directory
+        check_env(SolverSpec.of(config))  # and its port directory
     episode_columns(config.run.env)
     return Start(config, layout, restart, dims)
 
@@ -224,7 +247,7 @@ def load_resume(config: Config, run_dir: Path) -> Resume:
     checkpoint.check_compatible(manifest["meta"]["config"], config.to_dict(),
                                 set(RESTART_MAY_CHANGE))
     meta = manifest["meta"]
-    dims = env_dims(config.run.env, config.run.ranks_per_env)
+    dims = env_dims(SolverSpec.of(config))
     if dims is not None and tuple(dims) != (meta["obs_dim"], meta["act_dim"]):
         raise CheckpointError(
             f"run.env = {config.run.env!r} now has (obs_dim, act_dim) = {tuple(dims)}, but the "

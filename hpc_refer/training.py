@@ -71,11 +71,12 @@ from hpc_refer.config import Config, Exploration
 from hpc_refer.envs import (
     EnvironmentFinished,
     SolverFailure,
+    SolverSpec,
     TeamDriver,
     env_dims,
     env_factory,
     is_external,
-    make_env,
+    make_driver,
     serve_team,
 )
 from hpc_refer.layout import Layout, Role, SeedRole, role_seed
@@ -711,18 +712,20 @@ def make_actor(config: Config, env: TeamDriver, index: int, source: int) -> Acto
                  max_failures=config.run.max_env_failures)
 
 
-def fields_of(run_dir: Path | None) -> Path | None:
-    """Where actors save their solvers' episode fields: ``RUN_DIR/fields`` (none without a
-    run directory)."""
-    return run_dir / "fields" if run_dir is not None else None
+def outputs_of(config: Config, run_dir: Path | None) -> dict[str, Any]:
+    """Where actors save their solvers' episode fields (``RUN_DIR/fields``) and step series
+    (``RUN_DIR/series``), and the series' stride: :func:`~hpc_refer.envs.make_driver`'s
+    keywords (nothing saved without a run directory)."""
+    return {"field_dir": run_dir / "fields" if run_dir is not None else None,
+            "series_dir": run_dir / "series" if run_dir is not None else None,
+            "series_stride": config.run.series_stride}
 
 
 def train_local(config: Config, run: RunDirectory | None, run_dir: Path | None = None,
                 resume: Resume | None = None) -> LearnerResult:
     """One process: one learner and one actor, the learner loop over a :class:`LocalChannel`."""
-    env = TeamDriver(make_env(config.run.env, 1, None,
-                              timeout=config.run.env_step_timeout), None,
-                     timeout=config.run.env_step_timeout, field_dir=fields_of(run_dir))
+    env = make_driver(SolverSpec.of(config, run_dir), None, timeout=config.run.env_step_timeout,
+                      **outputs_of(config, run_dir))
     watchdog = Watchdog(env, config.run.env_step_timeout,
                         lambda text: end_stuck_process(text, run))
     try:
@@ -746,7 +749,7 @@ def train_local(config: Config, run: RunDirectory | None, run_dir: Path | None =
 def learner_main(config: Config, layout: Layout, fabric: Fabric, run: RunDirectory | None,
                  run_dir: Path | None = None, resume: Resume | None = None) -> LearnerResult:
     """A learner rank: serve its actors, train with the other learners, log (rank 0)."""
-    dims = env_dims(config.run.env, config.run.ranks_per_env)
+    dims = env_dims(SolverSpec.of(config, run_dir))
     obs_dim, act_dim = dims if dims is not None else _agreed_dims(fabric, None)
     learner = make_learner(config, obs_dim, act_dim, fabric.reducer())
     channel = LearnerChannel(fabric.world, obs_dim, act_dim)
@@ -784,10 +787,8 @@ def actor_main(config: Config, layout: Layout, fabric: Fabric, run_dir: Path | N
     assert fabric.team is not None
     team = Team(fabric.team)
     index = layout.team(fabric.rank)
-    env = TeamDriver(make_env(config.run.env, config.run.ranks_per_env, team, index,
-                              layout.envs, timeout=config.run.env_step_timeout), team,
-                     index=index, timeout=config.run.env_step_timeout,
-                     field_dir=fields_of(run_dir))
+    env = make_driver(SolverSpec.of(config, run_dir), team, index=index, envs=layout.envs,
+                      timeout=config.run.env_step_timeout, **outputs_of(config, run_dir))
     if is_external(config.run.env):
         _agreed_dims(fabric, (env.obs_dim, env.act_dim))
     actor = make_actor(config, env, index, fabric.rank)
@@ -838,11 +839,12 @@ def actor_main(config: Config, layout: Layout, fabric: Fabric, run_dir: Path | N
         env.close()
 
 
-def solver_main(config: Config, fabric: Fabric) -> None:
+def solver_main(config: Config, layout: Layout, fabric: Fabric,
+                run_dir: Path | None = None) -> None:
     """A solver rank of a multi-rank environment team: follow the actor's calls."""
     assert fabric.team is not None
     team = Team(fabric.team)
-    serve_team(env_factory(config.run.env, config.run.ranks_per_env), team)
+    serve_team(env_factory(SolverSpec.of(config, run_dir), layout.team(fabric.rank)), team)
 
 
 def run_role(config: Config, layout: Layout, fabric: Fabric | None,
@@ -861,7 +863,7 @@ def run_role(config: Config, layout: Layout, fabric: Fabric | None,
         return learner_main(config, layout, fabric, run, run_dir, resume)
     if role is Role.ACTOR:
         return actor_main(config, layout, fabric, run_dir, resume)
-    solver_main(config, fabric)
+    solver_main(config, layout, fabric, run_dir)
     return None
 
 

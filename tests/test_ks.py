@@ -18,7 +18,7 @@ import torch
 
 import hpc_refer.envs.ks as ks
 from hpc_refer.config import build_config, load_toml
-from hpc_refer.envs import env_dims
+from hpc_refer.envs import SolverSpec, env_dims
 from hpc_refer.envs.gym_env import Status
 from hpc_refer.metrics import RunDirectory
 from hpc_refer.parallel import world_rank_size
@@ -85,7 +85,7 @@ def test_fourth_order_convergence_on_the_nonlinear_equation():
 
 def test_energy_bounded_on_the_attractor_and_seeds_are_deterministic():
     env = ks.KuramotoSivashinsky()
-    assert env_dims("KS", 1) == (ks.N_SENS, ks.N_ACT)
+    assert env_dims(SolverSpec("KS")) == (ks.N_SENS, ks.N_ACT)
     obs = env.reset(7)
     assert obs.shape == (ks.N_SENS,) and obs.dtype == np.float32
     energies, rewards, statuses = [env.energy()], [], []

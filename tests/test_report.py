@@ -19,9 +19,11 @@ from hpc_refer.envs.ks import HORIZON, KuramotoSivashinsky, N
 from hpc_refer.learner import RHO_EDGES
 from hpc_refer.metrics import RunDirectory, machine_info
 from hpc_refer.report import Run, main, render
+from hpc_refer.series import StepSeries
 
 SECTIONS = ("Runs", "Learning curve", "ReF-ER", "Importance weights rho", "Losses",
-            "Throughput", "Solver faults", "Episode metrics", "Flow fields", "Configuration",
+            "Throughput", "Solver faults", "Episode metrics", "Per-step series", "Flow fields",
+            "Configuration",
             "Machine")
 
 
@@ -61,6 +63,12 @@ def fake_run(path: Path, seed: int, *, steps: int = 4000, faults: int = 0,
     fields.mkdir()
     np.savez(fields / "env-0.npz", field=rng.normal(size=(HORIZON + 1, N)), label="u(x, t)",
              episode=20)
+    series = StepSeries(path / "series" / "env-0.h5", ("cd", "cl"), 1)
+    for _ in range(2):
+        series.reset()
+        for t in range(50):
+            series.add(np.array([3.2 + np.sin(t / 5), np.cos(t / 5)]))
+    series.flush()
     return path
 
 
@@ -71,9 +79,9 @@ def test_a_report_shows_every_section_with_data(tmp_path):
     assert_self_contained(page)
     for heading in SECTIONS:
         assert f"<h2>{heading}</h2>" in page
-    # learning curve, ReF-ER, rho, losses, throughput, faults, energy, u(x, t): all drawn
+    # learning curve, ReF-ER, rho, losses, throughput, faults, energy, cd/cl, u(x, t)
     points = figures(page)
-    assert len(points) == 8 and min(points) > 0, points
+    assert len(points) == 9 and min(points) > 0, points
     assert 'class="absent"' not in page
     assert "state has shape (7,), expected (8,)" in page  # the fault's log line
     assert "AMD" in page or "cores" in page  # the machine table
@@ -89,7 +97,7 @@ def test_missing_data_is_named_not_drawn_empty(tmp_path):
     RunDirectory(tmp_path / "r", config, quiet=True).close()
     page = render([Run(tmp_path / "r")])
     assert figures(page) == []
-    for absent in ("No episode has ended yet", "No interval record yet",
+    for absent in ("No episode has ended yet", "No interval record yet", "no step metrics",
                    "no machine.json", "contributes no pictures"):
         assert absent in page
 

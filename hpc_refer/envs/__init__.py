@@ -3,12 +3,36 @@
 The interface (what the actor calls; a Python solver class provides it)::
 
     obs_dim, act_dim, low, high                        class attributes (sizes, action box)
-    __init__(team)                                     team: hpc_refer.parallel.Team or None
+    __init__(team, **params)                           team: hpc_refer.parallel.Team or None
     reset(seed) -> state                               state: float array of shape (obs_dim,)
     step(action) -> (state, reward, Status)            reward: a finite real scalar
     close()
     get_state() -> dict[str, np.ndarray] | None        optional: the solver's whole state
     set_state(state: dict[str, np.ndarray])            optional: continue from such a state
+    episode_metrics, episode_values() -> floats        optional: values per episode
+    step_metrics, step_values() -> floats              optional: values per step
+    episode_field() -> 2-D array, field_label          optional: a picture of the episode
+
+Parameters. The run's ``[env]`` table (``--env.KEY VALUE``) is given to the constructor as
+keyword arguments, checked at start-up against its signature by :func:`solver_params` (an
+unknown key, a missing required parameter or a value of the wrong annotated type is one line
+naming the solver and its parameters) and stored in ``config.toml`` and every checkpoint. The
+constructor also receives, when it names them, the keywords of :data:`CONTEXT_KEYWORDS`:
+``env_index`` (0..E-1), ``run_dir`` (a string) and ``seed`` (its own, derived from
+``run.seed`` and the index). The solver's module is imported on every rank, learners
+included (they read the class attributes): keep its import cheap and free of side effects.
+
+The declared spaces are checked at start-up (:func:`check_spaces`), and the first reset and
+step probe the answers' form: a state of another shape or dtype, a reward that is not a real
+scalar, an unknown status or step values of the wrong count is then a
+:class:`SolverStartError` naming the field, the solver class and what was expected, before
+any training (later the same answer is a fault, see below).
+
+Step metrics. A solver may name values it reports after every step (drag and lift, say) in a
+class attribute ``step_metrics`` and return them from ``step_values()``, called on the state
+rank right after each ``step`` (not collectively); they travel with the step's answer and the
+actor records them (every ``run.series_stride`` steps) to ``RUN_DIR/series/env-<k>.h5``
+(:mod:`hpc_refer.series`). External solvers declare theirs in their handshake.
 
 ``get_state``/``set_state`` (optional) let a checkpoint continue an episode bit for bit: the
 actor saves ``get_state()`` (None: nothing to save at this moment) and, on resume,
@@ -54,17 +78,20 @@ which the run report draws (KS: u(x, t)).
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 import sys
 import time
-from collections.abc import Callable
+import typing
+from collections.abc import Callable, Mapping
 from enum import IntEnum
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from hpc_refer.config import ConfigError
+from hpc_refer.config import Config, ConfigError
 from hpc_refer.envs.external import (
     ExternalEnv,
     SolverFailure,
@@ -75,15 +102,19 @@ from hpc_refer.envs.external import (
     parse_spec,
 )
 from hpc_refer.envs.gym_env import GymEnv, Status, check_env_id
+from hpc_refer.layout import SeedRole, role_seed
 from hpc_refer.parallel import Team, TeamCommand
 from hpc_refer.records import StateTree
+from hpc_refer.series import StepSeries
 from hpc_refer.timeouts import CallTimeout, call_with_alarm, deadline_after
 
 __all__ = [
     "BUILTIN",
+    "CONTEXT_KEYWORDS",
     "EnvironmentFinished",
     "SolverFailure",
     "SolverFault",
+    "SolverSpec",
     "SolverStartError",
     "TeamDriver",
     "check_env",
@@ -91,8 +122,9 @@ __all__ = [
     "env_factory",
     "episode_metric_names",
     "is_external",
-    "make_env",
+    "make_driver",
     "serve_team",
+    "solver_params",
 ]
 
 BUILTIN = {
@@ -144,38 +176,133 @@ def _solver_class(env_id: str) -> Any | None:
     return _load_class(BUILTIN.get(env_id, env_id))
 
 
-def env_factory(env_id: str, ranks_per_env: int) -> Callable[[Team | None], Any]:
-    """A function team -> environment for ``env_id``; raises ConfigError on a bad id."""
+CONTEXT_KEYWORDS = ("env_index", "run_dir", "seed")
+"""Keywords a solver's constructor receives when it names them: its environment's index
+(0..E-1), the run directory (a string; "" without one) and a seed of its own (derived from
+``run.seed`` and the index)."""
+
+
+class SolverSpec(NamedTuple):
+    """What builds a run's environments: ``run.env``, ``run.ranks_per_env``, the ``[env]``
+    parameters, and the run directory and seed offered to solver constructors."""
+
+    env_id: str
+    ranks_per_env: int = 1
+    params: Mapping[str, bool | int | float | str] = MappingProxyType({})
+    run_dir: str = ""
+    seed: int = 0
+
+    @classmethod
+    def of(cls, config: Config, run_dir: Path | None = None) -> SolverSpec:
+        return cls(config.run.env, config.run.ranks_per_env, MappingProxyType(dict(config.env)),
+                   str(run_dir) if run_dir is not None else "", config.run.seed)
+
+
+def _parameters(cls: type) -> tuple[list[inspect.Parameter], bool]:
+    """The constructor's parameters after ``team`` and whether it takes ``**kwargs``."""
+    params = list(inspect.signature(cls).parameters.values())[1:]
+    var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+    named = [p for p in params if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                             inspect.Parameter.KEYWORD_ONLY)]
+    return named, var_kw
+
+
+def _coerce_param(cls: type, p: inspect.Parameter, value: Any) -> Any:
+    """``value`` as the type the constructor's annotation (or default) of ``p`` says."""
+    try:
+        hints = typing.get_type_hints(inspect.unwrap(cls).__init__)  # type: ignore[misc]
+    except Exception:  # unresolvable annotations: fall back to the default's type
+        hints = {}
+    kind = hints.get(p.name)
+    if kind is None and p.default is not inspect.Parameter.empty and p.default is not None:
+        kind = type(p.default)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if kind in (bool, int, float, str) and (
+            not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
+        raise ConfigError(f"env.{p.name} = {value!r} is invalid for {cls.__name__}: allowed "
+                          f"values are of type {kind.__name__}")
+    return value
+
+
+def solver_params(env_id: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``[env]`` parameters of ``env_id`` checked against what its solver takes and
+    converted to the constructor's annotated types (an int for a float parameter becomes a
+    float): an unknown or reserved key, a missing required parameter or a value of the wrong
+    type is a one-line ConfigError naming the solver and its parameters. Gymnasium ids are
+    checked when the environment is made (``gymnasium.make(env_id, **params)``); external
+    solvers receive the parameters as they are."""
     cls = _solver_class(env_id)
+    if cls is None:
+        return dict(params)
+    named, var_kw = _parameters(cls)
+    accepted = [p.name for p in named if p.name not in CONTEXT_KEYWORDS]
+    shown = ", ".join(accepted) or "none"
+    for key in params:
+        if key in CONTEXT_KEYWORDS:
+            raise ConfigError(f"env.{key} is reserved: hpc_refer gives {cls.__name__} its "
+                              f"{key} itself; {cls.__name__}'s parameters are {shown}")
+        if key not in accepted and not var_kw:
+            raise ConfigError(f"env.{key} is not a parameter of {cls.__name__}: its "
+                              f"parameters are {shown}")
+    missing = [p.name for p in named if p.default is inspect.Parameter.empty
+               and p.name not in params and p.name not in CONTEXT_KEYWORDS]
+    if missing:
+        raise ConfigError(f"{cls.__name__} needs env.{missing[0]} (--env.{missing[0]} VALUE): "
+                          f"its required parameters are {', '.join(missing)}")
+    by_name = {p.name: p for p in named}
+    return {k: _coerce_param(cls, by_name[k], v) if k in by_name else v
+            for k, v in params.items()}
+
+
+def env_factory(spec: SolverSpec, index: int = 0) -> Callable[[Team | None], Any]:
+    """A function team -> environment ``index`` of ``spec`` (not for external solvers); raises
+    ConfigError on a bad id. A Python solver class is called as ``cls(team, **params)`` plus
+    the :data:`CONTEXT_KEYWORDS` its constructor names; a gymnasium id as
+    ``gymnasium.make(env_id, **params)``."""
+    cls = _solver_class(spec.env_id)
+    params: dict[str, Any] = dict(spec.params)
     if cls is not None:
-        return lambda team: cls(team)
-    check_env_id(env_id)
-    if ranks_per_env != 1:
+        named, _ = _parameters(cls)
+        context = {"env_index": index, "run_dir": spec.run_dir,
+                   "seed": role_seed(spec.seed, SeedRole.SOLVER, index)}
+        params.update({p.name: context[p.name] for p in named if p.name in context})
+        return lambda team: cls(team, **params)
+    check_env_id(spec.env_id)
+    if spec.ranks_per_env != 1:
         raise ConfigError(
-            f"run.env = {env_id!r} is a gymnasium environment and runs on one rank: "
-            f"run.ranks_per_env = {ranks_per_env} is invalid, allowed is 1"
+            f"run.env = {spec.env_id!r} is a gymnasium environment and runs on one rank: "
+            f"run.ranks_per_env = {spec.ranks_per_env} is invalid, allowed is 1"
         )
-    return lambda team: GymEnv(env_id)
+    return lambda team: GymEnv(spec.env_id, **params)
 
 
-def make_env(env_id: str, ranks_per_env: int, team: Team | None, index: int = 0,
-             envs: int = 1, timeout: float = 0.0) -> Any:
-    """The environment of team ``index`` (of ``envs``), on its actor or solver ranks;
-    ``timeout`` (``run.env_step_timeout``) limits the wait for an external solver's
-    answers."""
-    if is_external(env_id):
-        return ExternalEnv(env_id, index, envs, timeout)
-    return env_factory(env_id, ranks_per_env)(team)
+def make_driver(spec: SolverSpec, team: Team | None, *, index: int = 0, envs: int = 1,
+                timeout: float = 0.0, field_dir: Path | None = None,
+                series_dir: Path | None = None, series_stride: int = 1) -> TeamDriver:
+    """Team rank 0's driver of environment ``index`` (of ``envs``): the solver built from
+    ``spec`` (an external one started or reached as its id says, and sent the parameters),
+    rebuilt by the same factory after a fault; ``timeout`` is ``run.env_step_timeout``."""
+    if is_external(spec.env_id):
+        env = ExternalEnv(spec.env_id, index, envs, timeout, params=spec.params,
+                          run_dir=spec.run_dir, seed=role_seed(spec.seed, SeedRole.SOLVER, index))
+        return TeamDriver(env, team, index=index, timeout=timeout, field_dir=field_dir,
+                          series_dir=series_dir, series_stride=series_stride)
+    factory = env_factory(spec, index)
+    return TeamDriver(factory(team), team, factory=factory, index=index, timeout=timeout,
+                      field_dir=field_dir, series_dir=series_dir, series_stride=series_stride)
 
 
 METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _metric_names(source: Any, where: str) -> tuple[str, ...]:
-    names = tuple(getattr(source, "episode_metrics", ()))
+def _metric_names(source: Any, where: str, attribute: str = "episode_metrics"
+                  ) -> tuple[str, ...]:
+    """The solver's ``episode_metrics`` (or ``step_metrics``) names, checked."""
+    names = tuple(getattr(source, attribute, ()))
     if len(set(names)) != len(names) or not all(
             isinstance(n, str) and METRIC_NAME.fullmatch(n) for n in names):
-        raise ConfigError(f"{where}.episode_metrics = {names!r} is invalid: allowed is a tuple "
+        raise ConfigError(f"{where}.{attribute} = {names!r} is invalid: allowed is a tuple "
                           f"of distinct identifiers")
     return names
 
@@ -187,31 +314,65 @@ def episode_metric_names(env_id: str) -> tuple[str, ...]:
     return () if cls is None else _metric_names(cls, env_id)
 
 
-def env_dims(env_id: str, ranks_per_env: int) -> tuple[int, int] | None:
-    """(obs_dim, act_dim) of ``env_id`` without a team (learners need only the sizes).
+def check_spaces(cls: type, where: str) -> tuple[int, int]:
+    """The declared spaces of a solver class: obs_dim and act_dim positive integers, low and
+    high real arrays of shape (act_dim,) with low < high; returns (obs_dim, act_dim) or
+    raises a one-line ConfigError naming the class and the attribute."""
+    dims = []
+    for name in ("obs_dim", "act_dim"):
+        value = getattr(cls, name)
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+            raise ConfigError(f"{where}: {cls.__name__}.{name} = {value!r} is invalid: allowed "
+                              "are integers >= 1")
+        dims.append(int(value))
+    bounds = []
+    for name in ("low", "high"):
+        try:
+            value = np.asarray(getattr(cls, name), np.float64)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: {cls.__name__}.{name} is not an array of real "
+                              "numbers") from None
+        if value.shape != (dims[1],):
+            raise ConfigError(f"{where}: {cls.__name__}.{name} has shape {value.shape}, "
+                              f"expected ({dims[1]},) (act_dim)")
+        bounds.append(value)
+    bad = np.flatnonzero(~(bounds[0] < bounds[1]))
+    if bad.size:
+        raise ConfigError(f"{where}: {cls.__name__}.low[{bad[0]}] = {bounds[0][bad[0]]} is not "
+                          f"below high[{bad[0]}] = {bounds[1][bad[0]]}")
+    return dims[0], dims[1]
+
+
+def env_dims(spec: SolverSpec) -> tuple[int, int] | None:
+    """(obs_dim, act_dim) of ``spec``'s environment without a team (learners need only the
+    sizes), its declared spaces and parameters checked; a gymnasium id is made once.
 
     None for an external solver, whose sizes arrive in its HELLO (the id is validated).
     """
-    if is_external(env_id):
-        parse_spec(env_id, ranks_per_env)
+    if is_external(spec.env_id):
+        parse_spec(spec.env_id, spec.ranks_per_env)
         return None
-    factory = env_factory(env_id, ranks_per_env)
-    cls = _solver_class(env_id)
+    factory = env_factory(spec)
+    cls = _solver_class(spec.env_id)
     if cls is not None:
-        return int(cls.obs_dim), int(cls.act_dim)
-    env = factory(None)
+        return check_spaces(cls, f"run.env = {spec.env_id!r}")
+    try:
+        env = factory(None)
+    except TypeError as err:  # gymnasium.make's unknown keyword
+        raise ConfigError(f"[env] {dict(spec.params)} is refused by gymnasium.make("
+                          f"{spec.env_id!r}): {err}") from None
     try:
         return env.obs_dim, env.act_dim
     finally:
         env.close()
 
 
-def check_env(env_id: str, ranks_per_env: int) -> None:
-    """Start-up validation of ``env_id`` on every rank, before any environment exists:
+def check_env(spec: SolverSpec) -> None:
+    """Start-up validation of ``spec`` on every rank, before any environment exists:
     :func:`env_dims`, and the port directory of ``external:--connect DIR``."""
-    env_dims(env_id, ranks_per_env)
-    if is_external(env_id):
-        check_port_dir(env_id)
+    env_dims(spec)
+    if is_external(spec.env_id):
+        check_port_dir(spec.env_id)
 
 
 def state_rank_of(env: Any, team: Team | None) -> int:
@@ -224,14 +385,29 @@ def state_rank_of(env: Any, team: Team | None) -> int:
     return int(rank)
 
 
-def pack_step(obs: Any, reward: float, status: Status) -> np.ndarray:
-    """A step result as one float64 vector [reward, status, state...] (see :func:`unpack_step`)."""
-    return np.concatenate([[float(reward), int(status)], np.asarray(obs, np.float64).ravel()])
+def pack_step(obs: Any, reward: float, status: Status, values: np.ndarray) -> np.ndarray:
+    """A step result as one float64 vector [reward, status, m, values[m], state...] (see
+    :func:`unpack_step`; ``values``: the solver's step metrics)."""
+    return np.concatenate([[float(reward), int(status), values.size], values,
+                           np.asarray(obs, np.float64).ravel()])
 
 
-def unpack_step(packed: np.ndarray) -> tuple[np.ndarray, float, Status]:
-    """(state, reward, status) from a vector made by :func:`pack_step`."""
-    return packed[2:], float(packed[0]), Status(int(packed[1]))
+def unpack_step(packed: np.ndarray) -> tuple[tuple[np.ndarray, float, Status], np.ndarray]:
+    """((state, reward, status), step metric values) from a vector of :func:`pack_step`."""
+    m = int(packed[2])
+    return (packed[3 + m:], float(packed[0]), Status(int(packed[1]))), packed[3:3 + m]
+
+
+class InterfaceError(SolverFault):
+    """An answer of the wrong form (shape, dtype, type, status): at the first reset or step
+    the solver is taken to break the interface (:class:`SolverStartError`), later a fault."""
+
+
+INTERFACE = "interface: "
+"""Prefix of an :class:`InterfaceError`'s text when it travels as a string."""
+
+INTERFACE_HINT = ("the solver interface is reset(seed) -> state of shape (obs_dim,) and "
+                  "step(action) -> (state, reward as a real scalar, Status)")
 
 
 def check_state(obs: Any, obs_dim: int) -> np.ndarray:
@@ -240,11 +416,11 @@ def check_state(obs: Any, obs_dim: int) -> np.ndarray:
     try:
         raw = np.asarray(obs)
     except (ValueError, TypeError) as err:
-        raise SolverFault(f"state is not an array ({err})") from None
+        raise InterfaceError(f"state is not an array ({err})") from None
     if raw.shape != (obs_dim,):
-        raise SolverFault(f"state has shape {raw.shape}, expected ({obs_dim},)")
+        raise InterfaceError(f"state has shape {raw.shape}, expected ({obs_dim},)")
     if raw.dtype.kind not in "biuf":
-        raise SolverFault(f"state has dtype {raw.dtype}, expected real numbers")
+        raise InterfaceError(f"state has dtype {raw.dtype}, expected real numbers")
     with np.errstate(over="ignore"):
         state = raw.astype(np.float32)
     bad = np.flatnonzero(~np.isfinite(state))
@@ -258,22 +434,39 @@ def check_step(answer: Any, obs_dim: int) -> tuple[np.ndarray, float, Status]:
     """A solver's ``step`` answer validated: (state as by :func:`check_state`, the reward as
     a finite float, the Status); SolverFault naming the field otherwise."""
     if not isinstance(answer, tuple | list) or len(answer) != 3:
-        raise SolverFault(f"returned {type(answer).__name__}, expected a tuple (state, "
-                          f"reward, status)")
+        raise InterfaceError(f"returned {type(answer).__name__}, expected a tuple (state, "
+                             f"reward, status)")
     obs, reward, status = answer
     state = check_state(obs, obs_dim)
     r = np.asarray(reward)
     if r.ndim:
-        raise SolverFault(f"reward has shape {r.shape}, expected a scalar")
+        raise InterfaceError(f"reward has shape {r.shape}, expected a scalar")
     if r.dtype.kind not in "iuf":
-        raise SolverFault(f"reward = {reward!r} is not a real number")
+        raise InterfaceError(f"reward = {reward!r} is not a real number")
     if not np.isfinite(r):
         raise SolverFault(f"reward = {float(r)} is not finite")
     try:
         return state, float(r), Status(status)
     except (ValueError, TypeError):
-        raise SolverFault(f"status = {status!r} is unknown (0 continue, 1 terminal, "
-                          f"2 truncated)") from None
+        raise InterfaceError(f"status = {status!r} is unknown (0 continue, 1 terminal, "
+                             f"2 truncated)") from None
+
+
+def check_values(values: Any, names: tuple[str, ...]) -> np.ndarray:
+    """A solver's ``step_values()`` as float64 of shape (len(names),), finite; SolverFault
+    (an :class:`InterfaceError` for the wrong form) naming the metric otherwise."""
+    try:
+        v = np.asarray(values, np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise InterfaceError(f"step_values() returned {values!r}, expected {len(names)} real "
+                             f"numbers ({', '.join(names)})") from None
+    if v.size != len(names):
+        raise InterfaceError(f"step_values() returned {v.size} values, expected {len(names)} "
+                             f"({', '.join(names)})")
+    bad = np.flatnonzero(~np.isfinite(v))
+    if bad.size:
+        raise SolverFault(f"step_values() gave {names[bad[0]]} = {v[bad[0]]}, not finite")
+    return v
 
 
 class _Outcome(IntEnum):
@@ -294,19 +487,25 @@ class _Answer(NamedTuple):
 
 
 def _attempt(env: Any, call: str, arg: Any, obs_dim: int, check: bool,
-             deadline: float | None) -> _Answer:
+             deadline: float | None, step_names: tuple[str, ...] = ()) -> _Answer:
     """One rank's part of ``env.<call>(arg)`` (call: ``reset`` or ``step``), its answer
-    validated when ``check``. Exceptions become an ERROR answer; :class:`CallTimeout` (the
-    ``deadline`` passed, see :func:`~hpc_refer.timeouts.call_with_alarm`) propagates."""
+    validated when ``check``: the state (reset), or ((state, reward, status), the values of
+    ``step_names`` from ``step_values()``) (step). Exceptions become an ERROR answer (the
+    text of an :class:`InterfaceError` prefixed by :data:`INTERFACE`); :class:`CallTimeout`
+    (the ``deadline`` passed, see :func:`~hpc_refer.timeouts.call_with_alarm`)
+    propagates."""
     try:
         answer = call_with_alarm(lambda: getattr(env, call)(arg), deadline)
         if not check:
             return _Answer(_Outcome.OK)
         if call == "reset":
             return _Answer(_Outcome.OK, check_state(answer, obs_dim))
-        return _Answer(_Outcome.OK, check_step(answer, obs_dim))
+        values = check_values(env.step_values(), step_names) if step_names else np.zeros(0)
+        return _Answer(_Outcome.OK, (check_step(answer, obs_dim), values))
     except EnvironmentFinished:
         return _Answer(_Outcome.FINISHED)
+    except InterfaceError as fault:
+        return _Answer(_Outcome.ERROR, error=INTERFACE + str(fault))
     except SolverFault as fault:
         return _Answer(_Outcome.ERROR, error=str(fault))
     except Exception as err:  # any failure of the solver's code is its fault
@@ -330,8 +529,8 @@ def rebuild_factory(env: Any) -> Callable[[Team | None], Any] | None:
     if isinstance(env, ExternalEnv):
         return None
     if isinstance(env, GymEnv):
-        env_id = env.env_id
-        return lambda team: GymEnv(env_id)
+        env_id, params = env.env_id, env.params
+        return lambda team: GymEnv(env_id, **params)
     cls = type(env)
     return lambda team: cls(team)
 
@@ -346,12 +545,20 @@ class TeamDriver:
     solver ranks of a team use theirs in :func:`serve_team`), ``index`` is the environment's
     index (named in messages), ``timeout`` is ``run.env_step_timeout`` (0: no limit),
     ``field_dir`` where :meth:`end_episode` saves the solver's ``episode_field()`` (None: not
-    saved).
+    saved), ``series_dir`` where the values of the solver's ``step_metrics`` are recorded
+    every ``series_stride`` steps (:class:`~hpc_refer.series.StepSeries`; None: not
+    recorded).
+
+    The first reset and step probe the interface: an answer of the wrong form then (a state
+    of another shape or dtype, a reward that is not a real scalar, an unknown status, step
+    values of the wrong count) is a :class:`SolverStartError` naming the field, the solver
+    class and what was expected, before any training; later it is a fault like any other.
     """
 
     def __init__(self, env: Any, team: Team | None, *,
                  factory: Callable[[Team | None], Any] | None = None, index: int = 0,
-                 timeout: float = 0.0, field_dir: Path | None = None) -> None:
+                 timeout: float = 0.0, field_dir: Path | None = None,
+                 series_dir: Path | None = None, series_stride: int = 1) -> None:
         self.env = env
         self.team = team if team is not None and team.size > 1 else None
         self._solver_team = team
@@ -377,12 +584,35 @@ class TeamDriver:
         further."""
         self.field_dir = field_dir
         self.episodes_ended = 0
+        self._probed = False
+        """Whether a step was answered correctly (the interface probe passed)."""
+        self.step_names: tuple[str, ...] = () if self.external else _metric_names(
+            env, type(env).__name__, "step_metrics")
+        self.step_values = np.zeros(len(self.step_names))
+        """The step metrics of the last step."""
+        self._series_dir, self._series_stride = series_dir, series_stride
+        self.series: StepSeries | None = None
+        self._series_resume: StateTree | None = None
+        self._open_series()
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         """A new episode's first state (float32, validated)."""
         state: np.ndarray = self._call("reset", seed, TeamCommand.RESET,
                                        np.array([-1 if seed is None else seed], np.float64))
+        if self.external and not self.step_names:
+            self.step_names = tuple(self.env.step_metric_names)  # known after the handshake
+            self._open_series()
+        if self.series is not None:
+            self.series.reset()
         return state
+
+    def _open_series(self) -> None:
+        """Start recording the step metrics once their names are known."""
+        if self.series is None and self.step_names and self._series_dir is not None:
+            self.series = StepSeries(self._series_dir / f"env-{self.index}.h5",
+                                     self.step_names, self._series_stride)
+            if self._series_resume is not None:
+                self.series.restore_state(self._series_resume)
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, Status]:
         """One step: (state as float32, reward, status), validated.
@@ -397,9 +627,13 @@ class TeamDriver:
         timeout before the solver ever answered is :class:`SolverStartError`. An external
         solver times out in :class:`~hpc_refer.envs.external.ExternalEnv`.
         """
-        result: tuple[np.ndarray, float, Status] = self._call(
-            "step", action, TeamCommand.STEP, np.asarray(action, np.float64))
-        return result
+        result, values = self._call("step", action, TeamCommand.STEP,
+                                    np.asarray(action, np.float64))
+        self._probed = True
+        self.step_values = values
+        if self.series is not None:
+            self.series.add(values)
+        return result  # type: ignore[no-any-return]
 
     def _call(self, call: str, arg: Any, command: TeamCommand, payload: np.ndarray) -> Any:
         self.busy_since = time.monotonic()
@@ -416,7 +650,8 @@ class TeamDriver:
         deadline = deadline_after(self.timeout)
         if self.team is None:
             try:
-                answer = _attempt(self.env, call, arg, self.obs_dim, True, deadline)
+                answer = _attempt(self.env, call, arg, self.obs_dim, True, deadline,
+                                  self.step_names)
             except CallTimeout:
                 self._check_started(call)
                 answer = _Answer(_Outcome.ERROR, error=self._late())
@@ -427,18 +662,33 @@ class TeamDriver:
         if answer.outcome is _Outcome.FINISHED:
             raise EnvironmentFinished
         if answer.outcome is _Outcome.ERROR:
-            fault = SolverFault(f"{self.name}.{call}{where}: {answer.error}")
+            error = answer.error
+            if error.startswith(INTERFACE):
+                error = error[len(INTERFACE):]
+                self._probe_failed(f"{self.name}.{call}{where}: {error}")
+            fault = SolverFault(f"{self.name}.{call}{where}: {error}")
             self._rebuild(deadline_after(self.timeout))
             raise fault
         return answer.result
+
+    def _probe_failed(self, what: str) -> None:
+        """An interface error before the first step was answered: a start-up error."""
+        if not self._probed:
+            raise SolverStartError(f"{what} ({INTERFACE_HINT}; the first reset and step "
+                                   "probe it)")
 
     def _external(self, call: str, arg: Any) -> Any:
         """An external solver's call: its own validation and timeouts, then the shared
         checks (its SolverFault, SolverFailure and SolverStartError pass unchanged)."""
         answer = getattr(self.env, call)(arg)
         try:
-            return (check_state(answer, self.obs_dim) if call == "reset"
-                    else check_step(answer, self.obs_dim))
+            if call == "reset":
+                return check_state(answer, self.obs_dim)
+            return check_step(answer, self.obs_dim), check_values(
+                self.env.step_values, tuple(self.env.step_metric_names))
+        except InterfaceError as fault:
+            self._probe_failed(f"{self.name}: {fault}")
+            raise SolverFault(f"{self.name}: {fault}") from None
         except SolverFault as fault:
             raise SolverFault(f"{self.name}: {fault}") from None
 
@@ -451,7 +701,8 @@ class TeamDriver:
         assert team is not None
         team.send_command(command, payload)
         try:
-            mine = _attempt(self.env, call, arg, self.obs_dim, self.state_rank == 0, deadline)
+            mine = _attempt(self.env, call, arg, self.obs_dim, self.state_rank == 0, deadline,
+                            self.step_names)
             outcome, rank = divmod(team.agree(int(mine.outcome) * team.size, deadline),
                                    team.size)
             if outcome == _Outcome.ERROR:
@@ -467,8 +718,15 @@ class TeamDriver:
             self._check_started(call)
             raise SolverFailure(f"{self.name}: {self._lost}") from None
         try:
-            answer = (check_state(packed, self.obs_dim) if call == "reset"
-                      else check_step(unpack_step(packed), self.obs_dim))
+            if call == "reset":
+                answer: Any = check_state(packed, self.obs_dim)
+            else:
+                triple, values = unpack_step(packed)
+                answer = (check_step(triple, self.obs_dim), check_values(values,
+                                                                         self.step_names))
+        except InterfaceError as fault:
+            return (_Answer(_Outcome.ERROR, error=INTERFACE + str(fault)),
+                    f" on team rank {self.state_rank}")
         except SolverFault as fault:
             return _Answer(_Outcome.ERROR, error=str(fault)), f" on team rank {self.state_rank}"
         return _Answer(_Outcome.OK, answer), ""
@@ -501,6 +759,8 @@ class TeamDriver:
         self.episodes_ended += 1
         if self.field_dir is not None and hasattr(self.env, "episode_field"):
             self._save_field(self.field_dir)
+        if self.series is not None:
+            self.series.flush()
         if not self.metric_names:
             return ()
         values = tuple(float(v) for v in self.env.episode_values())
@@ -517,6 +777,17 @@ class TeamDriver:
         np.savez(tmp, field=field, label=str(getattr(self.env, "field_label", "field")),
                  episode=self.episodes_ended)
         tmp.replace(directory / f"env-{self.index}.npz")
+
+    def series_state(self) -> StateTree | None:
+        """The step series' rows written and counters (flushed first); None without one."""
+        return None if self.series is None else dict(self.series.checkpoint_state())
+
+    def restore_series(self, tree: StateTree) -> None:
+        """Continue the step series of :meth:`series_state` (a solver whose names come with
+        its handshake: once they are known)."""
+        self._series_resume = tree
+        if self.series is not None:
+            self.series.restore_state(tree)
 
     def checkpoint_state(self) -> StateTree | None:
         """The solver's state for a checkpoint (its ``get_state()``); None when it has no
@@ -539,6 +810,8 @@ class TeamDriver:
     def close(self) -> None:
         """Stop the team's solver ranks and close the solver (not a team that is out of step:
         its ranks may be stuck in the solver's collectives)."""
+        if self.series is not None:
+            self.series.flush()
         if self.team is not None:
             self.team.send_command(TeamCommand.STOP, np.zeros(0))
         if not self._lost:
@@ -554,6 +827,7 @@ def serve_team(factory: Callable[[Team], Any], team: Team) -> None:
     env = factory(team)
     sends = team.rank == state_rank_of(env, team)
     obs_dim = int(env.obs_dim)
+    step_names = _metric_names(env, type(env).__name__, "step_metrics")
     while True:
         command, payload = team.receive_command()
         if command is TeamCommand.STOP:
@@ -567,11 +841,13 @@ def serve_team(factory: Callable[[Team], Any], team: Team) -> None:
         call = "step"
         if command is TeamCommand.RESET:
             call, arg = "reset", None if payload[0] < 0 else int(payload[0])
-        answer = _attempt(env, call, arg, obs_dim, sends, None)
+        answer = _attempt(env, call, arg, obs_dim, sends, None, step_names)
         outcome, rank = divmod(team.agree(int(answer.outcome) * team.size + team.rank),
                                team.size)
         if outcome == _Outcome.ERROR and rank == team.rank:
             team.send_error(answer.error)
+        elif outcome == _Outcome.OK and sends and call == "reset":
+            team.send_result(np.asarray(answer.result, np.float64))
         elif outcome == _Outcome.OK and sends:
-            team.send_result(np.asarray(answer.result, np.float64) if call == "reset"
-                             else pack_step(*answer.result))
+            (obs, reward, status), values = answer.result
+            team.send_result(pack_step(obs, reward, status, values))

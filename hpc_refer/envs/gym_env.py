@@ -69,11 +69,13 @@ def mujoco_warning(message: str) -> None:
 class GymEnv:
     """A gymnasium environment with a continuous (Box) action space."""
 
-    def __init__(self, env_id: str) -> None:
+    def __init__(self, env_id: str, **params: Any) -> None:
+        """``gymnasium.make(env_id, **params)`` (params: the run's ``[env]`` table)."""
         check_env_id(env_id)
         mujoco.set_mju_user_warning(mujoco_warning)
         self.env_id = env_id
-        self.env = gym.make(env_id)
+        self.params = params
+        self.env = gym.make(env_id, **params)
         self._reset_once = False
         space = self.env.action_space
         if not isinstance(space, gym.spaces.Box):
