@@ -699,6 +699,23 @@ class Team:
         self.comm.Sendrecv(np.array([left_edge]), dest=left, recvbuf=from_right, source=right)
         return float(from_left[0]), float(from_right[0])
 
+    def exchange_slabs(self, to_left: np.ndarray, to_right: np.ndarray
+                       ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Non-periodic halo exchange of float64 arrays along the team's ranks (a domain cut
+        into slabs, rank r between r - 1 and r + 1): sends ``to_left`` to rank - 1 and
+        ``to_right`` to rank + 1, returns (what rank - 1 sent right, what rank + 1 sent left),
+        None on a side without a neighbour. Both arrays have the same shape on every rank;
+        two Sendrecv, each rank's edges paired with MPI.PROC_NULL."""
+        null = _mpi().PROC_NULL
+        left = self.rank - 1 if self.rank > 0 else null
+        right = self.rank + 1 if self.rank < self.size - 1 else null
+        send_l = np.ascontiguousarray(to_left, np.float64)
+        send_r = np.ascontiguousarray(to_right, np.float64)
+        from_left, from_right = np.empty_like(send_r), np.empty_like(send_l)
+        self.comm.Sendrecv(send_r, dest=right, recvbuf=from_left, source=left)
+        self.comm.Sendrecv(send_l, dest=left, recvbuf=from_right, source=right)
+        return (from_left if left != null else None, from_right if right != null else None)
+
     def sum_array(self, local: np.ndarray) -> np.ndarray:
         """Element-wise sum of a float64 array over the team, on every rank (one Allreduce)."""
         out = np.array(local, np.float64)
