@@ -2,9 +2,10 @@
 Fortran (built with the system Open MPI's mpifort, hpc_refer then runs on that MPI through
 MPI4PY_LIBMPI), trained against in an MPMD mpirun, through MPI_Comm_spawn (with injected
 solver faults) and as a separate job that connects to a port (MPI_Comm_connect under the
-system Open MPI 4 and its ompi-server); validation of the ``--env external`` ids; timeouts
-of a spawned solver in Python (``tests/stuck_solver.py``) that never says HELLO or stops
-answering."""
+system Open MPI 4 and its ompi-server; also the Python example of hpc_refer.client);
+protocol 2's PARAMS and step metrics (scripted messages, and the C and Fortran clients
+driven directly); validation of the ``--env external`` ids; timeouts of a spawned solver in
+Python (``tests/stuck_solver.py``) that never says HELLO or stops answering."""
 
 from __future__ import annotations
 
@@ -168,7 +169,8 @@ def _records(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "train.jsonl").read_text().splitlines()]
 
 
-def _check_run(proc: subprocess.CompletedProcess, run_dir: Path, steps: int) -> list[dict]:
+def _check_run(proc: subprocess.CompletedProcess, run_dir: Path, steps: int,
+               length: int = 50) -> list[dict]:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert {"checkpoints", "config.toml", "episodes.csv", "log.txt", "machine.json",
             "policy.h5", "state.txt", "train.jsonl"} <= {p.name for p in run_dir.iterdir()}
@@ -176,7 +178,7 @@ def _check_run(proc: subprocess.CompletedProcess, run_dir: Path, steps: int) -> 
     records = _records(run_dir)
     assert records[-1]["env_step"] >= steps and records[-1]["grad_step"] > 0
     episodes = (run_dir / "episodes.csv").read_text().splitlines()[1:]
-    assert episodes and all(line.split(",")[3] == "50" for line in episodes)
+    assert episodes and all(line.split(",")[3] == str(length) for line in episodes)
     return records
 
 
@@ -301,12 +303,13 @@ def _jobs(jobs: list[tuple[list[str], dict[str, str]]], cwd: Path,
             for i, p in enumerate(procs)]
 
 
-def _train_connected(mpi: SystemOpenMPI, solver: Path, tmp_path: Path) -> list[dict]:
+def _train_connected(mpi: SystemOpenMPI, solver: list[str], tmp_path: Path,
+                     length: int = 50) -> list[dict]:
     """Two mpiruns under one ompi-server: hpc_refer (learner, actor) with --env
-    "external:--connect ports" and a 2-rank ``solver`` job started with
-    HPC_REFER_PORT=ports/env-0.port, 300 steps. Checks that both exit 0, that the port file
-    is removed once the solver is connected and that the name server is stopped; returns
-    the training records."""
+    "external:--connect ports" and a 2-rank ``solver`` command started with
+    HPC_REFER_PORT=ports/env-0.port, 300 steps. Checks that both exit 0, that the episodes
+    have ``length`` steps, that the port file is removed once the solver is connected and
+    that the name server is stopped; returns the training records."""
     mpirun = str(mpi.bin / "mpirun")
     with _ompi_server(mpi, tmp_path) as server:
         common = [mpirun, "--ompi-server", f"file:{server.uri}", "-n", "2"]
@@ -314,10 +317,10 @@ def _train_connected(mpi: SystemOpenMPI, solver: Path, tmp_path: Path) -> list[d
             ([*common, sys.executable, "-m", "hpc_refer.run", "--env",
               "external:--connect ports", "--steps", "300", *SMALL, "--run-dir", "run"],
              mpi.env()),
-            ([*common, str(solver)], mpi.env(HPC_REFER_PORT="ports/env-0.port")),
+            ([*common, *solver], mpi.env(HPC_REFER_PORT="ports/env-0.port")),
         ], tmp_path, timeout=300)
     assert server.process.returncode is not None, "ompi-server still running"
-    records = _check_run(trainer, tmp_path / "run", 300)
+    records = _check_run(trainer, tmp_path / "run", 300, length)
     assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
     assert list((tmp_path / "ports").iterdir()) == []
     return records
@@ -327,8 +330,22 @@ def _train_connected(mpi: SystemOpenMPI, solver: Path, tmp_path: Path) -> list[d
 def test_a_separate_solver_job_connects_through_a_port_file(heat1d_system, tmp_path):
     """The C solver as a separate job: MPI_Comm_connect over its COMM_WORLD (2 ranks)."""
     assert SYSTEM_MPI is not None
-    records = _train_connected(SYSTEM_MPI, heat1d_system, tmp_path)
+    records = _train_connected(SYSTEM_MPI, [str(heat1d_system)], tmp_path)
     assert records[-1]["solver_faults"] == 0
+
+
+@needs_system_mpi
+def test_a_python_solver_connects_as_a_separate_job(tmp_path):
+    """The Python example (hpc_refer.client) as a separate 2-rank job, its halo exchange on
+    its own COMM_WORLD (--world)."""
+    assert SYSTEM_MPI is not None
+    solver = ROOT / "solvers/examples/halo_python/solver.py"
+    records = _train_connected(SYSTEM_MPI, [sys.executable, str(solver), "--world"],
+                               tmp_path, length=40)
+    assert records[-1]["solver_faults"] == 0
+    summary = json.loads((tmp_path / "run/halo-env0.json").read_text())
+    assert summary["ranks"] == summary["world_ranks"] == 2
+    assert summary["halo_exchanges"] == 2 * summary["steps"] >= 600
 
 
 def _run_on(mpi: SystemOpenMPI, args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
@@ -363,7 +380,7 @@ def test_fortran_solver_connects_as_a_separate_job(fortran_mpi, heat1d_fortran, 
     """Connect: heat1d_f as its own mpirun, joined through the port file."""
     if fortran_mpi.server is None:
         pytest.skip(f"no ompi-server beside {FORTRAN} (Debian: openmpi-bin)")
-    records = _train_connected(fortran_mpi, heat1d_fortran, tmp_path)
+    records = _train_connected(fortran_mpi, [str(heat1d_fortran)], tmp_path)
     assert records[-1]["solver_faults"] == 0
 
 
