@@ -1,8 +1,8 @@
 """External solvers: an environment whose dynamics run in another MPI program.
 
 ``--env`` selects one of three ways to reach it (the program uses
-``solvers/coupling/hpc_refer_client.h`` or ``hpc_refer_client.f90``; guide and launch lines in
-``solvers/README.md``)::
+``solvers/coupling/hpc_refer_client.h``, ``hpc_refer_client.f90`` or, in Python,
+:mod:`hpc_refer.client`; guide and launch lines in ``solvers/README.md``)::
 
     --env external                       the solver runs in the same mpirun (MPMD):
         mpirun -n 3 python -m hpc_refer.run --env external ... : -n 4 ./heat1d
