@@ -47,7 +47,7 @@ import torch
 from hpc_refer.config import ActionBounds, Exploration, RunConfig
 from hpc_refer.envs import TeamDriver
 from hpc_refer.envs.external import SolverFailure, SolverFault
-from hpc_refer.envs.gym_env import Status
+from hpc_refer.envs.interface import Status
 from hpc_refer.networks import BehaviourPolicy, load_flat_state
 from hpc_refer.records import EpisodeRecord, StateTree, numpy_rng_state, set_numpy_rng_state
 from hpc_refer.replay import Chunk, ChunkEnd

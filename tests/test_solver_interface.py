@@ -187,3 +187,40 @@ def test_after_the_probe_a_wrong_answer_is_a_counted_fault():
     from hpc_refer.envs import SolverFault
     with pytest.raises(SolverFault, match="reward has shape"):
         env.step(np.zeros(4))
+
+
+def test_the_interface_names_import_without_gymnasium():
+    script = ("import sys\n"
+              "from hpc_refer.envs import EnvironmentFinished, SolverFault, Status\n"
+              "assert 'gymnasium' not in sys.modules, 'gymnasium was imported'\n"
+              "assert Status.TRUNCATED == 2 and issubclass(SolverFault, ValueError)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_solver_may_raise_solver_fault_for_a_step_it_cannot_make():
+    from hpc_refer.envs import SolverFault
+    from hpc_refer.envs.diffusion import Diffusion1D
+
+    class Diverges(Diffusion1D):
+        builds = 0
+
+        def __init__(self, team=None):
+            super().__init__(team)
+            Diverges.builds += 1
+
+        def step(self, action):
+            if self.t == 2:
+                raise SolverFault("CFL number 3.1 > 1: the field diverged")
+            return super().step(action)
+
+    env = TeamDriver(Diverges(None), None)
+    env.reset(0)
+    env.step(np.zeros(4))
+    env.step(np.zeros(4))
+    with pytest.raises(SolverFault) as fault:
+        env.step(np.zeros(4))
+    assert str(fault.value) == ("env 0 (Diverges).step: CFL number 3.1 > 1: the field "
+                                "diverged")
+    assert Diverges.builds == 2, "the solver is built anew after its fault"

@@ -92,16 +92,14 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from hpc_refer.config import Config, ConfigError
-from hpc_refer.envs.external import (
-    ExternalEnv,
+from hpc_refer.envs.external import ExternalEnv, check_port_dir, is_external, parse_spec
+from hpc_refer.envs.interface import (
+    EnvironmentFinished,
     SolverFailure,
     SolverFault,
     SolverStartError,
-    check_port_dir,
-    is_external,
-    parse_spec,
+    Status,
 )
-from hpc_refer.envs.gym_env import GymEnv, Status, check_env_id
 from hpc_refer.layout import SeedRole, role_seed
 from hpc_refer.parallel import Team, TeamCommand
 from hpc_refer.records import StateTree
@@ -116,6 +114,7 @@ __all__ = [
     "SolverFault",
     "SolverSpec",
     "SolverStartError",
+    "Status",
     "TeamDriver",
     "check_env",
     "env_dims",
@@ -131,11 +130,6 @@ BUILTIN = {
     "Diffusion1D": "hpc_refer.envs.diffusion:Diffusion1D",
     "KS": "hpc_refer.envs.ks:KuramotoSivashinsky",
 }
-
-
-class EnvironmentFinished(Exception):  # noqa: N818 (a signal, not an error)
-    """Raised by a solver's ``reset`` when it has no further episodes to run: its actor tells
-    its learner and stops; training goes on with the other actors."""
 
 
 SOLVER_ATTRIBUTES = ("obs_dim", "act_dim", "low", "high")
@@ -268,6 +262,8 @@ def env_factory(spec: SolverSpec, index: int = 0) -> Callable[[Team | None], Any
                    "seed": role_seed(spec.seed, SeedRole.SOLVER, index)}
         params.update({p.name: context[p.name] for p in named if p.name in context})
         return lambda team: cls(team, **params)
+    from hpc_refer.envs.gym_env import GymEnv, check_env_id  # gymnasium: only when used
+
     check_env_id(spec.env_id)
     if spec.ranks_per_env != 1:
         raise ConfigError(
@@ -528,9 +524,10 @@ def rebuild_factory(env: Any) -> Callable[[Team | None], Any] | None:
     it), a GymEnv from its id; None for an external solver (reset over the wire instead)."""
     if isinstance(env, ExternalEnv):
         return None
-    if isinstance(env, GymEnv):
+    gym_env = sys.modules.get("hpc_refer.envs.gym_env")  # imported once a GymEnv exists
+    if gym_env is not None and isinstance(env, gym_env.GymEnv):
         env_id, params = env.env_id, env.params
-        return lambda team: GymEnv(env_id, **params)
+        return lambda team: gym_env.GymEnv(env_id, **params)
     cls = type(env)
     return lambda team: cls(team)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hpc_refer.envs.gym_env import Status
+from hpc_refer.envs.interface import Status
 from hpc_refer.parallel import Team
 
 N_CELLS = 32

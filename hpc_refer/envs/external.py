@@ -67,7 +67,7 @@ from hpc_refer.client import (
     parse_metric_names,
 )
 from hpc_refer.config import ConfigError
-from hpc_refer.envs.gym_env import Status
+from hpc_refer.envs.interface import SolverFailure, SolverFault, SolverStartError, Status
 from hpc_refer.parallel import SolverLink, app_count
 from hpc_refer.timeouts import deadline_after
 
@@ -96,24 +96,6 @@ class Launch(NamedTuple):
     """SPAWN: ranks per solver group."""
     ports: str = ""
     """CONNECT: the directory of the port files."""
-
-
-class SolverFault(ValueError):  # noqa: N818 (a recoverable fault, not a fatal error)
-    """A solver's answer failed validation, its call raised, or (in-process solvers) it did
-    not answer in time: the episode is ended as a fault and the run goes on."""
-
-
-class SolverFailure(RuntimeError):  # noqa: N818 (the name the training loop catches)
-    """An environment cannot go on: ``run.max_env_failures`` faults in a row, or a solver
-    that stopped answering and cannot be recovered (a team or an external solver). The
-    training loop checkpoints and stops; the message names the environment and the cause."""
-
-
-class SolverStartError(RuntimeError):
-    """A solver cannot start: it never answered its first message (an external solver's
-    HELLO, a Python solver's first reset) within ``run.env_step_timeout``, or (the subclass
-    :class:`ExternalSolverError`) its start-up messages are unusable. The run stops at
-    start-up with this one-line message."""
 
 
 class ExternalSolverError(SolverStartError):

@@ -25,7 +25,6 @@ models, which a user cannot act on, is not shown at all.
 from __future__ import annotations
 
 import warnings
-from enum import IntEnum
 from typing import Any
 
 import gymnasium as gym
@@ -33,16 +32,8 @@ import mujoco
 import numpy as np
 
 from hpc_refer.config import ConfigError
+from hpc_refer.envs.interface import Status
 from hpc_refer.records import numpy_rng_state, set_numpy_rng_state
-
-
-class Status(IntEnum):
-    """How an environment step ended: the episode goes on, reached a terminal state, or was
-    cut by a time limit (the value of the last state is then bootstrapped, never zeroed)."""
-
-    CONTINUE = 0
-    TERMINAL = 1
-    TRUNCATED = 2
 
 
 def check_env_id(env_id: str) -> None:

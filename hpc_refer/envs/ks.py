@@ -61,7 +61,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from hpc_refer.envs.gym_env import Status
+from hpc_refer.envs.interface import Status
 from hpc_refer.parallel import Team
 
 LENGTH = 22.0
