@@ -42,7 +42,6 @@ import sys
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
 from hpc_refer.config import ActionBounds, Exploration, RunConfig
 from hpc_refer.envs import TeamDriver
@@ -96,6 +95,7 @@ class Actor:
                  max_failures: int = RunConfig.max_env_failures) -> None:
         self.env = env
         self.net = net
+        self._numpy_policy = net.numpy_policy()
         self.chunk_len = chunk_len
         self._limit = chunk_len
         """The most transitions of a chunk, until the next :meth:`grant`."""
@@ -140,10 +140,10 @@ class Actor:
         squashed = np.tanh(u) if self._squash else np.clip(u, -1.0, 1.0)
         return np.where(self._bounded, self._center + self._half * squashed, u)
 
-    @torch.inference_mode()
     def _policy(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        mean, std = self.net.policy(torch.from_numpy(obs)[None])
-        return mean[0].numpy(), std.expand_as(mean)[0].numpy()
+        """mu's mean and std at ``obs``, in numpy (:meth:`BehaviourPolicy.numpy_policy`)."""
+        mean, std = self._numpy_policy(obs)
+        return mean, np.broadcast_to(std, mean.shape)
 
     def _draw(self, shape: tuple[int, ...]) -> np.ndarray:
         """The standard-normal noise of this step (an OU process under ``Exploration.OU``)."""

@@ -134,3 +134,33 @@ def test_a_fault_after_chunks_were_sent_truncates_the_episode_at_its_last_valid_
         q_ret = replay.q_ret(np.array([chain[-2]]))[0]
         assert q_ret == pytest.approx(replay.reward_scale * last + cfg.vracer.gamma
                                       * replay.value[final], rel=1e-6)
+
+
+@pytest.mark.parametrize("algorithm", ["vracer", "ddpg", "naf"])
+def test_the_numpy_policy_equals_the_module_and_follows_its_loads(algorithm):
+    """Actors evaluate mu in numpy on views of the module's parameters: the same values as
+    ``policy()`` to float32 round-off, before and after a load of new parameters and new
+    state statistics (nothing to rebuild)."""
+    import torch
+
+    from hpc_refer.algorithms import make_algorithm
+    from hpc_refer.networks import flat_state, load_flat_state
+
+    config = build_config({"run": {"algorithm": algorithm}})
+    learner = make_algorithm(config, 6, 3, seed=1)
+    net = type(learner).behaviour_policy(6, 3, config.algorithm)
+    numpy_policy = net.numpy_policy()
+    rng = np.random.default_rng(0)
+    obs = rng.standard_normal((5, 6)).astype(np.float32)
+    for _ in range(2):
+        flat = flat_state(learner.behaviour)
+        load_flat_state(net, flat + rng.standard_normal(flat.size).astype(np.float32) * 0.3)
+        net.normalizer.set_stats(rng.standard_normal(6), rng.uniform(0.5, 2.0, 6))
+        with torch.no_grad():
+            mean, std = net.policy(torch.from_numpy(obs))
+        for k in range(len(obs)):
+            m, s = numpy_policy(obs[k])
+            assert m.dtype == np.float32
+            np.testing.assert_allclose(m, mean[k].numpy(), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(np.broadcast_to(s, m.shape),
+                                       std.expand_as(mean)[k].numpy(), rtol=1e-5, atol=1e-6)

@@ -26,7 +26,9 @@ then use Ornstein-Uhlenbeck noise, see :mod:`hpc_refer.actor`).
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
+import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call
@@ -40,7 +42,13 @@ from hpc_refer.algorithms.base import (
     polyak_,
 )
 from hpc_refer.config import AlgorithmConfig, DDPGConfig, ReferConfig
-from hpc_refer.networks import BehaviourPolicy, Normalizer, gaussian_log_prob, mlp
+from hpc_refer.networks import (
+    BehaviourPolicy,
+    Normalizer,
+    NumpyMLP,
+    gaussian_log_prob,
+    mlp,
+)
 from hpc_refer.parallel import Reducer
 from hpc_refer.refer import importance_ratio, near_policy, refer_loss
 from hpc_refer.replay import Batch
@@ -100,6 +108,12 @@ class DeterministicActor(BehaviourPolicy):
     def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Behaviour mean m_w(s) [B, A] and std sigma [A]."""
         return self(obs), self.sigma
+
+    def numpy_policy(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """(tanh(mlp(s)), sigma) in numpy (see :meth:`BehaviourPolicy.numpy_policy`)."""
+        forward = NumpyMLP(self.trunk, self.normalizer)
+        sigma = self.sigma.numpy()
+        return lambda obs: (np.tanh(forward(obs)), sigma)
 
 
 class Critic(nn.Module):

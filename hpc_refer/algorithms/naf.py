@@ -23,7 +23,9 @@ penalty -(1 - beta) g_D, g_D = grad_w KL_k, through m_w.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -36,7 +38,13 @@ from hpc_refer.algorithms.base import (
     polyak_,
 )
 from hpc_refer.config import AlgorithmConfig, NAFConfig, ReferConfig
-from hpc_refer.networks import BehaviourPolicy, Normalizer, gaussian_log_prob, mlp
+from hpc_refer.networks import (
+    BehaviourPolicy,
+    Normalizer,
+    NumpyMLP,
+    gaussian_log_prob,
+    mlp,
+)
 from hpc_refer.parallel import Reducer
 from hpc_refer.refer import importance_ratio, near_policy
 from hpc_refer.replay import Batch
@@ -145,6 +153,13 @@ class NAFNet(BehaviourPolicy):
         """The behaviour N(m_w(s), sigma^2 I): mean [B, A] and std [A]."""
         out = self.trunk(self.normalizer(obs))
         return torch.tanh(out[..., 1 : 1 + self.act_dim]), self.sigma
+
+    def numpy_policy(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """(tanh of the mean outputs, sigma) in numpy (see
+        :meth:`BehaviourPolicy.numpy_policy`)."""
+        forward = NumpyMLP(self.trunk, self.normalizer)
+        sigma, a = self.sigma.numpy(), self.act_dim
+        return lambda obs: (np.tanh(forward(obs)[1 : 1 + a]), sigma)
 
 
 class NAF(Algorithm):

@@ -1,0 +1,90 @@
+"""Acting speed on HalfCheetah-v5 (issue 11, point 3): MuJoCo alone, an actor whose policy runs
+in numpy (what actors do), and the same actor with the policy in torch (the previous path),
+interleaved in one run so that their ratio holds on a loaded machine.
+
+    python bench/bench_actor.py [--steps 5000] [--repeats 5]
+
+Writes bench/results/actor.json: steps/s (median over repeats) of each, the ratios, and the
+load average before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+import torch
+
+from bench.common import median, write
+from hpc_refer.actor import Actor
+from hpc_refer.config import ActionBounds
+from hpc_refer.envs import TeamDriver
+from hpc_refer.envs.gym_env import GymEnv
+from hpc_refer.networks import GaussianPolicyValueNet
+
+
+class TorchPolicyActor(Actor):
+    """The actor with mu evaluated by the torch module (one call per step)."""
+
+    @torch.inference_mode()
+    def _policy(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        mean, std = self.net.policy(torch.from_numpy(obs)[None])
+        return mean[0].numpy(), std.expand_as(mean)[0].numpy()
+
+
+def actor_rate(cls: type[Actor], steps: int) -> float:
+    env = TeamDriver(GymEnv("HalfCheetah-v5"), None)
+    net = GaussianPolicyValueNet(env.obs_dim, env.act_dim, (128, 128), 0.5)
+    actor = cls(env, net, ActionBounds.CLIP, seed=0, chunk_len=1000)
+    actor.step()  # the first reset
+    t = time.perf_counter()
+    for _ in range(steps):
+        actor.step()
+    rate = steps / (time.perf_counter() - t)
+    env.close()
+    return rate
+
+
+def mujoco_rate(steps: int) -> float:
+    env = GymEnv("HalfCheetah-v5")
+    env.reset(0)
+    rng = np.random.default_rng(0)
+    actions = rng.uniform(-1, 1, (steps, env.act_dim))
+    t = time.perf_counter()
+    for a in actions:
+        _, _, status = env.step(a)
+        if status:
+            env.reset()
+    rate = steps / (time.perf_counter() - t)
+    env.close()
+    return rate
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--steps", type=int, default=5000)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    load0 = os.getloadavg()[0]
+    rates: dict[str, list[float]] = {"mujoco": [], "actor_numpy": [], "actor_torch": []}
+    for _ in range(args.repeats):
+        rates["mujoco"].append(mujoco_rate(args.steps))
+        rates["actor_numpy"].append(actor_rate(Actor, args.steps))
+        rates["actor_torch"].append(actor_rate(TorchPolicyActor, args.steps))
+    med = {k: median(v) for k, v in rates.items()}
+    out = {"steps_per_s": med, "samples": rates,
+           "numpy_over_torch": med["actor_numpy"] / med["actor_torch"],
+           "numpy_actor_over_mujoco": med["actor_numpy"] / med["mujoco"],
+           "load_avg_before": round(load0, 2), "load_avg_after": round(os.getloadavg()[0], 2)}
+    path = write("actor", out)
+    print(f"MuJoCo alone {med['mujoco']:.0f} steps/s | actor, numpy policy "
+          f"{med['actor_numpy']:.0f} | actor, torch policy {med['actor_torch']:.0f} | "
+          f"numpy/torch {out['numpy_over_torch']:.2f} | load {load0:.2f} -> "
+          f"{out['load_avg_after']:.2f}; wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
