@@ -17,7 +17,7 @@ import time
 import numpy as np
 import torch
 
-from bench.common import median, write
+from common import median, write
 from hpc_refer.actor import Actor
 from hpc_refer.config import ActionBounds
 from hpc_refer.envs import TeamDriver

@@ -1,0 +1,106 @@
+"""Where the time of one learner step goes (issue 11, point 1).
+
+    python bench/profile_learner.py [--algorithm vracer|ddpg|naf] [--steps 400] [--size 262144]
+
+One learner, one core, B = 256, 2x128, a full replay of HalfCheetah sizes (synthetic episodes,
+as bench_learner.py). The real ``Learner.train_step`` runs unchanged; the methods it calls are
+wrapped by timers (a wrapper costs about a microsecond), and the step's own code outside them
+is what is left of the step's wall time. Phases:
+
+    sample       replay.sample_rows (uniform or PER)
+    gather       replay.batch: the minibatch columns, Q-ret, weights
+    forward      the algorithm's losses(): network forward, log-probs, rho, losses
+    backward     loss.backward()
+    reduce+adam  the gradient reduction and the optimizer step (apply_gradients less backward)
+    refresh      replay.refresh: stored V and rho, the eq. 8 backward pass of the episodes
+    bootstrap    the values of the states after the sampled rows (a second forward) and
+                 bootstrap_rows
+    counts       far-policy counts and the beta/c_max update (eqs. 12-13)
+    other        the rest of train_step and of the algorithm's step (Python, numpy glue)
+
+Writes bench/results/profile_<algorithm>.json: milliseconds per step and fractions, the load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from bench_learner import fill
+from common import write
+
+from hpc_refer.config import build_config
+from hpc_refer.parallel import SerialReducer
+from hpc_refer.training import make_learner
+
+TIMES: dict[str, float] = defaultdict(float)
+
+
+def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with its wall time added to TIMES[name]."""
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            TIMES[name] += time.perf_counter() - t
+    return wrapper
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--algorithm", default="vracer", choices=["vracer", "ddpg", "naf"])
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--size", type=int, default=2**18)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    config = build_config({"run": {"algorithm": args.algorithm},
+                           "replay": {"size": args.size}})
+    learner = make_learner(config, 17, 6, SerialReducer())
+    learner.start_env_steps = 0
+    fill(learner, np.random.default_rng(0), args.size)
+    replay, algo = learner.replay, learner.algo
+    for _ in range(50):  # warm-up: allocations, numba, first Adam steps
+        learner.train_step()
+    replay.sample_rows = timed("sample", replay.sample_rows)
+    replay.batch = timed("gather", replay.batch)
+    algo.losses = timed("forward", algo.losses)
+    replay.refresh = timed("refresh", replay.refresh)
+    replay.bootstrap_rows = timed("bootstrap", replay.bootstrap_rows)
+    algo.values = timed("bootstrap", algo.values)
+    learner.far_counts = timed("counts", learner.far_counts)
+    learner.refer.update = timed("counts", learner.refer.update)
+    apply = algo.apply_gradients
+    algo.apply_gradients = timed("reduce+adam", apply)
+    backward = torch.Tensor.backward
+    torch.Tensor.backward = timed("backward", backward)  # type: ignore[method-assign]
+    load0 = os.getloadavg()[0]
+    TIMES.clear()
+    t = time.perf_counter()
+    for _ in range(args.steps):
+        learner.train_step()
+    total = time.perf_counter() - t
+    torch.Tensor.backward = backward  # type: ignore[method-assign]
+    TIMES["reduce+adam"] -= TIMES["backward"]  # backward runs inside apply_gradients
+    TIMES["other"] = total - sum(TIMES.values())
+    per_step = {k: 1e3 * v / args.steps for k, v in TIMES.items()}
+    fractions = {k: v / total for k, v in TIMES.items()}
+    out = {"algorithm": args.algorithm, "steps": args.steps, "replay_size": args.size,
+           "batch": config.algorithm.batch, "steps_per_s": args.steps / total,
+           "ms_per_step": per_step, "fractions": fractions,
+           "load_avg_before": round(load0, 2), "load_avg_after": round(os.getloadavg()[0], 2)}
+    path = write(f"profile_{args.algorithm}", out)
+    print(f"{args.algorithm}: {args.steps / total:.0f} steps/s, load {load0:.2f}")
+    for k in sorted(per_step, key=per_step.get, reverse=True):
+        print(f"  {k:12s} {per_step[k]:7.3f} ms  {100 * fractions[k]:5.1f} %")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
