@@ -16,8 +16,8 @@ import time
 
 import numpy as np
 import torch
-
 from common import median, write
+
 from hpc_refer.actor import Actor
 from hpc_refer.config import ActionBounds
 from hpc_refer.envs import TeamDriver
