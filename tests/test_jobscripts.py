@@ -41,7 +41,9 @@ IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 # A tiny but complete training: 600 Pendulum steps (3 episodes), learning from step 300.
 STEPS = 600
 SMALL = ["--replay.size", "600", "--replay.learn-start", "300", "--vracer.batch", "32",
-         "--vracer.hidden", "16,16", "--log-every", "200"]
+         "--vracer.hidden", "16,16", "--log-every", "200", "--chunk-len", "50"]
+"""A run of STEPS = 600 steps: actors take exactly their share of the steps, so chunks of 50
+(not the default 1000, a whole share) let the learner start training before the end."""
 
 pytestmark = pytest.mark.mpi_skip
 
