@@ -1,12 +1,15 @@
 """MPI benchmark (issue: MPI-parallel training): ``python bench/bench_mpi.py [--quick]``.
 
-(a) L = 1, 2 learners with a fixed global batch B = 256 (B / L each), full shards: gradient
-    steps/s, and the time of the per-step reductions (gradient Allreduce, counter Allreduce).
+(a) L = 1, 2 learners, full shards, with ``replay.batch_scaling`` fixed (global batch B = 256,
+    B / L each) and per-learner (B on each learner): gradient steps/s, gradient samples/s
+    (steps/s x the global batch), and the time of the per-step reductions (gradient
+    Allreduce, counter Allreduce).
 (b) Environment steps/s with E = 1, 2, 4, 8 actors on HalfCheetah-v5 through the real entry
     point (``mpirun -n 1+E python -m hpc_refer.run``, training not started: acting, chunk
     messages and parameter replies only).
-(c) A cost model from (a) and (b) that predicts the steps/s of 64 ranks (8 learners + 56
-    actors) on a cluster node of such cores; a prediction, not a measurement.
+(c) A cost model from (a) and (b) that predicts, for each batch scaling, the steps/s and the
+    gradient samples/s of 64 ranks (8 learners + 56 actors) on a cluster node of such cores
+    against one learner's; a prediction, not a measurement.
 
 The driver starts the MPI parts with ``mpirun`` (the one next to this Python). Writes
 bench/results/mpi.json.
@@ -40,7 +43,7 @@ def mpirun(n: int, args: list[str], cwd: str | None = None) -> str:
     return proc.stdout
 
 
-def learners_part(n: int, repeats: int) -> None:
+def learners_part(n: int, repeats: int, scaling: str) -> None:
     """Run under mpirun -n L: time train_step and the reductions; rank 0 prints JSON."""
     import torch
     from bench_learner import fill
@@ -54,7 +57,8 @@ def learners_part(n: int, repeats: int) -> None:
     comm = MPI.COMM_WORLD
     size = comm.Get_size()
     reducer = MpiReducer(comm) if size > 1 else SerialReducer()
-    cfg = build_config({"replay": {"size": 2**18}})
+    cfg = build_config({"run": {"learners": size},
+                        "replay": {"size": 2**18, "batch_scaling": scaling}})
     learner = make_learner(cfg, OBS, ACT, reducer)
     fill(learner, np.random.default_rng(comm.Get_rank()), learner.replay.capacity)
     learner.update_start(learner.replay.size * size, 0)
@@ -81,7 +85,9 @@ def learners_part(n: int, repeats: int) -> None:
             reducer.sum(counts)
         count_ar.append((time.perf_counter() - t) / n)
     if comm.Get_rank() == 0:
-        print(json.dumps({"learners": size, "local_batch": learner.algo.local_batch,
+        print(json.dumps({"learners": size, "scaling": scaling,
+                          "local_batch": learner.local_batch,
+                          "samples_per_s": [r * learner.local_batch * size for r in steps],
                           "steps_per_s": steps, "grad_allreduce_s": grad_ar,
                           "count_allreduce_s": count_ar, "grad_floats": int(flat.size)}))
 
@@ -98,62 +104,82 @@ def actors_part(e: int, steps: int, tmp: str) -> dict:
             "env_steps_per_s": record["env_steps_per_s"]}
 
 
-def cost_model(learn: dict[int, dict], act: list[dict], ranks: int = 64, n_learners: int = 8,
-               batch: int = 256) -> dict:
-    """Predicted steps/s of ``n_learners`` + ``ranks - n_learners`` actors, one core each.
+def cost_model(learn: dict[str, dict[int, dict]], act: list[dict], ranks: int = 64,
+               n_learners: int = 8, batch: int = 256) -> dict:
+    """Predicted rates of ``n_learners`` + ``ranks - n_learners`` actors, one core each, for
+    each batch scaling, against one learner.
 
     Learner side (gradient steps/s = environment steps/s at ratio 1):
-        t_step(L) = t_compute(B / L) + t_allreduce(L)
-    t_compute(B/L) is interpolated linearly in the local batch between the measured B = 256
-    (L = 1) and B = 128 (L = 2) compute times (compute = step time minus measured reductions);
-    t_allreduce(L) = t_allreduce(2) * log2(L) (latency-bound recursive doubling of ~20k floats).
-    Actor side: E actors give E * r_1 steps/s, r_1 the one-actor rate measured in (b).
+        t_step(L) = t_compute(b) + t_allreduce(L),   b the rows per learner
+    t_compute(b) is linear in b through the measured compute times (step time minus the
+    measured reductions) of b = 256 (L = 1) and b = 128 (fixed, L = 2); t_allreduce(L) =
+    t_allreduce(2) log2(L) (latency-bound recursive doubling of ~20k floats). fixed: b = B / L,
+    global batch B; per-learner: b = B, global batch L B. Gradient samples/s = global batch /
+    t_step. Actor side: E actors give E r_1 steps/s, r_1 the one-actor rate measured in (b);
+    the run goes at the slower side's rate.
     """
-    t1 = 1 / median(learn[1]["steps_per_s"])
-    t2_total = 1 / median(learn[2]["steps_per_s"])
-    ar2 = median(learn[2]["grad_allreduce_s"]) + median(learn[2]["count_allreduce_s"])
-    t2 = t2_total - ar2
-    local = batch / n_learners
+    t1 = 1 / median(learn["fixed"][1]["steps_per_s"])
+    fixed2 = learn["fixed"][2]
+    ar2 = median(fixed2["grad_allreduce_s"]) + median(fixed2["count_allreduce_s"])
+    t2 = 1 / median(fixed2["steps_per_s"]) - ar2
     slope = (t1 - t2) / (batch - batch / 2)
-    t_compute = max(t2 - slope * (batch / 2 - local), 0.25 * t2)
+
+    def t_compute(rows: float) -> float:
+        return max(t2 - slope * (batch / 2 - rows), 0.25 * t2)
+
     t_ar = ar2 * math.log2(n_learners)
-    learner_rate = 1 / (t_compute + t_ar)
     r1 = next(a["env_steps_per_s"] for a in act if a["actors"] == 1)
     actor_rate = (ranks - n_learners) * r1
-    return {"ranks": ranks, "learners": n_learners, "actors": ranks - n_learners,
-            "t_compute_s": t_compute, "t_allreduce_s": t_ar,
-            "learner_bound_steps_per_s": learner_rate, "actor_bound_steps_per_s": actor_rate,
-            "predicted_steps_per_s": min(learner_rate, actor_rate),
-            "mpi_fraction_of_step_at_L2": ar2 / t2_total}
+    one_learner_samples = batch / t1
+    out: dict = {"ranks": ranks, "learners": n_learners, "actors": ranks - n_learners,
+                 "t_allreduce_s": t_ar, "actor_bound_steps_per_s": actor_rate,
+                 "one_learner_samples_per_s": one_learner_samples,
+                 "mpi_fraction_of_step_at_L2": ar2 / (t2 + ar2)}
+    for scaling, rows, global_batch in (("fixed", batch / n_learners, batch),
+                                        ("per-learner", batch, batch * n_learners)):
+        t_step = t_compute(rows) + t_ar
+        rate = min(1 / t_step, actor_rate)
+        out[scaling] = {"t_compute_s": t_compute(rows), "learner_bound_steps_per_s": 1 / t_step,
+                        "predicted_steps_per_s": rate,
+                        "predicted_samples_per_s": rate * global_batch,
+                        "samples_over_one_learner": rate * global_batch / one_learner_samples}
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short runs (a smoke run)")
     parser.add_argument("--part", choices=["learners"], help=argparse.SUPPRESS)
+    parser.add_argument("--scaling", default="fixed", help=argparse.SUPPRESS)
     args = parser.parse_args()
     n, repeats, env_steps = (50, 3, 4000) if args.quick else (300, 5, 40000)
     if args.part == "learners":
-        learners_part(n, repeats)
+        learners_part(n, repeats, args.scaling)
         return
     here = str(Path(__file__).resolve())
-    learn = {}
-    for size in (1, 2):
-        out = mpirun(size, [here, "--part", "learners"] + (["--quick"] if args.quick else []))
-        learn[size] = json.loads(out.strip().splitlines()[-1])
+    learn: dict[str, dict[int, dict]] = {"fixed": {}, "per-learner": {}}
+    for scaling, size in (("fixed", 1), ("fixed", 2), ("per-learner", 2)):
+        out = mpirun(size, [here, "--part", "learners", "--scaling", scaling]
+                     + (["--quick"] if args.quick else []))
+        learn[scaling][size] = json.loads(out.strip().splitlines()[-1])
     with tempfile.TemporaryDirectory() as tmp:
         act = [actors_part(e, env_steps, tmp) for e in (1, 2, 4, 8)]
     model = cost_model(learn, act)
     path = write("mpi", {"learners": learn, "actors": act, "cost_model_64_ranks": model})
-    for size, r in learn.items():
-        ar = median(r["grad_allreduce_s"]) + median(r["count_allreduce_s"])
-        print(f"L={size}: {median(r['steps_per_s']):.0f} gradient steps/s "
-              f"(B/L={r['local_batch']}), reductions {ar * 1e6:.0f} us per step")
+    for scaling, by_size in learn.items():
+        for size, r in by_size.items():
+            ar = median(r["grad_allreduce_s"]) + median(r["count_allreduce_s"])
+            print(f"{scaling} L={size}: {median(r['steps_per_s']):.0f} gradient steps/s, "
+                  f"{median(r['samples_per_s']):.0f} samples/s ({r['local_batch']} rows per "
+                  f"learner), reductions {ar * 1e6:.0f} us per step")
     for a in act:
         print(f"E={a['actors']}: {a['env_steps_per_s']:.0f} env steps/s")
-    print(f"MPI share of a gradient step at L=2: {100 * model['mpi_fraction_of_step_at_L2']:.1f}%"
-          f"; predicted 64 ranks (8 learners + 56 actors): "
-          f"{model['predicted_steps_per_s']:.0f} steps/s")
+    print(f"MPI share of a gradient step at L=2: {100 * model['mpi_fraction_of_step_at_L2']:.1f}%")
+    for scaling in ("fixed", "per-learner"):
+        m = model[scaling]
+        print(f"predicted 64 ranks (8 learners + 56 actors), {scaling}: "
+              f"{m['predicted_steps_per_s']:.0f} steps/s, {m['predicted_samples_per_s']:.0f} "
+              f"gradient samples/s = {m['samples_over_one_learner']:.1f}x one learner")
     print(f"wrote {path}")
 
 

@@ -112,6 +112,17 @@ class Sampling(StrEnum):
     PER = "per"
 
 
+class BatchScaling(StrEnum):
+    """How the minibatch grows with the number L of learners: ``fixed`` (the global batch B
+    is split, B / L rows per learner: the same optimisation as one learner) or
+    ``per-learner`` (B rows on every learner, a global batch of L B, and the learning rate
+    multiplied by sqrt(L), the square-root scaling rule of adaptive methods: Malladi et al.,
+    "On the SDEs and Scaling Rules for Adaptive Gradient Algorithms", NeurIPS 2022)."""
+
+    FIXED = "fixed"
+    PER_LEARNER = "per-learner"
+
+
 class Exploration(StrEnum):
     """DDPG's behaviour noise: Gaussian N(m(s), sigma^2) (needed by ReF-ER), or
     Ornstein-Uhlenbeck (plain ER only: its mu is not the stored Gaussian)."""
@@ -377,9 +388,16 @@ class ReplayConfig:
         "linearly to 1 at the run's last one"
     )
     per_eps: float = _opt(1e-6, "PER priority offset eps (no transition is never sampled)")
+    batch_scaling: BatchScaling = _opt(
+        BatchScaling.FIXED,
+        "fixed: the algorithm's batch B is global, B / L rows per learner; per-learner: B rows "
+        "on each of the L learners (global batch L B) and the learning rate times sqrt(L)",
+        _choices(BatchScaling),
+    )
 
     def __post_init__(self) -> None:
         _enum_field(self, "sampling", Sampling)
+        _enum_field(self, "batch_scaling", BatchScaling)
         _require(self.size == 0 or self.size >= 2, "replay.size", self.size,
                  "0 (the algorithm's N) or integers >= 2")
         _require(self.learn_start == -1 or self.learn_start > 0, "replay.learn_start",
@@ -417,10 +435,14 @@ class Config:
         _require(self.replay.learn_start <= self.replay.size, "replay.learn_start",
                  self.replay.learn_start, f"-1 or 1..{self.replay.size} (the replay size)")
         name = self.run.algorithm
+        per_learner = self.replay.batch_scaling is BatchScaling.PER_LEARNER
+        global_batch = self.algorithm.batch * (self.run.learners if per_learner else 1)
         _require(
-            self.algorithm.batch <= self.replay.start,
+            global_batch <= self.replay.start,
             f"{name}.batch", self.algorithm.batch,
-            f"at most the states stored when training starts ({self.replay.start})",
+            f"at most the states stored when training starts ({self.replay.start})"
+            + (f" over the {self.run.learners} learners of replay.batch_scaling = per-learner"
+               if per_learner else ""),
         )
         _require(
             self.ddpg.exploration is Exploration.GAUSSIAN or self.refer.mode is ReferMode.ER

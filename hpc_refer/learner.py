@@ -10,7 +10,8 @@ step on a minibatch, and values / log-probabilities of stored rows.
 Notes
 -----
 A learner stores the chunks of the actors assigned to it in its own shard of capacity N / L
-and samples B / L rows of it per step. Training starts once the learners together hold
+and samples B / L rows of it per step (``replay.batch_scaling = per-learner``: B rows, the
+learning rate times sqrt(L)). Training starts once the learners together hold
 ``replay.start`` states; from then on the learners keep ``grad_steps ~= grad_ratio *
 (env_steps - env_steps_at_start)``, counted over all actors. Counts that decide anything (far
 and stored transitions, scaling sums) are summed over learners through the reducer, so every
@@ -25,13 +26,14 @@ episodes :func:`~hpc_refer.checkpoint.split_episodes` gives it (:meth:`restore_r
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from hpc_refer.algorithms.base import Algorithm, ReferTerms, StepResult
-from hpc_refer.config import Config, Sampling
+from hpc_refer.config import BatchScaling, Config, Sampling
 from hpc_refer.networks import gaussian_log_prob
 from hpc_refer.records import (
     StateTree,
@@ -93,7 +95,11 @@ class Learner:
         self.replay = ReplayShard(max(replay.size // n_learners, 2), algo.obs_dim,
                                   algo.act_dim, config.algorithm.gamma, algo.retrace,
                                   priorities)
-        self.local_batch = max(1, config.algorithm.batch // n_learners)
+        per_learner = replay.batch_scaling is BatchScaling.PER_LEARNER
+        self.local_batch = (config.algorithm.batch if per_learner
+                            else max(1, config.algorithm.batch // n_learners))
+        self.lr_scale = math.sqrt(n_learners) if per_learner else 1.0
+        """The learning rate's factor for the global batch (``replay.batch_scaling``)."""
         self.refer = ReferState.create(config.refer, config.algorithm.lr)
         self.rng = np.random.default_rng(seed)
         self.grad_steps = 0
@@ -101,8 +107,10 @@ class Learner:
 
     @property
     def terms(self) -> ReferTerms:
-        """ReF-ER's beta, c_max and learning-rate factor for the next step."""
-        return ReferTerms(self.refer.beta, self.refer.c_max, self.refer.lr_factor)
+        """ReF-ER's beta, c_max and learning-rate factor for the next step (eq. 13's, times
+        the batch scaling's sqrt(L) under ``per-learner``)."""
+        return ReferTerms(self.refer.beta, self.refer.c_max,
+                          self.refer.lr_factor * self.lr_scale)
 
     def store(self, chunk: Chunk) -> np.ndarray:
         """Store an actor's chunk with log mu_k(a_k|s_k), the current V and rho, and V-tbc;

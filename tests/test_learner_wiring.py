@@ -18,7 +18,14 @@ import torch
 from hpc_refer.actor import Actor
 from hpc_refer.algorithms import ALGORITHMS
 from hpc_refer.algorithms.base import kl_penalty
-from hpc_refer.config import ActionBounds, KLDirection, ReferConfig, ReferMode, build_config
+from hpc_refer.config import (
+    ActionBounds,
+    ConfigError,
+    KLDirection,
+    ReferConfig,
+    ReferMode,
+    build_config,
+)
 from hpc_refer.envs import TeamDriver
 from hpc_refer.envs.diffusion import Diffusion1D
 from hpc_refer.learner import Learner
@@ -478,3 +485,34 @@ def test_constant_rewards_keep_a_unit_reward_scale():
     learner = make("vracer")
     fill(learner, reward_std=0.0)
     assert learner.replay.reward_scale == 1.0
+
+
+@pytest.mark.parametrize(("scaling", "rows", "lr_scale"), [
+    ("fixed", 16, 1.0), ("per-learner", 32, 2 ** 0.5)])
+def test_batch_scaling_sets_the_rows_per_learner_and_the_learning_rate(scaling, rows,
+                                                                       lr_scale):
+    """Two learners, B = 32: ``fixed`` takes B / 2 rows on each (global batch 32, same
+    learning rate), ``per-learner`` B rows on each (global 64) with eta * sqrt(2)."""
+    cfg = build_config({"run": {"steps": 1000, "learners": 2}, "vracer": {"hidden": [16],
+                        "batch": 32, "lr": 1e-3},
+                        "replay": {"size": 512, "learn_start": 64, "batch_scaling": scaling}})
+    reducer = HalfOfTwoLearners()
+    learner = make_learner(cfg, OBS, ACT, reducer)
+    fill(learner)
+    learner.start_env_steps = 0
+    seen = []
+    sample = learner.replay.sample_rows
+    learner.replay.sample_rows = lambda n, rng: seen.append(n) or sample(n, rng)
+    reducer.other = np.zeros(sum(p.numel() for p in learner.algo.net.parameters()), np.float32)
+    learner.train_step()
+    assert seen == [rows]
+    assert learner.terms.lr_factor == pytest.approx(learner.refer.lr_factor * lr_scale)
+    (group,) = learner.algo.optimizers["adam"][0].param_groups
+    assert group["lr"] == pytest.approx(1e-3 * learner.refer.lr_factor * lr_scale, rel=1e-3)
+
+
+def test_per_learner_batches_must_fit_the_states_at_the_start():
+    with pytest.raises(ConfigError, match=r"over the 4 learners of replay\.batch_scaling"):
+        build_config({"run": {"learners": 4}, "vracer": {"batch": 64},
+                      "replay": {"size": 512, "learn_start": 200,
+                                 "batch_scaling": "per-learner"}})
