@@ -516,3 +516,27 @@ def test_per_learner_batches_must_fit_the_states_at_the_start():
         build_config({"run": {"learners": 4}, "vracer": {"batch": 64},
                       "replay": {"size": 512, "learn_start": 200,
                                  "batch_scaling": "per-learner"}})
+
+
+@pytest.mark.mpi(min_size=2)
+def test_per_learner_batches_keep_the_learners_identical_under_mpi():
+    """Under mpirun, per-learner scaling: each learner samples B rows of its own shard and
+    every learner ends each step with the same weights (one averaged gradient)."""
+    from mpi4py import MPI
+
+    from hpc_refer.parallel import MpiReducer
+
+    comm = MPI.COMM_WORLD
+    size = comm.Get_size()
+    cfg = build_config({"run": {"steps": 1000, "learners": size},
+                        "vracer": {"hidden": [16], "batch": 32},
+                        "replay": {"size": 512 * size, "learn_start": 64 * size,
+                                   "batch_scaling": "per-learner"}})
+    learner = make_learner(cfg, OBS, ACT, MpiReducer(comm))
+    fill(learner, seed=comm.Get_rank())
+    learner.start_env_steps = 0
+    assert learner.local_batch == 32
+    for _ in range(3):
+        learner.train_step()
+        assert len(set(comm.allgather(learner.algo.checksum()))) == 1
+    assert learner.terms.lr_factor == pytest.approx(learner.refer.lr_factor * size ** 0.5)
