@@ -1,10 +1,12 @@
-"""Launching mpirun from the serial test pass: the environment Open MPI 5 needs here (root,
-two oversubscribed cores, no busy polling) and the mpirun of this interpreter's venv."""
+"""Launching processes from the serial test pass: the environment Open MPI 5 needs here
+(root, two oversubscribed cores, no busy polling), the mpirun of this interpreter's venv, and
+Python snippets in a fresh interpreter."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -33,3 +35,12 @@ def mpirun_exe() -> str:
     if exe is None:
         pytest.skip("no mpirun")
     return exe
+
+
+def run_snippet(script: str) -> str:
+    """Run ``script`` in a fresh interpreter (a clean module and warning state); assert it
+    succeeded and return its stdout and stderr together."""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout + done.stderr

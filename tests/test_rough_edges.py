@@ -3,11 +3,10 @@ before anything is written."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from mpi_launch import run_snippet
 
 from hpc_refer.config import ConfigError, build_config, load_toml
 from hpc_refer.run import main as run_main
@@ -185,9 +184,6 @@ def test_mujoco_warnings_become_python_warnings_and_the_asset_one_is_dropped():
               "for _ in range(2):\n"
               "    GymEnv('HalfCheetah-v5').close()\n"
               "mujoco_warning('Nan, Inf or huge value in QACC at DOF 0')\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr
-    out = done.stdout + done.stderr
+    out = run_snippet(script)
     assert "settotalmass" not in out
     assert "RuntimeWarning: MuJoCo: Nan, Inf or huge value in QACC" in out

@@ -12,7 +12,7 @@ import sys
 import h5py
 import numpy as np
 import pytest
-from mpi_launch import HERE, mpi_env, mpirun_exe
+from mpi_launch import HERE, mpi_env, mpirun_exe, run_snippet
 
 from hpc_refer.config import ConfigError, build_config
 from hpc_refer.envs import SolverSpec, TeamDriver, env_dims, make_driver, solver_params
@@ -194,9 +194,7 @@ def test_the_interface_names_import_without_gymnasium():
               "from hpc_refer.envs import EnvironmentFinished, SolverFault, Status\n"
               "assert 'gymnasium' not in sys.modules, 'gymnasium was imported'\n"
               "assert Status.TRUNCATED == 2 and issubclass(SolverFault, ValueError)\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr
+    run_snippet(script)
 
 
 def test_a_solver_may_raise_solver_fault_for_a_step_it_cannot_make():
