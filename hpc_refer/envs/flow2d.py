@@ -219,13 +219,12 @@ class Flow2D:
         rho = f.sum(axis=0)
         ux = f[1] - f[3] + f[5] - f[6] - f[7] + f[8]
         uy = f[2] - f[4] + f[5] + f[6] - f[7] - f[8]
-        out = []
-        for a in (rho, ux, uy):
-            full = self.team.gather_rows(a.ravel()) if self.team is not None else a.ravel()
-            if full is None:
-                return None
-            out.append(full.reshape(self.nx, self.ny))
-        return out[0], out[1], out[2]
+        full = [self.team.gather_rows(a.ravel()) if self.team is not None else a.ravel()
+                for a in (rho, ux, uy)]
+        if full[0] is None or full[1] is None or full[2] is None:
+            return None
+        shape = (self.nx, self.ny)
+        return full[0].reshape(shape), full[1].reshape(shape), full[2].reshape(shape)
 
 
 def equilibrium(rho: np.ndarray, ux: np.ndarray, uy: np.ndarray) -> np.ndarray:
