@@ -120,3 +120,11 @@ def test_multi_rank_fields_equal_the_single_rank_fields():
             np.testing.assert_allclose(coeffs, ref_coeffs, rtol=1e-12, atol=1e-12)
         else:
             assert fields is None
+
+
+def test_the_trt_rates_give_the_viscosity_and_the_magic_parameter():
+    """nu = U_mean N / Re = (1/omega_p - 1/2) / 3 and Lambda = 3/16 (module docstring)."""
+    flow = Flow2D(resolution=30, reynolds=100.0, u_max_lattice=0.06)
+    nu = (1 / flow.omega_p - 0.5) / 3
+    assert nu == pytest.approx(0.04 * 30 / 100, rel=1e-12)
+    assert 3 * nu * (1 / flow.omega_m - 0.5) == pytest.approx(3 / 16, rel=1e-12)
