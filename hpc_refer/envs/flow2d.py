@@ -74,6 +74,8 @@ class Flow2D:
     speed) of a transverse velocity blob one diameter behind the cylinder at t = 0, which
     starts the shedding of 2D-2 early; ``cylinder``: False for the empty channel (Poiseuille
     flow); ``split_at``: the first global columns of ranks 1..K-1 (default: np.array_split).
+    ``wall`` (per boundary link) times ``jet`` is a moving-wall term on the cylinder's links
+    (zero here; :class:`~hpc_refer.envs.cylinder_jets.CylinderJets` sets them).
     """
 
     def __init__(self, team: Team | None = None, resolution: int = 20, reynolds: float = 20.0,
@@ -104,7 +106,7 @@ class Flow2D:
         self.steps = 0
         self._build_geometry(perturb, cylinder)
         self._force = np.zeros(2)
-        self.history: list[np.ndarray] = []
+        self.latest = np.full(2, np.nan)
 
     def _build_geometry(self, perturb: float, cylinder: bool) -> None:
         """Solid mask, boundary nodes with their link rules and q, initial equilibrium."""
@@ -151,6 +153,8 @@ class Flow2D:
         self.nodes = np.array(nodes, np.int64).reshape(-1, 2)
         self.rules = np.array(rules, np.int64).reshape(-1, 9)
         self.q = np.array(qs).reshape(-1, 9)
+        self.wall = np.zeros_like(self.q)
+        self.jet = 0.0
         self.u_in = u_in(self.nodes[:, 1] - 0.5) if self.nodes.size else np.zeros(0)
         local = solid[self.x0:self.x0 + self.nxl]
         si, sj = np.nonzero(local)
@@ -185,7 +189,8 @@ class Flow2D:
         for s in range(n_steps):
             lk.bulk_step(self.f, self.f_new, self.omega_p, self.omega_m)
             lk.boundary_step(self.f, self.f_new, self.omega_p, self.omega_m, self.nodes,
-                             self.rules, self.q, self.u_in, self.solid, self._force)
+                             self.rules, self.q, self.u_in, self.solid, self.wall,
+                             self.jet, self._force)
             if self.team is not None:
                 left, right = self.team.exchange_slabs(self.f_new[:, 1], self.f_new[:, -2])
                 if left is not None:
@@ -197,7 +202,8 @@ class Flow2D:
         force = self.team.sum_array(local) if self.team is not None else local
         coeffs = 2 * force / (self.u_mean_lat**2 * self.resolution)
         self.steps += n_steps
-        self.history.append(coeffs)
+        if n_steps:
+            self.latest = coeffs[-1]
         if not np.isfinite(coeffs).all():
             raise FloatingPointError(f"Flow2D blew up before step {self.steps}")
         return coeffs
@@ -209,8 +215,7 @@ class Flow2D:
 
     def coefficients(self) -> tuple[float, float]:
         """(c_D, c_L) of the last step."""
-        c = self.history[-1][-1]
-        return float(c[0]), float(c[1])
+        return float(self.latest[0]), float(self.latest[1])
 
     def fields(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """Density and velocity (rho, u_x, u_y), each (nx, ny) in lattice units, gathered on

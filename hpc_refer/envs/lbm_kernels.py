@@ -104,11 +104,14 @@ def bulk_step(fo: np.ndarray, fn: np.ndarray, op: float, om: float) -> None:
 @njit(cache=True)
 def boundary_step(fo: np.ndarray, fn: np.ndarray, op: float, om: float, nodes: np.ndarray,
                   rules: np.ndarray, q: np.ndarray, u_in: np.ndarray, solid: np.ndarray,
-                  force: np.ndarray) -> None:
+                  wall: np.ndarray, jet: float, force: np.ndarray) -> None:
     """Recompute the boundary nodes ``nodes[b] = (i, j)`` (array indices) from ``f_old`` with
     their link rules ``rules[b, k]`` and wall fractions ``q[b, k]``; ``u_in[b]`` is the inflow
-    velocity at the inlet face of node b. ``force`` receives the momentum exchanged with the
-    cylinder (Bouzidi links) during the step, sum over links of c_kbar (f*_kbar(x) + f_k(x)).
+    velocity at the inlet face of node b; a Bouzidi link moving with the wall (a jet) adds
+    ``jet * wall[b, k]``, Bouzidi's moving-wall term 6 w_k c_k.u_w (divided by 2q for
+    q >= 1/2) for the wall velocity u_w per unit ``jet``. ``force`` receives the momentum
+    exchanged with the cylinder (Bouzidi links) during the step, sum over links of
+    c_kbar (f*_kbar(x) + f_k(x)).
     Solid nodes ``solid[s] = (i, j)`` are set to rest, f = w."""
     force[0] = 0.0
     force[1] = 0.0
@@ -139,6 +142,7 @@ def boundary_step(fo: np.ndarray, fn: np.ndarray, op: float, om: float, nodes: n
                                                                            j + CY[k]]
                 else:
                     f[k] = (fo[kb, i, j] + (2.0 * qq - 1.0) * fo[k, i, j]) / (2.0 * qq)
+                f[k] += jet * wall[b, k]
                 force[0] -= CX[k] * (fo[kb, i, j] + f[k])
                 force[1] -= CY[k] * (fo[kb, i, j] + f[k])
         g = _collide(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], op, om)

@@ -1,0 +1,199 @@
+"""CylinderJets: drag reduction of the DFG 2D-2 cylinder by two synthetic jets (Rabault et al.,
+JFM 2019), on :class:`~hpc_refer.envs.flow2d.Flow2D`.
+
+Flow: the Schaefer-Turek channel at Re = 100 (periodic shedding, St = 0.30), ``resolution``
+nodes per diameter (default 20: c_D within 5 % of the benchmark, bench/turek.py).
+
+Jets: two slots of angular width JET_WIDTH = 10 degrees on the cylinder, centred at 90 degrees
+(top) and 270 degrees (bottom), blowing radially with the parabolic profile
+u_w(theta) = +-v (1 - (2 (theta - theta_j) / JET_WIDTH)^2) (cos theta, sin theta): the top jet
+blows out at peak speed v while the bottom one sucks in at the same speed, so the net mass
+flux is zero (the two slots' Bouzidi links are mirror images about the cylinder's centre line:
+the mass they add cancels to round-off, tested). The wall velocity enters every link of a slot
+through Bouzidi's moving-wall term (:mod:`~hpc_refer.envs.lbm_kernels`), and the momentum
+exchange then gives the force on the body jets included. The action a in [-1, 1] sets the
+target peak speed v = a JET_MAX U_mean, JET_MAX = 1.0, a flow rate per jet of
+|Q| <= (2/3) JET_MAX U_mean R JET_WIDTH = 5.8 % of the flow U_mean D past the cylinder
+(Rabault bounded it at 6 %); v moves linearly from its last value to the target over the
+control step (no jumps in the wall velocity).
+
+Control: one action every DT_CONTROL = 0.025 time units (about 13 per shedding period).
+Observation: the pressure (rho - 1) / 3 / U_mean^2 (lattice units, so a pressure coefficient
+/ 2) at N_PROBES = 24 probes in the wake, x in {0.25, 0.3, 0.35, 0.4, 0.5, 0.6},
+y in {0.14, 0.18, 0.22, 0.26} (nearest nodes). Reward, in Rabault's form,
+r = C_D_REF - <c_D> - 0.2 |<c_L>|, with <.> the mean over the control step and
+C_D_REF = 3.2 (about the uncontrolled mean). Episodes last HORIZON = 80 control steps (2 time
+units, 6 periods) and end TRUNCATED. Step metrics ``cD``, ``cL`` (control-step means) and
+episode metrics ``cD``, ``cL`` (episode means).
+
+Start: every episode starts from a developed shedding state stored in HDF5, made once by
+``python -m hpc_refer.envs.cylinder_jets --make-start [--resolution N]`` (12 time units from a
+kicked start, :func:`make_start`) and then read by every reset; the reset then runs
+0..12 uncontrolled control steps drawn from the seed, so episodes start at different phases.
+A missing file is a FileNotFoundError naming the command. A blow-up (non-finite forces) is a
+FloatingPointError raised by ``step``: a solver fault for the driver, which rebuilds the
+solver. Team of K ranks: the flow's columns are split over the ranks (Flow2D); the probes and
+the forces are team sums, so every rank returns the same state and reward.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from hpc_refer.envs import lbm_kernels as lk
+from hpc_refer.envs.flow2d import Flow2D
+from hpc_refer.envs.interface import Status
+from hpc_refer.parallel import Team
+
+REYNOLDS = 100.0
+U_LATTICE = 0.0656
+JET_WIDTH = 10.0
+JET_MAX = 1.0
+DT_CONTROL = 0.025
+HORIZON = 80
+C_D_REF = 3.2
+START_TIME = 12.0
+PROBES_X = (0.25, 0.3, 0.35, 0.4, 0.5, 0.6)
+PROBES_Y = (0.14, 0.18, 0.22, 0.26)
+N_PROBES = len(PROBES_X) * len(PROBES_Y)
+
+
+def start_path(resolution: int) -> Path:
+    """Default start file of a resolution: ~/.cache/hpc_refer/cylinder_jets_N<res>.h5."""
+    return Path.home() / ".cache" / "hpc_refer" / f"cylinder_jets_N{resolution}.h5"
+
+
+def make_start(path: str | Path, resolution: int = 20, duration: float = START_TIME) -> Path:
+    """Run the uncontrolled flow ``duration`` time units from a kicked start (one rank) and
+    store its populations (dataset ``f``, shape (9, nx, ny)) in HDF5 at ``path``."""
+    flow = Flow2D(resolution=resolution, reynolds=REYNOLDS, u_max_lattice=U_LATTICE,
+                  perturb=1.0)
+    flow.advance(round(duration / flow.dt))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with h5py.File(path, "w") as h5:
+        h5["f"] = flow.f[:, 1:-1, 1:-1]
+        h5.attrs["resolution"] = resolution
+        h5.attrs["u_max_lattice"] = U_LATTICE
+    return path
+
+
+class CylinderJets(Flow2D):
+    """The DFG 2D-2 flow controlled by two zero-net-flux jets; collective over the team."""
+
+    obs_dim = N_PROBES
+    act_dim = 1
+    low = -np.ones(1)
+    high = np.ones(1)
+    episode_metrics = ("cD", "cL")
+    step_metrics = ("cD", "cL")
+
+    def __init__(self, team: Team | None = None, resolution: int = 20,
+                 start_file: str = "") -> None:
+        super().__init__(team, resolution=resolution, reynolds=REYNOLDS,
+                         u_max_lattice=U_LATTICE)
+        self.start_file = Path(start_file) if start_file else start_path(resolution)
+        self.substeps = max(1, round(DT_CONTROL / self.dt))
+        self.wall = self._jet_links()
+        n = resolution
+        px = np.round(np.array(PROBES_X) / 0.1 * n - 0.5).astype(int)
+        py = np.round(np.array(PROBES_Y) / 0.1 * n - 0.5).astype(int)
+        gx, gy = np.meshgrid(px, py, indexing="ij")
+        self.probes = np.stack([gx.ravel(), gy.ravel()], axis=1)
+        self.rng = np.random.default_rng()
+        self.t = 0
+        self.last = np.zeros(2)
+        self.sums = np.zeros(2)
+
+    def _jet_links(self) -> np.ndarray:
+        """Bouzidi moving-wall terms of the slots' links per unit peak jet speed."""
+        n = self.resolution
+        wall = np.zeros_like(self.q)
+        b, k = np.nonzero(self.rules == lk.BOUZIDI)
+        q = self.q[b, k]
+        x = self.x0 + self.nodes[b, 0] - 0.5 - q * lk.CX[k] - 2 * n
+        y = self.nodes[b, 1] - 0.5 - q * lk.CY[k] - 2 * n
+        theta = np.degrees(np.arctan2(y, x)) % 360
+        for centre, sign in ((90.0, 1.0), (270.0, -1.0)):
+            s = 2 * (theta - centre) / JET_WIDTH
+            profile = np.where(np.abs(s) < 1, sign * (1 - s * s), 0.0)
+            cu = lk.CX[k] * np.cos(np.radians(theta)) + lk.CY[k] * np.sin(np.radians(theta))
+            wall[b, k] += 6 * lk.W[k] * cu * profile * np.where(q < 0.5, 1.0, 0.5 / q)
+        return wall
+
+    def _observe(self) -> np.ndarray:
+        local = np.zeros(N_PROBES)
+        f = self.f
+        for p, (i, j) in enumerate(self.probes):
+            li = i - self.x0 + 1
+            if 1 <= li <= self.nxl:
+                local[p] = (f[:, li, j + 1].sum() - 1) / 3 / self.u_mean_lat**2
+        full = self.team.sum_array(local) if self.team is not None else local
+        return full.astype(np.float32)
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        """Load the stored shedding state, run 0..12 control steps uncontrolled (drawn from
+        the seed); collective."""
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        if not self.start_file.exists():
+            raise FileNotFoundError(
+                f"{self.start_file}: no start state; make it once with `python -m "
+                f"hpc_refer.envs.cylinder_jets --make-start --resolution {self.resolution}`")
+        lo, hi = max(self.x0 - 1, 0), min(self.x0 + self.nxl + 1, self.nx)
+        with h5py.File(self.start_file, "r") as h5:
+            stored = h5["f"]
+            if stored.shape != (9, self.nx, self.ny):
+                raise ValueError(f"{self.start_file} holds a grid {stored.shape[1:]}, "
+                                 f"not {(self.nx, self.ny)}")
+            self.f[:, lo - self.x0 + 1:hi - self.x0 + 1, 1:-1] = stored[:, lo:hi]
+        self.jet = 0.0
+        self.advance(int(self.rng.integers(0, 13)) * self.substeps)
+        self.t = 0
+        self.sums = np.zeros(2)
+        return self._observe()
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, Status]:
+        """One control step with the jets' target speed a JET_MAX U_mean; collective."""
+        a = float(np.clip(np.asarray(action, np.float64).ravel()[0], -1.0, 1.0))
+        start, target = self.jet, a * JET_MAX * self.u_mean_lat
+        total = np.zeros(2)
+        for s in range(self.substeps):
+            self.jet = start + (target - start) * (s + 1) / self.substeps
+            total += self.advance(1)[0]
+        self.last = total / self.substeps
+        self.sums += self.last
+        self.t += 1
+        reward = C_D_REF - self.last[0] - 0.2 * abs(self.last[1])
+        status = Status.TRUNCATED if self.t >= HORIZON else Status.CONTINUE
+        return self._observe(), float(reward), status
+
+    def step_values(self) -> tuple[float, float]:
+        """Mean c_D, c_L over the last control step."""
+        return float(self.last[0]), float(self.last[1])
+
+    def episode_values(self) -> tuple[float, float]:
+        """Mean c_D, c_L over the episode."""
+        m = self.sums / max(self.t, 1)
+        return float(m[0]), float(m[1])
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="CylinderJets start state")
+    parser.add_argument("--make-start", action="store_true", required=True)
+    parser.add_argument("--resolution", type=int, default=20)
+    parser.add_argument("--path", default="", help="default: ~/.cache/hpc_refer/...")
+    args = parser.parse_args()
+    path = args.path or start_path(args.resolution)
+    print(make_start(path, args.resolution))
+
+
+if __name__ == "__main__":
+    main()
