@@ -77,3 +77,26 @@ def test_a_blow_up_is_a_floating_point_error(start):
     with pytest.raises(FloatingPointError):
         for _ in range(20):
             env.step(np.array([1.0]))
+
+
+@pytest.mark.mpi(min_size=2)
+def test_multi_rank_episode_equals_the_single_rank_one(tmp_path_factory):
+    """Observations, rewards and metrics of a few controlled steps over the team's slabs
+    equal those of one rank (the probes and forces are team sums: round-off)."""
+    from hpc_refer.parallel import world_team
+
+    team = world_team()
+    path = cj.make_start(tmp_path_factory.mktemp("cj") / "start.h5", N, duration=6.0)
+
+    def episode(t):
+        env = cj.CylinderJets(t, resolution=N, start_file=str(path))
+        out = [env.reset(1)]
+        for a in (0.5, -1.0, 1.0):
+            obs, reward, _ = env.step(np.array([a]))
+            out += [obs, np.array([reward, *env.step_values()])]
+        return out
+
+    got = episode(team)
+    if team.rank == 0:
+        for g, w in zip(got, episode(None), strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-9)
