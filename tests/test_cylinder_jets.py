@@ -82,14 +82,18 @@ def test_a_blow_up_is_a_floating_point_error(start):
 @pytest.mark.mpi(min_size=2)
 def test_multi_rank_episode_equals_the_single_rank_one(tmp_path_factory):
     """Observations, rewards and metrics of a few controlled steps over the team's slabs
-    equal those of one rank (the probes and forces are team sums: round-off)."""
+    equal those of one rank (the probes and forces are team sums: round-off); the slabs cut
+    through the cylinder and the probes (columns 40, 80, ...)."""
     from hpc_refer.parallel import world_team
 
     team = world_team()
     path = cj.make_start(tmp_path_factory.mktemp("cj") / "start.h5", N, duration=6.0)
 
+    cuts = tuple(range(40, 40 * team.size, 40))
+
     def episode(t):
-        env = cj.CylinderJets(t, resolution=N, start_file=str(path))
+        env = cj.CylinderJets(t, resolution=N, start_file=str(path),
+                              split_at=cuts if t is not None else None)
         out = [env.reset(1)]
         for a in (0.5, -1.0, 1.0):
             obs, reward, _ = env.step(np.array([a]))

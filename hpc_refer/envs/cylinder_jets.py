@@ -83,7 +83,9 @@ def make_start(path: str | Path, resolution: int = 20, duration: float = START_T
 
 
 class CylinderJets(Flow2D):
-    """The DFG 2D-2 flow controlled by two zero-net-flux jets; collective over the team."""
+    """The DFG 2D-2 flow controlled by two zero-net-flux jets; collective over the team.
+    ``start_file``: the HDF5 start state (default :func:`start_path`); ``split_at``: the
+    slabs' first columns (see :class:`~hpc_refer.envs.flow2d.Flow2D`)."""
 
     obs_dim = N_PROBES
     act_dim = 1
@@ -93,9 +95,9 @@ class CylinderJets(Flow2D):
     step_metrics = ("cD", "cL")
 
     def __init__(self, team: Team | None = None, resolution: int = 20,
-                 start_file: str = "") -> None:
+                 start_file: str = "", split_at: tuple[int, ...] | None = None) -> None:
         super().__init__(team, resolution=resolution, reynolds=REYNOLDS,
-                         u_max_lattice=U_LATTICE)
+                         u_max_lattice=U_LATTICE, split_at=split_at)
         self.start_file = Path(start_file) if start_file else start_path(resolution)
         self.substeps = max(1, round(DT_CONTROL / self.dt))
         self.wall = self._jet_links()
