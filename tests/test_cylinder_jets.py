@@ -58,6 +58,11 @@ def test_episode_interface_and_metrics(start):
         assert reward == pytest.approx(cj.C_D_REF - cd - 0.2 * abs(cl), abs=1e-12)
         assert status == (Status.TRUNCATED if t == cj.HORIZON - 1 else Status.CONTINUE)
     assert env.episode_values()[0] == pytest.approx(np.mean(drags), rel=1e-12)
+    assert env.episode_field().shape == (cj.HORIZON + 1, cj.N_PROBES)
+    np.testing.assert_array_equal(env.episode_field()[-1], obs)
+    w = env.vorticity()
+    assert w is not None and w.shape == (env.nx, env.ny)
+    assert w[: 3 * N].max() > 1 and w[: 3 * N].min() < -1  # the shear layers, both signs
     assert 2.5 < np.mean(drags) < 4.0  # coarse-grid drag of the shedding flow
     # the same seed starts at the same phase: the same first observation
     again = cj.CylinderJets(resolution=N, start_file=str(start))

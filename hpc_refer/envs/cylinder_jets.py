@@ -24,7 +24,9 @@ y in {0.14, 0.18, 0.22, 0.26} (nearest nodes). Reward, in Rabault's form,
 r = C_D_REF - <c_D> - 0.2 |<c_L>|, with <.> the mean over the control step and
 C_D_REF = 3.2 (about the uncontrolled mean). Episodes last HORIZON = 80 control steps (2 time
 units, 6 periods) and end TRUNCATED. Step metrics ``cD``, ``cL`` (control-step means) and
-episode metrics ``cD``, ``cL`` (episode means).
+episode metrics ``cD``, ``cL`` (episode means); the episode's field is the probes' pressure
+history, and :meth:`~hpc_refer.envs.flow2d.Flow2D.vorticity` gives the vorticity field (team
+rank 0) for snapshots.
 
 Start: every episode starts from a developed shedding state stored in HDF5, made once by
 ``python -m hpc_refer.envs.cylinder_jets --make-start [--resolution N]`` (12 time units from a
@@ -93,6 +95,7 @@ class CylinderJets(Flow2D):
     high = np.ones(1)
     episode_metrics = ("cD", "cL")
     step_metrics = ("cD", "cL")
+    field_label = "wake pressure (probe, control step)"
 
     def __init__(self, team: Team | None = None, resolution: int = 20,
                  start_file: str = "", split_at: tuple[int, ...] | None = None) -> None:
@@ -110,6 +113,7 @@ class CylinderJets(Flow2D):
         self.t = 0
         self.last = np.zeros(2)
         self.sums = np.zeros(2)
+        self.history: list[np.ndarray] = []
 
     def _jet_links(self) -> np.ndarray:
         """Bouzidi moving-wall terms of the slots' links per unit peak jet speed."""
@@ -157,7 +161,9 @@ class CylinderJets(Flow2D):
         self.advance(int(self.rng.integers(0, 13)) * self.substeps)
         self.t = 0
         self.sums = np.zeros(2)
-        return self._observe()
+        obs = self._observe()
+        self.history = [obs]
+        return obs
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, Status]:
         """One control step with the jets' target speed a JET_MAX U_mean; collective."""
@@ -172,7 +178,9 @@ class CylinderJets(Flow2D):
         self.t += 1
         reward = C_D_REF - self.last[0] - 0.2 * abs(self.last[1])
         status = Status.TRUNCATED if self.t >= HORIZON else Status.CONTINUE
-        return self._observe(), float(reward), status
+        obs = self._observe()
+        self.history.append(obs)
+        return obs, float(reward), status
 
     def step_values(self) -> tuple[float, float]:
         """Mean c_D, c_L over the last control step."""
@@ -182,6 +190,10 @@ class CylinderJets(Flow2D):
         """Mean c_D, c_L over the episode."""
         m = self.sums / max(self.t, 1)
         return float(m[0]), float(m[1])
+
+    def episode_field(self) -> np.ndarray:
+        """The probes' pressures over the episode, shape (control steps + 1, N_PROBES)."""
+        return np.stack(self.history) if self.history else np.zeros((0, N_PROBES), np.float32)
 
     def close(self) -> None:
         """Nothing to release."""

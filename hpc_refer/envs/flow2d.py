@@ -231,6 +231,16 @@ class Flow2D:
         shape = (self.nx, self.ny)
         return full[0].reshape(shape), full[1].reshape(shape), full[2].reshape(shape)
 
+    def vorticity(self) -> np.ndarray | None:
+        """Vorticity du_y/dx - du_x/dy in units of U_mean / D, shape (nx, ny), on team rank 0
+        (None elsewhere; collective): central differences of the gathered velocity."""
+        fields = self.fields()
+        if fields is None:
+            return None
+        _, ux, uy = fields
+        scale = self.resolution / self.u_mean_lat
+        return (np.gradient(uy, axis=0) - np.gradient(ux, axis=1)) * scale
+
 
 def equilibrium(rho: np.ndarray, ux: np.ndarray, uy: np.ndarray) -> np.ndarray:
     """Incompressible D2Q9 equilibrium f^eq_k = w_k (rho + 3 c_k.u + 9/2 (c_k.u)^2 - 3/2 u^2),
