@@ -141,6 +141,12 @@ def markdown(payload: dict) -> str:
              f"D2Q9 TRT lattice Boltzmann, Bouzidi cylinder; {payload['ranks']} rank(s); "
              f"{m['cpu']}, {m['cores']} cores, load {payload['load_start']} at the start, "
              f"{payload['load_end']} at the end; {payload['date']}.", "",
+             "Method (hpc_refer/envs/flow2d.py): N nodes per diameter, nodes half a spacing "
+             "from the straight walls; incompressible equilibrium (He & Luo), TRT collision "
+             "with Lambda = 3/16, halfway bounce-back on the walls, Bouzidi interpolated "
+             "bounce-back on the cylinder, Ladd velocity bounce-back at the inlet, "
+             "anti-bounce-back at p = 0 at the outlet, forces by momentum exchange. Columns "
+             "split over the ranks with one halo column exchanged per step.", "",
              "2D-1 (Re = 20), u_lat = 0.2, means over t in [12, 24] s:", "",
              "| N (nodes/D) | nodes | c_D | c_L | wall s |", "|---|---|---|---|---|"]
     for r in payload["runs"]["2D-1"]:
