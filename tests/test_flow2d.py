@@ -64,6 +64,7 @@ def test_2d1_at_coarse_resolution():
     -12 % (bench/turek.py: both converge to the band as N grows)."""
     flow = Flow2D(resolution=20, reynolds=20.0, u_max_lattice=0.1)
     c = flow.advance(round(16 / flow.dt))[-round(8 / flow.dt):]
+    assert flow.coefficients() == tuple(c[-1])
     cd, cl = c.mean(axis=0)
     assert 5.57 < cd < 5.65
     assert 0.0088 < cl < 0.0112

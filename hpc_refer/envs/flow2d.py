@@ -208,11 +208,6 @@ class Flow2D:
             raise FloatingPointError(f"Flow2D blew up before step {self.steps}")
         return coeffs
 
-    @property
-    def time(self) -> float:
-        """Physical time t = steps x dt."""
-        return self.steps * self.dt
-
     def coefficients(self) -> tuple[float, float]:
         """(c_D, c_L) of the last step."""
         return float(self.latest[0]), float(self.latest[1])
