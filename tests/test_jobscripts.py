@@ -38,12 +38,15 @@ DOWN = ROOT / ".ci" / "slurm" / "down.sh"
 SCRIPTS = sorted({*ROOT.glob("jobscripts/**/*.sh"), *ROOT.glob("jobscripts/**/*.sbatch"),
                   *ROOT.glob(".ci/slurm/*.sh")})
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
-# A tiny but complete training: 600 Pendulum steps (3 episodes), learning from step 300.
+# A tiny but complete training: 600 Pendulum steps, learning from step 300.
 STEPS = 600
 SMALL = ["--replay.size", "600", "--replay.learn-start", "300", "--vracer.batch", "32",
          "--vracer.hidden", "16,16", "--log-every", "200", "--chunk-len", "50"]
 """A run of STEPS = 600 steps: actors take exactly their share of the steps, so chunks of 50
 (not the default 1000, a whole share) let the learner start training before the end."""
+PENDULUM = [*SMALL, "--env.max_episode_steps", "50"]
+"""Pendulum's episodes cut at 50 steps (gymnasium.make's keyword, through the [env] table):
+every actor finishes episodes, however the 600 steps are shared among them."""
 
 pytestmark = pytest.mark.mpi_skip
 
@@ -473,7 +476,7 @@ def test_local_script_rejects_a_world_that_does_not_fit(tmp_path):
 
 
 def test_local_script_trains_with_mpirun(tmp_path):
-    proc = run_local(tmp_path, 2, *SMALL, LEARNERS="1", RANKS_PER_ENV="1", RUN_DIR="run")
+    proc = run_local(tmp_path, 2, *PENDULUM, LEARNERS="1", RANKS_PER_ENV="1", RUN_DIR="run")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "mpirun -n 2 " in proc.stdout and "--learners 1 --ranks-per-env 1" in proc.stdout
     run_dir = tmp_path / "run"
@@ -564,7 +567,7 @@ def check_run_dir(run_dir, name, learners, ranks_per_env, world, launch):
 
 
 def test_sbatch_trains_with_srun_one_learner_three_actors(slurm, tmp_path):
-    proc, name = sbatch(tmp_path, 4, *SMALL, LEARNERS="1", RANKS_PER_ENV="1", RUN_DIR="run",
+    proc, name = sbatch(tmp_path, 4, *PENDULUM, LEARNERS="1", RANKS_PER_ENV="1", RUN_DIR="run",
                         SRUN_ARGS="")  # task/none in the CI slurm.conf: no --cpu-bind
     assert proc.returncode == 0, proc.stdout + proc.stderr
     check_run_dir(tmp_path / "run", name, 1, 1, 4, "srun --mpi=pmix --ntasks=4")
@@ -572,7 +575,7 @@ def test_sbatch_trains_with_srun_one_learner_three_actors(slurm, tmp_path):
 
 
 def test_sbatch_trains_with_mpirun_two_learners(slurm, tmp_path):
-    proc, name = sbatch(tmp_path, 4, *SMALL, LEARNERS="2", RANKS_PER_ENV="1",
+    proc, name = sbatch(tmp_path, 4, *PENDULUM, LEARNERS="2", RANKS_PER_ENV="1",
                         LAUNCHER="mpirun", MPIRUN_ARGS="--bind-to none")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     runs = list((tmp_path / "runs").iterdir())  # default: runs/<ENV>-L<L>-K<K>-job<id>
@@ -627,7 +630,7 @@ def test_sbatch_requeues_a_preempted_run_and_finishes_it(slurm, tmp_path):
         subprocess.run(["scancel", "--signal=USR1", "--batch", job], check=True)
         signalled.append(job)
 
-    proc, name = sbatch(tmp_path, 4, *SMALL, during=preempt, timeout=480, STEPS=str(steps),
+    proc, name = sbatch(tmp_path, 4, *PENDULUM, during=preempt, timeout=480, STEPS=str(steps),
                         LEARNERS="1", RANKS_PER_ENV="1", RUN_DIR="run", SRUN_ARGS="")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (run_dir / "state.txt").read_text().strip() == "finished"
@@ -648,7 +651,7 @@ def test_sbatch_requeues_a_preempted_run_and_finishes_it(slurm, tmp_path):
     episodes = read_episodes(run_dir)
     ends = [int(e["env_step"]) for e in episodes]
     assert ends == sorted(ends)
-    assert {int(e["length"]) for e in episodes} == {200}  # Pendulum: whole episodes, none twice
+    assert {int(e["length"]) for e in episodes} == {50}  # whole episodes (cut at 50), none twice
     assert len(episodes) >= steps // 200 - 2 * 3  # at most one open episode per actor and run
     assert {int(e["rank"]) for e in episodes} <= {1, 2, 3}
 

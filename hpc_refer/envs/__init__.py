@@ -129,6 +129,7 @@ __all__ = [
 BUILTIN = {
     "Diffusion1D": "hpc_refer.envs.diffusion:Diffusion1D",
     "KS": "hpc_refer.envs.ks:KuramotoSivashinsky",
+    "CylinderJets": "hpc_refer.envs.cylinder_jets:CylinderJets",
 }
 
 
