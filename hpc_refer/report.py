@@ -36,6 +36,7 @@ import json
 import re
 import sys
 import time
+import tomllib
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,7 @@ class Run:
         self.name = path.resolve().name
         self.label = run_label(path)
         self.config_text = (path / "config.toml").read_text()
+        self.config = tomllib.loads(self.config_text)
         self.records = _read_jsonl(path / "train.jsonl")
         self.episodes = _read_csv(path / "episodes.csv")
         state = path / "state.txt"
@@ -102,9 +104,7 @@ class Run:
 
     def config_value(self, table: str, key: str) -> Any:
         """``[table] key`` of the run's config.toml (None where absent)."""
-        import tomllib
-
-        return tomllib.loads(self.config_text).get(table, {}).get(key)
+        return self.config.get(table, {}).get(key)
 
 
 def _per_env(directory: Path, suffix: str) -> list[Path]:

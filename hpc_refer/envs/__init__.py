@@ -197,12 +197,18 @@ def _parameters(cls: type) -> tuple[list[inspect.Parameter], bool]:
     return named, var_kw
 
 
-def _coerce_param(cls: type, p: inspect.Parameter, value: Any) -> Any:
-    """``value`` as the type the constructor's annotation (or default) of ``p`` says."""
+def _annotations(cls: type) -> dict[str, Any]:
+    """The constructor's resolved annotations ({} when they cannot be resolved: the
+    defaults' types are used then)."""
     try:
-        hints = typing.get_type_hints(inspect.unwrap(cls).__init__)  # type: ignore[misc]
+        return typing.get_type_hints(inspect.unwrap(cls).__init__)  # type: ignore[misc]
     except Exception:  # unresolvable annotations: fall back to the default's type
-        hints = {}
+        return {}
+
+
+def _coerce_param(cls: type, hints: dict[str, Any], p: inspect.Parameter, value: Any) -> Any:
+    """``value`` as the type the constructor's annotation (``hints``) or default of ``p``
+    says."""
     kind = hints.get(p.name)
     if kind is None and p.default is not inspect.Parameter.empty and p.default is not None:
         kind = type(p.default)
@@ -241,7 +247,8 @@ def solver_params(env_id: str, params: Mapping[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"{cls.__name__} needs env.{missing[0]} (--env.{missing[0]} VALUE): "
                           f"its required parameters are {', '.join(missing)}")
     by_name = {p.name: p for p in named}
-    return {k: _coerce_param(cls, by_name[k], v) if k in by_name else v
+    hints = _annotations(cls)
+    return {k: _coerce_param(cls, hints, by_name[k], v) if k in by_name else v
             for k, v in params.items()}
 
 

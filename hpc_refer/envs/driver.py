@@ -157,6 +157,10 @@ class _Answer(NamedTuple):
     """ERROR: what went wrong."""
 
 
+NO_VALUES = np.zeros(0)
+"""The step values of a solver without ``step_metrics`` (one array, not one per step)."""
+
+
 def _attempt(env: Any, call: str, arg: Any, obs_dim: int, check: bool,
              deadline: float | None, step_names: tuple[str, ...] = ()) -> _Answer:
     """One rank's part of ``env.<call>(arg)`` (call: ``reset`` or ``step``), its answer
@@ -171,7 +175,7 @@ def _attempt(env: Any, call: str, arg: Any, obs_dim: int, check: bool,
             return _Answer(_Outcome.OK)
         if call == "reset":
             return _Answer(_Outcome.OK, check_state(answer, obs_dim))
-        values = check_values(env.step_values(), step_names) if step_names else np.zeros(0)
+        values = check_values(env.step_values(), step_names) if step_names else NO_VALUES
         return _Answer(_Outcome.OK, (check_step(answer, obs_dim), values))
     except EnvironmentFinished:
         return _Answer(_Outcome.FINISHED)
