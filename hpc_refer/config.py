@@ -123,6 +123,21 @@ class BatchScaling(StrEnum):
     PER_LEARNER = "per-learner"
 
 
+class CompileMode(StrEnum):
+    """Whether the learner's gradient step runs as one compiled graph (``torch.compile``):
+    ``on``, ``off`` (eager autograd and torch's Adam), or ``auto``: on when the run owes at
+    least :data:`COMPILE_AUTO_STEPS` gradient steps (compiling takes 5-20 s, which the
+    compiled step repays after roughly that many steps)."""
+
+    AUTO = "auto"
+    ON = "on"
+    OFF = "off"
+
+
+COMPILE_AUTO_STEPS = 20_000
+"""Gradient steps from which ``run.compile = auto`` compiles the step."""
+
+
 class Exploration(StrEnum):
     """DDPG's behaviour noise: Gaussian N(m(s), sigma^2) (needed by ReF-ER), or
     Ornstein-Uhlenbeck (plain ER only: its mu is not the stored Gaussian)."""
@@ -169,6 +184,13 @@ class RunConfig:
     run_dir: str = _opt("", "run directory; empty: runs/<env>-<algo>-<mode>-seed<seed>[-k]")
     log_every: int = _opt(10_000, "environment steps between metric records and progress lines")
     threads: int = _opt(1, "torch threads per process (1 is fastest for these network sizes)")
+    compile: CompileMode = _opt(
+        CompileMode.AUTO,
+        "the learner's gradient step (forward, losses, backward, Adam) as one compiled graph: "
+        "on, off (eager), or auto (on for runs of at least 20,000 gradient steps); where "
+        "compilation fails the step falls back to eager with one log line",
+        _choices(CompileMode),
+    )
     learners: int = _opt(1, "MPI: number L of learner ranks (world = L + E x ranks_per_env)")
     ranks_per_env: int = _opt(1, "MPI: ranks K of each environment team (actor + K-1 solver)")
     chunk_len: int = _opt(
@@ -217,6 +239,7 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         _enum_field(self, "action_bounds", ActionBounds)
+        _enum_field(self, "compile", CompileMode)
         _require(self.algorithm in ALGORITHM_NAMES, "run.algorithm", self.algorithm,
                  ", ".join(ALGORITHM_NAMES))
         _require(self.steps > 0, "run.steps", self.steps, "integers > 0")
