@@ -37,7 +37,7 @@ def importance_ratio(log_pi: torch.Tensor, log_mu: torch.Tensor) -> torch.Tensor
     return torch.exp(torch.clamp(log_pi - log_mu, -LOG_RHO_CLIP, LOG_RHO_CLIP))
 
 
-def near_policy(rho: torch.Tensor, c_max: float) -> torch.Tensor:
+def near_policy(rho: torch.Tensor, c_max: float | torch.Tensor) -> torch.Tensor:
     """Near-policy test of Sec. 3: 1/c_max < rho < c_max (boolean mask, no gradient)."""
     rho = rho.detach()
     return (rho > 1.0 / c_max) & (rho < c_max)
@@ -62,7 +62,8 @@ def beta_update(beta: float, far_fraction: float, D: float, eta: float) -> float
 
 
 def refer_loss(
-    objective: torch.Tensor, penalty: torch.Tensor, near: torch.Tensor, beta: float,
+    objective: torch.Tensor, penalty: torch.Tensor, near: torch.Tensor,
+    beta: float | torch.Tensor,
     mode: ReferMode, weight: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Minibatch loss whose gradient is eq. 10 with Rule 1.

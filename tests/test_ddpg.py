@@ -13,7 +13,7 @@ import torch
 from torch.distributions import Normal, kl_divergence
 
 from hpc_refer.algorithms import ALGORITHMS, make_algorithm
-from hpc_refer.algorithms.base import ReferTerms
+from hpc_refer.algorithms.base import ReferTerms, TensorBatch
 from hpc_refer.algorithms.ddpg import (
     DDPG,
     actor_loss,
@@ -146,7 +146,7 @@ def test_networks_behaviour_and_evaluate():
 def test_rule1_far_sample_gives_no_actor_or_critic_gradient(mode):
     algo = make_algo(mode)
     batch = make_batch(algo, n=2, far=(1,))
-    _, stats, rho, _ = algo.losses(batch, terms())
+    _, stats, rho, *_ = algo.losses(batch, terms())
     assert 1 / C_MAX < rho[0] < C_MAX and rho[1] < 1 / C_MAX, "row 0 near, row 1 far"
     torch.testing.assert_close(stats["near_fraction"].float().mean(), torch.tensor(0.5))
     a_far, c_far = grads(algo, rows(batch, [1]), terms(1.0))
@@ -184,7 +184,7 @@ def test_rule1_far_sample_keeps_only_the_kl_gradient():
 def test_rule2_actor_gradient_is_beta_g_dpg_minus_one_minus_beta_g_d(mode):
     algo = make_algo(mode)
     batch = make_batch(algo, n=6, offset=0.5)
-    _, _, rho, _ = algo.losses(batch, terms())
+    _, _, rho, *_ = algo.losses(batch, terms())
     assert ((rho > 1 / C_MAX) & (rho < C_MAX)).all(), "all near"
     obs = torch.from_numpy(batch.obs)
     # g_DPG = grad_w 1/B sum_k Q(s_k, m_w(s_k)) (eq. 3); g_D = grad_w 1/B sum_k KL_k (eq. 11).
@@ -208,7 +208,7 @@ def test_kl_direction_option():
     algo = DDPG(OBS, ACT, DDPGConfig(hidden=(8,)), ReferConfig(kl_direction="pi_mu"), 0)
     batch = make_batch(algo, n=3, offset=0.5)
     batch = batch._replace(mu_std=np.full_like(batch.mu_std, 0.3))
-    _, stats, _, _ = algo.losses(batch, terms(0.5))
+    _, stats, *_ = algo.losses(batch, terms(0.5))
     mean = algo.actor(torch.from_numpy(batch.obs)).detach()
     ref = kl_divergence(Normal(mean, 0.2), Normal(torch.from_numpy(batch.mu_mean), 0.3))
     torch.testing.assert_close(stats["kl"], ref.sum(-1))
@@ -227,7 +227,7 @@ def test_actor_loss_gives_no_gradient_to_the_critic():
     batch = make_batch(algo)
     _, g_critic = grads(algo, batch, terms())
     q = algo.critic(obs, torch.from_numpy(batch.act))
-    l_q = critic_loss(algo.targets(batch), q).mean()
+    l_q = critic_loss(algo.targets(TensorBatch.of(batch)), q).mean()
     torch.testing.assert_close(g_critic, param_grad(l_q, algo.critic))
 
 

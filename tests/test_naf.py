@@ -130,7 +130,7 @@ def test_td_loss_by_hand_uses_the_target_network():
     assert algo.net(torch.ones(1, OBS))[0] != algo.target(torch.ones(1, OBS))[0]
     batch = make_batch(algo, [False, True, False, False, True, False])
     assert batch.done.sum() == 2
-    loss, stats, error, _ = algo.losses(batch, ReferTerms(1.0, 2.0, 1.0))
+    loss, stats, _, _, error = algo.losses(batch, ReferTerms(1.0, 2.0, 1.0))
     with torch.no_grad():
         v, m, tril = (t.double().numpy() for t in algo.net(torch.from_numpy(batch.obs)))
         v_next = algo.target(torch.from_numpy(batch.next_obs))[0].double().numpy()
@@ -154,7 +154,7 @@ def test_rule_1_far_sample_gives_no_td_gradient(mode):
     perturb(algo.net, seed=2)
     batch = make_batch(algo, [True])
     terms = ReferTerms(1.0, 2.0, 1.0)  # beta = 1: the KL term has weight 0 in every mode
-    loss, stats, _, rho = algo.losses(batch, terms)
+    loss, stats, rho, *_ = algo.losses(batch, terms)
     assert rho[0] < 1.0 / terms.c_max and stats["near_fraction"].item() == 0.0
     largest = max(g.abs().max().item() for g in grads(algo, loss))
     if mode in ("refer", "refer1"):

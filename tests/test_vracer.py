@@ -97,7 +97,7 @@ def test_far_sample_gives_no_gradient_through_the_network(mode):
     algo = VRacer(4, 2, VRacerConfig(hidden=(8,)), ReferConfig(mode=mode, beta_init=1.0), 0)
     batch = far_and_near_batch(algo)
     terms = ReferTerms(beta=1.0, c_max=5.0, lr_factor=1.0)
-    loss, stats, _, rho = algo.losses(batch._replace(**{
+    loss, stats, rho, *_ = algo.losses(batch._replace(**{
         k: getattr(batch, k)[1:] for k in Batch._fields}), terms)
     assert rho[0] < 1.0 / terms.c_max, "the sample is far-policy"
     algo.net.zero_grad()

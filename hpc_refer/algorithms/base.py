@@ -9,10 +9,15 @@ networks, optimizers and losses and answers the learner through :class:`Algorith
 ``behaviour_policy``   a fresh copy of the module actors sample from: ``policy(s)`` returns
                        the mean and std of the Gaussian behaviour mu(.|s) (class method)
 ``policy_params``      the learner's behaviour module as one flat vector, for the actors
+``loss_terms``         the minibatch loss of a :class:`TensorBatch` at the step's beta and
+                       c_max, with its diagnostics (:class:`Losses`): the algorithm's maths,
+                       a pure function of its modules' parameters
+``after_step``         what follows each optimizer step (target networks' Polyak update)
 ``train_step``         one gradient step on a :class:`~hpc_refer.replay.Batch`, given the
-                       step's :class:`ReferTerms`; returns a :class:`StepResult`: named
-                       statistics, and per sampled row rho_k, V_w(s_k) (or None) and the
-                       error that prioritized replay ranks rows by
+                       step's :class:`ReferTerms` (base class: eager autograd and Adam, or
+                       the same step compiled, :mod:`hpc_refer.algorithms.compiled`); returns
+                       a :class:`StepResult`: named statistics, and per sampled row rho_k,
+                       V_w(s_k) (or None) and the error that prioritized replay ranks rows by
 ``evaluate``           V_w(s) (or None) and log pi_w(a|s) of stored rows (ingest, refresh)
 ``values``             V_w(s) of rows without action (bootstrap states of V-tbc)
 ``set_input_scaling``  the state normalisation computed by the learner from the replay
@@ -29,6 +34,7 @@ means one new module with a subclass of :class:`Algorithm` and one line in
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
@@ -48,7 +54,10 @@ from hpc_refer.parallel import Reducer, SerialReducer
 from hpc_refer.replay import Batch
 
 if TYPE_CHECKING:
+    from hpc_refer.algorithms.compiled import CompiledStep
     from hpc_refer.records import StateTree
+
+LOG = logging.getLogger(__name__)
 
 
 class ReferTerms(NamedTuple):
@@ -60,6 +69,45 @@ class ReferTerms(NamedTuple):
     """Near-policy bound of eq. 13."""
     lr_factor: float
     """eta(t) / eta0 of eq. 13 (1 with plain ER): every optimizer's learning rate is scaled."""
+
+
+class TensorBatch(NamedTuple):
+    """A :class:`~hpc_refer.replay.Batch` as torch tensors sharing its numpy memory (the
+    rows' indices left out): what :meth:`Algorithm.loss_terms` reads."""
+
+    obs: torch.Tensor
+    act: torch.Tensor
+    mu_mean: torch.Tensor
+    mu_std: torch.Tensor
+    log_mu: torch.Tensor
+    rew: torch.Tensor
+    next_obs: torch.Tensor
+    done: torch.Tensor
+    q_ret: torch.Tensor | None
+    weight: torch.Tensor
+
+    @classmethod
+    def of(cls, batch: Batch) -> TensorBatch:
+        """The tensors of ``batch`` (no copy)."""
+        t = torch.from_numpy
+        return cls(t(batch.obs), t(batch.act), t(batch.mu_mean), t(batch.mu_std),
+                   t(batch.log_mu), t(batch.rew), t(batch.next_obs), t(batch.done),
+                   None if batch.q_ret is None else t(batch.q_ret), t(batch.weight))
+
+
+class Losses(NamedTuple):
+    """What an algorithm's loss gives for one minibatch."""
+
+    loss: torch.Tensor
+    """The minibatch loss whose gradient is the step (eq. 10 with Rule 1 under ReF-ER)."""
+    stats: dict[str, torch.Tensor]
+    """Named per-sample diagnostics (their minibatch means are logged)."""
+    rho: torch.Tensor
+    """rho_k = pi_w(a_k|s_k) / mu_k(a_k|s_k) (detached)."""
+    value: torch.Tensor | None
+    """V_w(s_k) (detached) for algorithms with V-tbc, else None."""
+    error: torch.Tensor
+    """Per-sample error that prioritized replay ranks rows by (detached)."""
 
 
 class StepResult(NamedTuple):
@@ -195,6 +243,7 @@ class Algorithm(ABC):
         self.optimizers: dict[str, tuple[torch.optim.Optimizer, float]] = {}
         """name -> (optimizer, initial learning rate)."""
         self._flat_grad: np.ndarray | None = None
+        self._compiled: CompiledStep | None = None
 
     @classmethod
     @abstractmethod
@@ -208,8 +257,58 @@ class Algorithm(ABC):
         """The learner's behaviour module, whose parameters the actors receive."""
 
     @abstractmethod
+    def loss_terms(self, batch: TensorBatch, beta: float | torch.Tensor,
+                   c_max: float | torch.Tensor) -> Losses:
+        """The minibatch loss at ReF-ER's ``beta`` and ``c_max`` (floats, or 0-d tensors in
+        the compiled step) and its diagnostics; torch operations only, no host
+        synchronisation, no branch on tensor values."""
+
+    def losses(self, batch: Batch, terms: ReferTerms) -> Losses:
+        """:meth:`loss_terms` of a numpy minibatch at this step's terms."""
+        return self.loss_terms(TensorBatch.of(batch), terms.beta, terms.c_max)
+
+    def after_step(self) -> None:  # noqa: B027 (a hook: most algorithms have nothing to do)
+        """Work after each optimizer step (none here; target networks in DDPG and NAF)."""
+
+    def use_compiled_step(self, enabled: bool) -> None:
+        """Take gradient steps through :class:`~hpc_refer.algorithms.compiled.CompiledStep`
+        (compiled on the first step) or, with ``enabled`` False, eagerly."""
+        from hpc_refer.algorithms.compiled import CompiledStep
+
+        self._compiled = CompiledStep(self) if enabled else None
+
+    @property
+    def compiled_step(self) -> CompiledStep | None:
+        """The compiled step in use, or None (eager)."""
+        return self._compiled
+
     def train_step(self, batch: Batch, terms: ReferTerms) -> StepResult:
-        """One gradient step on ``batch`` (all learners take it together)."""
+        """One gradient step on ``batch`` (all learners take it together): the compiled step
+        if enabled and available, else autograd on :meth:`losses` and :meth:`apply_gradients`;
+        then :meth:`after_step`. A compiled step that cannot be built falls back to the eager
+        one with one log line."""
+        if self._compiled is not None:
+            from hpc_refer.algorithms.compiled import CompileUnavailableError
+
+            try:
+                means, rho, value, error = self._compiled(TensorBatch.of(batch), terms)
+            except CompileUnavailableError as err:
+                LOG.warning("%s: compiled learner step unavailable (%s); using the eager "
+                            "step", self.name, err)
+                self._compiled = None
+            else:
+                self.after_step()
+                return self._result(minibatch_means(means), rho, value, error)
+        out = self.losses(batch, terms)
+        self.apply_gradients(out.loss, terms)
+        self.after_step()
+        return self._result(minibatch_means(out.stats), out.rho, out.value, out.error)
+
+    @staticmethod
+    def _result(stats: dict[str, float], rho: torch.Tensor, value: torch.Tensor | None,
+                error: torch.Tensor) -> StepResult:
+        return StepResult(stats, rho.numpy(), None if value is None else value.numpy(),
+                          error.numpy())
 
     @torch.no_grad()
     def evaluate(self, obs: np.ndarray, act: np.ndarray
@@ -293,16 +392,17 @@ class Algorithm(ABC):
             opt.zero_grad(set_to_none=True)
         loss.backward()
         if self.reducer.size > 1:
-            self._average_gradients()
+            self.average_gradients_([p.grad for opt, _ in self.optimizers.values()
+                                     for g in opt.param_groups for p in g["params"]
+                                     if p.grad is not None])
         for opt, lr0 in self.optimizers.values():
             for group in opt.param_groups:
                 group["lr"] = lr0 * terms.lr_factor
             opt.step()
 
-    def _average_gradients(self) -> None:
-        """Average the gradients of all learners with one reduction of one flat vector."""
-        grads = [p.grad for opt, _ in self.optimizers.values() for g in opt.param_groups
-                 for p in g["params"] if p.grad is not None]
+    def average_gradients_(self, grads: list[torch.Tensor]) -> None:
+        """Average ``grads`` in place over all learners with one reduction of one flat
+        vector."""
         size = sum(g.numel() for g in grads)
         if self._flat_grad is None or self._flat_grad.size != size:
             self._flat_grad = np.zeros(size, np.float32)

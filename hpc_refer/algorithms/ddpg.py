@@ -33,14 +33,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from hpc_refer.algorithms.base import (
-    Algorithm,
-    ReferTerms,
-    StepResult,
-    kl_penalty,
-    minibatch_means,
-    polyak_,
-)
+from hpc_refer.algorithms.base import Algorithm, Losses, TensorBatch, kl_penalty, polyak_
 from hpc_refer.config import AlgorithmConfig, DDPGConfig, ReferConfig
 from hpc_refer.networks import (
     BehaviourPolicy,
@@ -51,7 +44,6 @@ from hpc_refer.networks import (
 )
 from hpc_refer.parallel import Reducer
 from hpc_refer.refer import importance_ratio, near_policy, refer_loss
-from hpc_refer.replay import Batch
 
 
 def td_target(rew: torch.Tensor, done: torch.Tensor, gamma: float,
@@ -177,41 +169,33 @@ class DDPG(Algorithm):
         return out
 
     @torch.no_grad()
-    def targets(self, batch: Batch) -> torch.Tensor:
+    def targets(self, batch: TensorBatch) -> torch.Tensor:
         """y_k of eq. 2 from the target networks."""
-        next_obs = torch.from_numpy(batch.next_obs)
-        q_next = self.target_critic(next_obs, self.target_actor(next_obs))
-        return td_target(torch.from_numpy(batch.rew), torch.from_numpy(batch.done),
-                         self.ddpg.gamma, q_next)
+        q_next = self.target_critic(batch.next_obs, self.target_actor(batch.next_obs))
+        return td_target(batch.rew, batch.done, self.ddpg.gamma, q_next)
 
-    def losses(self, batch: Batch, terms: ReferTerms
-               ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+    def loss_terms(self, batch: TensorBatch, beta: float | torch.Tensor,
+                   c_max: float | torch.Tensor) -> Losses:
         """ReF-ER loss of a minibatch, its diagnostics, rho_k and the TD errors y_k - Q (both
         detached, before the step)."""
-        obs, act, mu_mean, mu_std, log_mu, weight = (
-            torch.from_numpy(x) for x in (batch.obs, batch.act, batch.mu_mean, batch.mu_std,
-                                          batch.log_mu, batch.weight)
-        )
+        obs, act, weight = batch.obs, batch.act, batch.weight
         mode = self.refer_config.mode
         y = self.targets(batch)
         q = self.critic(obs, act)
         mean = self.actor(obs)
         sigma = self.actor.sigma
-        rho = importance_ratio(gaussian_log_prob(act, mean, sigma), log_mu).detach()
-        near = near_policy(rho, terms.c_max)
+        rho = importance_ratio(gaussian_log_prob(act, mean, sigma), batch.log_mu).detach()
+        near = near_policy(rho, c_max)
         l_q = critic_loss(y, q)
         l_mu = actor_loss(self.q_of_policy(obs, mean))
-        kl = kl_penalty(mu_mean, mu_std, mean, sigma, self.refer_config.kl_direction)
+        kl = kl_penalty(batch.mu_mean, batch.mu_std, mean, sigma, self.refer_config.kl_direction)
         keep = near.to(l_q.dtype) if mode.rule1 else torch.ones_like(l_q)
-        loss = (refer_loss(l_mu, kl, near, terms.beta, mode, weight)
-                + (keep * weight * l_q).mean())
+        loss = refer_loss(l_mu, kl, near, beta, mode, weight) + (keep * weight * l_q).mean()
         stats = {"loss_q": l_q, "loss_mu": l_mu, "kl": kl, "near_fraction": near,
                  "q": q}
-        return loss, stats, rho, (y - q).detach()
+        return Losses(loss, stats, rho, None, (y - q).detach())
 
-    def train_step(self, batch: Batch, terms: ReferTerms) -> StepResult:
-        loss, stats, rho, error = self.losses(batch, terms)
-        self.apply_gradients(loss, terms)
+    def after_step(self) -> None:
+        """The targets follow: w' <- (1 - tau) w' + tau w for the actor and the critic."""
         polyak_(self.target_actor, self.actor, self.ddpg.tau)
         polyak_(self.target_critic, self.critic, self.ddpg.tau)
-        return StepResult(minibatch_means(stats), rho.numpy(), None, error.numpy())

@@ -29,14 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hpc_refer.algorithms.base import (
-    Algorithm,
-    ReferTerms,
-    StepResult,
-    kl_penalty,
-    minibatch_means,
-    polyak_,
-)
+from hpc_refer.algorithms.base import Algorithm, Losses, TensorBatch, kl_penalty, polyak_
 from hpc_refer.config import AlgorithmConfig, NAFConfig, ReferConfig
 from hpc_refer.networks import (
     BehaviourPolicy,
@@ -47,7 +40,6 @@ from hpc_refer.networks import (
 )
 from hpc_refer.parallel import Reducer
 from hpc_refer.refer import importance_ratio, near_policy
-from hpc_refer.replay import Batch
 
 
 def lower_triangular(entries: torch.Tensor, act_dim: int) -> torch.Tensor:
@@ -87,19 +79,20 @@ def q_loss(target: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return 0.5 * (target.detach() - q).pow(2)
 
 
-def beta_scaled(mean: torch.Tensor, beta: float) -> torch.Tensor:
+def beta_scaled(mean: torch.Tensor, beta: float | torch.Tensor) -> torch.Tensor:
     """m_beta = beta m + (1 - beta) sg(m): the value of m, its gradient scaled by beta.
 
     (sg = stop-gradient.) Used inside Q, it makes the TD gradient that flows into w through
     the mean output beta * grad L_Q, and leaves the gradient through V and L untouched.
+    (A tensor beta, as in the compiled step, always takes the formula, which is exact at 1.)
     """
-    if beta == 1.0:
+    if not isinstance(beta, torch.Tensor) and beta == 1.0:
         return mean
     return beta * mean + (1.0 - beta) * mean.detach()
 
 
 def naf_refer_loss(l_q: torch.Tensor, kl: torch.Tensor | None, keep: torch.Tensor,
-                   beta: float, weight: torch.Tensor) -> torch.Tensor:
+                   beta: float | torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """Eq. 10 on NAF's outputs, as the minibatch loss
 
         1/B sum_k w_k [ keep_k L_Q,k(V, m_beta, L) + (1 - beta) KL_k(m) ]
@@ -190,37 +183,33 @@ class NAF(Algorithm):
     def behaviour(self) -> BehaviourPolicy:
         return self.net
 
-    def losses(self, batch: Batch, terms: ReferTerms
-               ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
-        """ReF-ER loss of a minibatch (:func:`naf_refer_loss`), its diagnostics, and the
-        pre-step TD error y_k - Q_w(s_k, a_k) and rho_k (detached)."""
-        obs, act, mu_mean, mu_std, log_mu, rew, next_obs, done, weight = (
-            torch.from_numpy(x) for x in (batch.obs, batch.act, batch.mu_mean, batch.mu_std,
-                                          batch.log_mu, batch.rew, batch.next_obs, batch.done,
-                                          batch.weight)
-        )
+    def loss_terms(self, batch: TensorBatch, beta: float | torch.Tensor,
+                   c_max: float | torch.Tensor) -> Losses:
+        """ReF-ER loss of a minibatch (:func:`naf_refer_loss`), its diagnostics, rho_k and the
+        pre-step TD error y_k - Q_w(s_k, a_k) (detached)."""
+        act = batch.act
         mode = self.refer_config.mode
-        beta = terms.beta if mode.rule2 else 1.0
-        value, mean, tril = self.net(obs)
+        if not mode.rule2:
+            beta = 1.0
+        value, mean, tril = self.net(batch.obs)
         sigma = self.net.sigma
-        rho = importance_ratio(gaussian_log_prob(act, mean.detach(), sigma), log_mu)
-        near = near_policy(rho, terms.c_max)
+        rho = importance_ratio(gaussian_log_prob(act, mean.detach(), sigma), batch.log_mu)
+        near = near_policy(rho, c_max)
         keep = near.to(value.dtype) if mode.rule1 else torch.ones_like(value)
         with torch.no_grad():
-            y = td_target(rew, done, self.target(next_obs)[0], self.config.gamma)
+            y = td_target(batch.rew, batch.done, self.target(batch.next_obs)[0],
+                          self.config.gamma)
         q = naf_q(value, beta_scaled(mean, beta), tril, act)
         l_q = q_loss(y, q)
-        kl = (kl_penalty(mu_mean, mu_std, mean, sigma, self.refer_config.kl_direction)
-              if mode.rule2 else None)
-        loss = naf_refer_loss(l_q, kl, keep, beta, weight)
+        kl = (kl_penalty(batch.mu_mean, batch.mu_std, mean, sigma,
+                         self.refer_config.kl_direction) if mode.rule2 else None)
+        loss = naf_refer_loss(l_q, kl, keep, beta, batch.weight)
         stats = {"loss_q": l_q, "q": q, "v": value}
         if kl is not None:
             stats["kl"] = kl
         stats["near_fraction"] = near
-        return loss, stats, (y - q).detach(), rho.detach()
+        return Losses(loss, stats, rho.detach(), None, (y - q).detach())
 
-    def train_step(self, batch: Batch, terms: ReferTerms) -> StepResult:
-        loss, stats, error, rho = self.losses(batch, terms)
-        self.apply_gradients(loss, terms)
+    def after_step(self) -> None:
+        """The target follows: w' <- (1 - tau) w' + tau w."""
         polyak_(self.target, self.net, self.config.tau)
-        return StepResult(minibatch_means(stats), rho.numpy(), None, error.numpy())

@@ -20,18 +20,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hpc_refer.algorithms.base import (
-    Algorithm,
-    ReferTerms,
-    StepResult,
-    kl_penalty,
-    minibatch_means,
-)
+from hpc_refer.algorithms.base import Algorithm, Losses, TensorBatch, kl_penalty
 from hpc_refer.config import AlgorithmConfig, ReferConfig, VRacerConfig
 from hpc_refer.networks import BehaviourPolicy, GaussianPolicyValueNet, gaussian_log_prob
 from hpc_refer.parallel import Reducer
 from hpc_refer.refer import importance_ratio, near_policy, refer_loss
-from hpc_refer.replay import Batch
 
 
 def policy_loss(
@@ -86,32 +79,23 @@ class VRacer(Algorithm):
     def behaviour(self) -> BehaviourPolicy:
         return self.net
 
-    def losses(self, batch: Batch, terms: ReferTerms
-               ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
-        """ReF-ER loss of a minibatch (eq. 10 over eqs. 5 and 9), its diagnostics, and
-        V_w(s_k), rho_k (detached)."""
+    def loss_terms(self, batch: TensorBatch, beta: float | torch.Tensor,
+                   c_max: float | torch.Tensor) -> Losses:
+        """ReF-ER loss of a minibatch (eq. 10 over eqs. 5 and 9), its diagnostics, V_w(s_k),
+        rho_k and the error Q-ret_k - V_w(s_k) (detached)."""
         assert batch.q_ret is not None, "V-RACER needs Q-ret: a replay with retrace"
-        obs, act, mu_mean, mu_std, log_mu, q_ret, weight = (
-            torch.from_numpy(x) for x in (batch.obs, batch.act, batch.mu_mean, batch.mu_std,
-                                          batch.log_mu, batch.q_ret, batch.weight)
-        )
-        value, mean, std = self.net(obs)
-        log_pi = gaussian_log_prob(act, mean, std)
-        rho = importance_ratio(log_pi, log_mu)
-        near = near_policy(rho, terms.c_max)
+        q_ret = batch.q_ret
+        value, mean, std = self.net(batch.obs)
+        log_pi = gaussian_log_prob(batch.act, mean, std)
+        rho = importance_ratio(log_pi, batch.log_mu)
+        near = near_policy(rho, c_max)
         l_pi = policy_loss(rho, q_ret, value, log_pi)
         l_v = value_loss(rho, q_ret, value)
-        kl = kl_penalty(mu_mean, mu_std, mean, std, self.refer_config.kl_direction)
-        loss = refer_loss(l_pi + l_v, kl, near, terms.beta, self.refer_config.mode, weight)
+        kl = kl_penalty(batch.mu_mean, batch.mu_std, mean, std, self.refer_config.kl_direction)
+        loss = refer_loss(l_pi + l_v, kl, near, beta, self.refer_config.mode, batch.weight)
         stats = {"loss_pi": l_pi, "loss_v": l_v, "kl": kl, "near_fraction": near}
-        return loss, stats, value.detach(), rho.detach()
-
-    def train_step(self, batch: Batch, terms: ReferTerms) -> StepResult:
-        loss, stats, value, rho = self.losses(batch, terms)
-        self.apply_gradients(loss, terms)
-        v = value.numpy()
-        assert batch.q_ret is not None
-        return StepResult(minibatch_means(stats), rho.numpy(), v, batch.q_ret - v)
+        value = value.detach()
+        return Losses(loss, stats, rho.detach(), value, q_ret - value)
 
     @torch.no_grad()
     def evaluate(self, obs: np.ndarray, act: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

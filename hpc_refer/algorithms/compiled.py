@@ -1,0 +1,238 @@
+"""The learner's gradient step as one compiled graph (issue 11): forward, losses, backward and
+Adam in a single ``torch.compile``-d function.
+
+At the sizes of the paper's networks (2 x 128, B = 256) an eager step on one core spends more
+time in torch's per-operation overhead (dispatch, autograd bookkeeping, one kernel per
+elementwise operation of the losses, Adam's parameter loop) than in its nine small matrix
+products. Here the step is written functionally,
+
+    g, aux = grad_w L(w; batch, beta, c_max)        (torch.func.grad over the algorithm's
+                                                     own :meth:`Algorithm.loss_terms`)
+    w <- Adam(w, g)                                  (:func:`adam_`)
+
+and compiled once (``dynamic=False``: the minibatch size is fixed): the elementwise work of
+the losses and their gradients is fused into a few C++ loops, the autograd graph is built at
+compile time, and Adam updates the parameters in the same graph. The losses are the
+algorithm's named functions, traced, not rewritten, so the compiled step follows the eager
+one (autograd and ``torch.optim.Adam``) to float32 round-off (tests/test_compiled_step.py).
+
+Adam's moments and step counts stay in the algorithm's ``torch.optim.Adam`` objects, in the
+layout torch's fused Adam uses, so checkpoints are the same whichever path wrote them. beta,
+c_max and the learning rates enter as 0-d tensors (a new value is not a new graph). With
+several learners the step is two graphs, the gradient and Adam, with the gradients averaged
+between them through the algorithm's reducer (MPI stays outside the graph).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+from torch.func import functional_call, grad
+
+from hpc_refer.algorithms.base import Algorithm, Losses, ReferTerms, TensorBatch
+
+StepOutput = tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor | None, torch.Tensor]
+"""Per-step results: the diagnostics' minibatch means, rho_k, V_w(s_k) (or None), the
+error."""
+
+Aux = dict[str, Any]
+"""The loss's auxiliary outputs inside the graph: ``stats`` (name -> minibatch mean),
+``rho``, ``error`` and, for algorithms with V-tbc, ``value``."""
+
+
+def adam_(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: list[torch.Tensor],
+          exp_avg_sqs: list[torch.Tensor], step: torch.Tensor, lr: torch.Tensor,
+          betas: tuple[float, float], eps: float, weight_decay: float) -> None:
+    """One Adam step in place (Kingma & Ba 2015, Algorithm 1, as ``torch.optim.Adam``):
+
+        g <- g + lambda w                      (L2 weight decay lambda, if any)
+        m <- beta1 m + (1 - beta1) g,   v <- beta2 v + (1 - beta2) g^2,   t <- t + 1
+        w <- w - eta / (1 - beta1^t) m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+
+    ``step`` holds t (one counter for the group), ``lr`` holds eta.
+    """
+    beta1, beta2 = betas
+    step.add_(1.0)
+    bias1 = 1.0 - beta1**step
+    bias2_sqrt = (1.0 - beta2**step).sqrt()
+    for w, g, m, v in zip(params, grads, exp_avgs, exp_avg_sqs, strict=True):
+        if weight_decay:
+            g = g + weight_decay * w
+        m.lerp_(g, 1.0 - beta1)
+        v.mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
+        w.sub_(lr / bias1 * m / (v.sqrt() / bias2_sqrt + eps))
+
+
+class _LossModule(nn.Module):
+    """The algorithm's modules under one root, whose forward is the algorithm's loss: what
+    ``functional_call`` needs to evaluate the loss at given parameter values."""
+
+    def __init__(self, algo: Algorithm) -> None:
+        super().__init__()
+        self.parts = nn.ModuleDict(algo.modules)
+        self.loss_terms = algo.loss_terms
+
+    def forward(self, batch: TensorBatch, beta: torch.Tensor, c_max: torch.Tensor
+                ) -> tuple[torch.Tensor, Aux]:
+        out: Losses = self.loss_terms(batch, beta, c_max)
+        aux = {"stats": {k: v.detach().float().mean() for k, v in out.stats.items()},
+               "rho": out.rho, "error": out.error}
+        if out.value is not None:  # torch.func's auxiliary outputs are tensors only
+            aux["value"] = out.value
+        return out.loss, aux
+
+
+class _Group:
+    """One optimizer's parameters (by name under :class:`_LossModule`) and Adam state."""
+
+    def __init__(self, opt: torch.optim.Optimizer, lr0: float, names: dict[int, str]) -> None:
+        if not isinstance(opt, torch.optim.Adam) or len(opt.param_groups) != 1:
+            raise TypeError("the compiled step supports one torch.optim.Adam group per "
+                            f"optimizer, not {type(opt).__name__}")
+        group = opt.param_groups[0]
+        if group["amsgrad"] or group["maximize"]:
+            raise TypeError("the compiled step does not support amsgrad or maximize")
+        self.opt, self.lr0, self.group = opt, lr0, group
+        self.params: list[torch.Tensor] = list(group["params"])
+        self.names = [names[id(p)] for p in self.params]
+        self.lr = torch.tensor(float(group["lr"]))
+
+    def state(self) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
+        """m and v of every parameter and the group's step t, created as torch's fused Adam
+        creates them if no step was taken yet (so ``state_dict`` stays torch's)."""
+        state = self.opt.state
+        for p in self.params:
+            if not state[p]:
+                state[p].update(step=torch.zeros((), dtype=torch.float32),
+                                exp_avg=torch.zeros_like(p, memory_format=torch.preserve_format),
+                                exp_avg_sq=torch.zeros_like(p,
+                                                            memory_format=torch.preserve_format))
+        steps = [state[p]["step"] for p in self.params]
+        return ([state[p]["exp_avg"] for p in self.params],
+                [state[p]["exp_avg_sq"] for p in self.params], steps[0])
+
+    def sync_steps(self, t: torch.Tensor) -> None:
+        """Give every parameter the group's step count (torch keeps one per parameter)."""
+        for p in self.params[1:]:
+            self.opt.state[p]["step"].copy_(t)
+
+
+class CompiledStep:
+    """The compiled gradient step of ``algo`` (see the module's docstring).
+
+    The first call compiles (seconds); a failure to compile (no C++ compiler, an
+    unsupported operation) raises :class:`CompileUnavailableError` with the reason, before any
+    parameter changed.
+    """
+
+    def __init__(self, algo: Algorithm) -> None:
+        self.algo = algo
+        self.root = _LossModule(algo)
+        names = {id(p): n for n, p in self.root.named_parameters()}
+        self.groups = [_Group(opt, lr0, names) for opt, lr0 in algo.optimizers.values()]
+        self.params = {n: p.detach() for g in self.groups
+                       for n, p in zip(g.names, g.params, strict=True)}
+        """Aliases of the parameters outside autograd (Adam updates them in place; loading a
+        state dict copies into the same storage)."""
+        self.beta = torch.zeros(())
+        self.c_max = torch.zeros(())
+        self.compiled = False
+        self.compile_seconds = 0.0
+        self._grad = grad(self._loss, has_aux=True)
+        self._fused = torch.compile(self._fused_step, dynamic=False)
+        self._grads = torch.compile(self._gradients, dynamic=False)
+        self._adam = torch.compile(self._adam_all, dynamic=False)
+
+    def _loss(self, params: dict[str, torch.Tensor], batch: TensorBatch, beta: torch.Tensor,
+              c_max: torch.Tensor) -> tuple[torch.Tensor, Aux]:
+        out: tuple[torch.Tensor, Aux] = functional_call(self.root, params,
+                                                               (batch, beta, c_max))
+        return out
+
+    def _gradients(self, params: dict[str, torch.Tensor], batch: TensorBatch,
+                   beta: torch.Tensor, c_max: torch.Tensor
+                   ) -> tuple[dict[str, torch.Tensor], Aux]:
+        grads, aux = self._grad(params, batch, beta, c_max)
+        return grads, aux
+
+    def _adam_all(self, params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor],
+                  states: list[tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]],
+                  lrs: list[torch.Tensor]) -> None:
+        for group, (m, v, t), lr in zip(self.groups, states, lrs, strict=True):
+            hp = group.group
+            adam_([params[n] for n in group.names], [grads[n] for n in group.names], m, v, t,
+                  lr, hp["betas"], hp["eps"], hp["weight_decay"])
+
+    def _fused_step(self, params: dict[str, torch.Tensor], batch: TensorBatch,
+                    beta: torch.Tensor, c_max: torch.Tensor,
+                    states: list[tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]],
+                    lrs: list[torch.Tensor]) -> Aux:
+        grads, aux = self._gradients(params, batch, beta, c_max)
+        self._adam_all(params, grads, states, lrs)
+        return aux
+
+    def __call__(self, batch: TensorBatch, terms: ReferTerms) -> StepOutput:
+        """One step: the eager path's ``losses`` + ``apply_gradients``, compiled."""
+        self.beta.fill_(terms.beta)
+        self.c_max.fill_(terms.c_max)
+        for g in self.groups:
+            g.group["lr"] = g.lr0 * terms.lr_factor
+            g.lr.fill_(g.group["lr"])
+        params = self.params
+        states = [g.state() for g in self.groups]
+        lrs = [g.lr for g in self.groups]
+        start = time.perf_counter()
+        try:
+            if self.algo.reducer.size == 1:
+                aux = self._run(self._fused, params, batch, self.beta, self.c_max, states, lrs)
+            else:
+                grads, aux = self._run(self._grads, params, batch, self.beta, self.c_max)
+                self.algo.average_gradients_(list(grads.values()))
+                self._run(self._adam, params, grads, states, lrs)
+        finally:
+            if not self.compiled:
+                self.compile_seconds = time.perf_counter() - start
+        self.compiled = True
+        for g, (_, _, t) in zip(self.groups, states, strict=True):
+            g.sync_steps(t)
+        return aux["stats"], aux["rho"], aux.get("value"), aux["error"]
+
+    def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Call a compiled function; before the first success, a failure is
+        :class:`CompileUnavailableError`."""
+        if self.compiled:
+            return fn(*args)
+        try:
+            with warnings.catch_warnings(), _quiet_compiler():
+                warnings.filterwarnings("ignore", category=FutureWarning, module="torch")
+                return fn(*args)
+        except Exception as err:  # any failure of tracing or of the C++ build
+            first = (str(err).strip().splitlines() or [""])[0]
+            raise CompileUnavailableError(f"{type(err).__name__}: {first}") from err
+
+
+@contextlib.contextmanager
+def _quiet_compiler() -> Iterator[None]:
+    """Silence the compiler's own warnings (deprecations, the kept temporary directory of a
+    failed build): a failure is reported once, by the caller."""
+    loggers = [logging.getLogger(name) for name in ("torch._dynamo", "torch._inductor")]
+    levels = [log.level for log in loggers]
+    for log in loggers:
+        log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for log, level in zip(loggers, levels, strict=True):
+            log.setLevel(level)
+
+
+class CompileUnavailableError(RuntimeError):
+    """``torch.compile`` could not build the step here (the reason is the message)."""
+

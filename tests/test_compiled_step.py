@@ -1,0 +1,201 @@
+"""The compiled learner step (issue 11): the same numbers as the eager step (autograd and
+torch's Adam) to float32 round-off for V-RACER, DDPG and NAF, through one learner's fused
+graph and through the several-learner path; the same optimizer state in checkpoints; a
+fallback to the eager step with one log line where compiling fails; and ``run.compile``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from hpc_refer.algorithms import compiles, make_algorithm
+from hpc_refer.algorithms.base import Algorithm, ReferTerms
+from hpc_refer.config import COMPILE_AUTO_STEPS, build_config
+from hpc_refer.networks import gaussian_log_prob
+from hpc_refer.replay import Batch
+
+OBS, ACT = 5, 2
+
+
+def make_batch(algo: Algorithm, n: int, seed: int) -> Batch:
+    """Rows around the current policy: actions N(m(s), (0.5 sigma_k)^2) from a behaviour whose
+    mean is off by a row-dependent amount (some rows near, some far at c_max = 2), PER-like
+    weights, a few terminal rows."""
+    rng = np.random.default_rng(seed)
+    obs = rng.standard_normal((n, OBS)).astype(np.float32)
+    with torch.no_grad():
+        mean, std = algo.behaviour.policy(torch.from_numpy(obs))
+    mean = mean.numpy()
+    mu_std = np.broadcast_to(std.numpy(), mean.shape).astype(np.float32)
+    mu_mean = (mean + rng.uniform(0, 2, (n, 1)) * mu_std).astype(np.float32)
+    act = (mu_mean + 0.5 * mu_std * rng.standard_normal(mean.shape)).astype(np.float32)
+    log_mu = gaussian_log_prob(*(torch.from_numpy(x) for x in (act, mu_mean, mu_std))).numpy()
+    f32 = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+    return Batch(np.arange(n), obs, act, mu_mean, mu_std, log_mu, f32(n), f32(n, OBS),
+                 (rng.random(n) < 0.1).astype(np.float32),
+                 f32(n) if algo.retrace else None,
+                 rng.uniform(0.3, 1.0, n).astype(np.float32))
+
+
+class OtherLearner:
+    """A reducer of two learners whose other learner's gradient is a fixed vector: the
+    average is (g + g_other) / 2, so a step that skipped the reduction would differ."""
+
+    size = 2
+
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.other: np.ndarray | None = None
+
+    def average_(self, flat: np.ndarray) -> None:
+        if self.other is None:
+            self.other = (1e-2 * self.rng.standard_normal(flat.size)).astype(np.float32)
+        flat += self.other
+        flat *= np.float32(0.5)
+
+    def sum(self, values: np.ndarray) -> np.ndarray:
+        return values
+
+
+def pair(name: str, reducer_seed: int | None = None) -> tuple[Algorithm, Algorithm]:
+    """An eager and a compiled algorithm with the same networks (and reducers alike)."""
+    config = build_config({"run": {"algorithm": name, "compile": "off"},
+                           name: {"hidden": [16, 16], "batch": 32}})
+    algos = []
+    for compiled in (False, True):
+        reducer = None if reducer_seed is None else OtherLearner(reducer_seed)
+        algo = make_algorithm(config, OBS, ACT, seed=3, reducer=reducer)  # type: ignore[arg-type]
+        algo.set_input_scaling(np.full(OBS, 0.1), np.full(OBS, 1.5))
+        algo.use_compiled_step(compiled)
+        algos.append(algo)
+    return algos[0], algos[1]
+
+
+def assert_same_state(eager: Algorithm, compiled: Algorithm) -> None:
+    for k, module in eager.modules.items():
+        for (n, a), b in zip(module.state_dict().items(),
+                             compiled.modules[k].state_dict().values(), strict=True):
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=f"{k}.{n}")
+    for k, (opt, _) in eager.optimizers.items():
+        sa, sb = opt.state_dict(), compiled.optimizers[k][0].state_dict()
+        assert sa["param_groups"] == sb["param_groups"], k
+        assert sa["state"].keys() == sb["state"].keys(), k
+        for i, s in sa["state"].items():
+            assert s.keys() == sb["state"][i].keys()
+            for key, value in s.items():
+                assert value.dtype == sb["state"][i][key].dtype, (k, i, key)
+                torch.testing.assert_close(sb["state"][i][key], value, rtol=1e-4, atol=1e-8,
+                                           msg=f"{k} state {i} {key}")
+
+
+def take_steps(eager: Algorithm, compiled: Algorithm, steps: int) -> None:
+    for i in range(steps):
+        batch = make_batch(eager, 32, seed=i)
+        terms = ReferTerms(beta=0.9 - 0.1 * i, c_max=2.0 + 0.1 * i, lr_factor=1.0 - 0.05 * i)
+        want = eager.train_step(batch, terms)
+        got = compiled.train_step(batch, terms)
+        assert compiled.compiled_step is not None and compiled.compiled_step.compiled
+        assert got.stats.keys() == want.stats.keys()
+        for k in want.stats:
+            assert got.stats[k] == pytest.approx(want.stats[k], rel=1e-5, abs=1e-6), k
+        near = want.stats["near_fraction"]
+        assert 0.0 < near < 1.0, "the minibatch holds near and far rows"
+        np.testing.assert_allclose(got.rho, want.rho, rtol=1e-5)
+        np.testing.assert_allclose(got.error, want.error, rtol=1e-5, atol=1e-6)
+        if want.value is None:
+            assert got.value is None
+        else:
+            np.testing.assert_allclose(got.value, want.value, rtol=1e-5, atol=1e-6)
+    assert_same_state(eager, compiled)
+
+
+@pytest.mark.parametrize("name", ["vracer", "ddpg", "naf"])
+def test_compiled_step_equals_eager_step(name: str) -> None:
+    """Five steps with beta, c_max and the learning rate changing every step (no recompile
+    is needed for new values): outputs, parameters (targets included) and Adam's state
+    agree to round-off."""
+    eager, compiled = pair(name)
+    take_steps(eager, compiled, 5)
+
+
+def test_compiled_step_of_several_learners_averages_gradients() -> None:
+    """With L > 1 the step is two graphs around the reduction; the averaged gradient is the
+    one Adam applies."""
+    eager, compiled = pair("vracer", reducer_seed=7)
+    take_steps(eager, compiled, 3)
+    alone, _ = pair("vracer")
+    batch = make_batch(alone, 32, seed=0)
+    alone.train_step(batch, ReferTerms(0.9, 2.0, 1.0))
+    fresh, _ = pair("vracer", reducer_seed=7)
+    fresh.train_step(batch, ReferTerms(0.9, 2.0, 1.0))
+    differ = any(not torch.equal(a, b) for a, b in zip(alone.behaviour.state_dict().values(),
+                                                        fresh.behaviour.state_dict().values(),
+                                                        strict=True))
+    assert differ, "the other learner's gradient changes the step"
+
+
+def test_checkpoint_of_compiled_steps_restores_into_eager_steps() -> None:
+    """The compiled step keeps torch's Adam state layout: its checkpoint continues eagerly."""
+    eager, compiled = pair("ddpg")
+    take_steps(eager, compiled, 2)
+    resumed, _ = pair("ddpg")
+    resumed.restore_state(compiled.checkpoint_state())
+    batch = make_batch(eager, 32, seed=9)
+    terms = ReferTerms(0.8, 2.5, 0.9)
+    want, got = eager.train_step(batch, terms), resumed.train_step(batch, terms)
+    np.testing.assert_allclose(got.error, want.error, rtol=1e-5, atol=1e-6)
+    assert_same_state(eager, resumed)
+
+
+FALLBACK = """
+import numpy as np
+from hpc_refer.algorithms import make_algorithm
+from hpc_refer.algorithms.base import ReferTerms
+from hpc_refer.config import build_config
+from test_compiled_step import OBS, ACT, make_batch
+config = build_config({"run": {"compile": "on"}, "vracer": {"hidden": [8], "batch": 16}})
+algo = make_algorithm(config, OBS, ACT, seed=1)
+ref = make_algorithm(build_config({"run": {"compile": "off"},
+                                   "vracer": {"hidden": [8], "batch": 16}}), OBS, ACT, seed=1)
+for i in range(2):
+    batch = make_batch(ref, 16, seed=i)
+    a = algo.train_step(batch, ReferTerms(0.9, 2.0, 1.0))
+    b = ref.train_step(batch, ReferTerms(0.9, 2.0, 1.0))
+    assert np.array_equal(a.rho, b.rho) and a.stats == b.stats
+assert algo.compiled_step is None
+print("eager results")
+"""
+
+
+def test_without_a_compiler_the_step_falls_back_to_eager_with_one_line(tmp_path) -> None:
+    """No C++ compiler (CXX names a missing program, an empty compiler cache): one warning
+    line, then the eager step's exact numbers."""
+    env = {**os.environ, "CXX": "/nonexistent/c++", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path),
+           "PYTHONPATH": os.path.dirname(__file__)}
+    out = subprocess.run([sys.executable, "-c", FALLBACK], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "eager results"
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, out.stderr[-3000:]
+    assert lines[0].startswith("vracer: compiled learner step unavailable (")
+    assert lines[0].endswith("); using the eager step")
+
+
+@pytest.mark.parametrize(("mode", "steps", "want"), [
+    ("on", 1000, True), ("off", 10**7, False),
+    ("auto", 10**7, True), ("auto", COMPILE_AUTO_STEPS, False),
+])
+def test_run_compile_decides_whether_learners_compile(mode: str, steps: int,
+                                                      want: bool) -> None:
+    config = build_config({"run": {"compile": mode, "steps": steps},
+                           "replay": {"size": 2000, "learn_start": 1000}})
+    assert compiles(config) is want
+    edge = build_config({"run": {"compile": "auto", "steps": COMPILE_AUTO_STEPS + 1000},
+                         "replay": {"size": 2000, "learn_start": 1000}})
+    assert compiles(edge), "grad_ratio x (steps - replay start) = COMPILE_AUTO_STEPS compiles"
