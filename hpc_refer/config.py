@@ -232,6 +232,13 @@ class RunConfig:
         1, "record a solver's step_metrics every this many steps of an episode to "
         "RUN_DIR/series/env-<k>.h5"
     )
+    snapshot: str = _opt(
+        "", "episodes at whose end a solver with snapshot() (CylinderJets, Flow2D: the "
+        "vorticity) writes RUN_DIR/snapshots/env-<k>-episode-<n>.h5 and a .png of it: "
+        "comma-separated items, each an episode number n >= 1 of every environment (counted "
+        "from 1, evaluation episodes included) or every:K for episodes K, 2K, ...; e.g. "
+        "'1,every:200'; empty: none"
+    )
     report_every: int = _opt(
         0, "environment steps between rewrites of RUN_DIR/report.html (python -m "
         "hpc_refer.report; also written when the run ends); 0: no report during the run"
@@ -267,6 +274,27 @@ class RunConfig:
                  "integers >= 0 (0: no report)")
         _require(self.max_env_failures >= 1, "run.max_env_failures", self.max_env_failures,
                  "integers >= 1")
+        self.snapshot_rule(self.snapshot)
+
+    @staticmethod
+    def snapshot_rule(text: str) -> tuple[frozenset[int], tuple[int, ...]]:
+        """``run.snapshot`` parsed: (the listed episode numbers, the K of each every:K);
+        ConfigError naming the item otherwise."""
+        listed: set[int] = set()
+        every: list[int] = []
+        for item in filter(None, (x.strip() for x in text.split(","))):
+            head, _, tail = item.partition(":")
+            number = tail if head == "every" else item
+            _require(number.isdigit() and int(number) >= 1, "run.snapshot", text,
+                     f"comma-separated episode numbers >= 1 or every:K with K >= 1 (not "
+                     f"{item!r}), e.g. '1,every:200'; empty: none")
+            (every.append if head == "every" else listed.add)(int(number))
+        return frozenset(listed), tuple(every)
+
+    def snapshot_due(self, episode: int) -> bool:
+        """Whether ``run.snapshot`` chooses an environment's ``episode``-th episode (from 1)."""
+        listed, every = self.snapshot_rule(self.snapshot)
+        return episode in listed or any(episode % k == 0 for k in every)
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,15 @@ policy: the action is the mean m_w(s) of the behaviour Gaussian, mapped to the a
 like training does (``run.action_bounds``), nothing is learned or stored. A solver spanning
 K ranks (``run.ranks_per_env``) is evaluated under ``mpirun -n K``: rank 0 acts, the others
 follow the solver's calls. Prints one line per episode and the statistics, and writes them
-to ``RUN_DIR/evaluation.json`` (or ``--out``).
+to ``RUN_DIR/evaluation.json`` (or ``--out``). ``--snapshot RULE`` (the syntax of
+``run.snapshot``, episodes of this evaluation counted from 1) writes the solver's snapshots
+(CylinderJets: the vorticity, .h5 and .png) to ``RUN_DIR/evaluation-snapshots``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -56,12 +59,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", type=Path, help="policy file (default RUN_DIR/policy.h5)")
     parser.add_argument("--out", type=Path,
                         help="JSON file to write (default RUN_DIR/evaluation.json)")
+    parser.add_argument("--snapshot", default="",
+                        help="episodes whose end state the solver's snapshot() writes to "
+                        "RUN_DIR/evaluation-snapshots/env-0-episode-<n>.h5 and .png: episode "
+                        "numbers from 1 and/or every:K, comma-separated (run.snapshot's "
+                        "syntax); default none")
     args = parser.parse_args(argv)
     rank, size = world_rank_size()
     try:
         if args.episodes < 1:
             raise ConfigError(f"--episodes {args.episodes} is invalid: allowed are integers >= 1")
         config = build_config(load_toml(args.run_dir / "config.toml"))
+        snapshots = dataclasses.replace(config.run, snapshot=args.snapshot)
         if size != config.run.ranks_per_env:
             raise ConfigError(f"the run's solver spans run.ranks_per_env = "
                               f"{config.run.ranks_per_env} ranks: evaluate it under mpirun -n "
@@ -78,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
         serve_team(env_factory(SolverSpec.of(config, args.run_dir)), team)
         return 0
     timeout = config.run.env_step_timeout
-    env = make_driver(SolverSpec.of(config, args.run_dir), team, timeout=timeout)
+    env = make_driver(SolverSpec.of(config, args.run_dir), team, timeout=timeout,
+                      snapshot_dir=args.run_dir / "evaluation-snapshots",
+                      snapshot_due=snapshots.snapshot_due if args.snapshot else None)
     try:
         actor = Actor(env, net, config.run.action_bounds, args.seed, config.run.chunk_len,
                       max_failures=config.run.max_env_failures)

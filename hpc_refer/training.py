@@ -116,6 +116,8 @@ class IntervalStats:
     def reset(self, env_steps: int, grad_steps: int) -> None:
         self.sums: dict[str, float] = {}
         self.count = 0
+        self.idle = 0.0
+        """Seconds this learner spent blocked waiting for a message (nothing else to do)."""
         self.t0 = time.perf_counter()
         self.env0, self.grad0 = env_steps, grad_steps
 
@@ -137,6 +139,7 @@ class IntervalStats:
             "grad_step": learner.grad_steps,
             "env_steps_per_s": (env_steps - self.env0) / dt,
             "grad_steps_per_s": (learner.grad_steps - self.grad0) / dt,
+            "learner_busy": 1.0 - self.idle / dt,
             "beta": refer.beta,
             "c_max": refer.c_max,
             "lr": refer.learning_rate,
@@ -429,7 +432,12 @@ class LearnerLoop:
             self.new_episodes.append((actor, message.episode))
 
     def receive(self, block: bool) -> None:
+        """Handle the messages that arrived; with ``block``, wait for one first (the wait is
+        the learner's idle time, ``learner_busy`` of the interval records)."""
+        start = time.perf_counter()
         message = self.channel.poll(block)
+        if block:
+            self.interval.idle += time.perf_counter() - start
         while message is not None:
             self.handle(message)
             message = self.channel.poll(False)
@@ -713,12 +721,15 @@ def make_actor(config: Config, env: TeamDriver, index: int, source: int) -> Acto
 
 
 def outputs_of(config: Config, run_dir: Path | None) -> dict[str, Any]:
-    """Where actors save their solvers' episode fields (``RUN_DIR/fields``) and step series
-    (``RUN_DIR/series``), and the series' stride: :func:`~hpc_refer.envs.make_driver`'s
+    """Where actors save their solvers' episode fields (``RUN_DIR/fields``), step series
+    (``RUN_DIR/series``) and snapshots (``RUN_DIR/snapshots``, the episodes of
+    ``run.snapshot``), and the series' stride: :func:`~hpc_refer.envs.make_driver`'s
     keywords (nothing saved without a run directory)."""
     return {"field_dir": run_dir / "fields" if run_dir is not None else None,
             "series_dir": run_dir / "series" if run_dir is not None else None,
-            "series_stride": config.run.series_stride}
+            "series_stride": config.run.series_stride,
+            "snapshot_dir": run_dir / "snapshots" if run_dir is not None else None,
+            "snapshot_due": config.run.snapshot_due if config.run.snapshot else None}
 
 
 def train_local(config: Config, run: RunDirectory | None, run_dir: Path | None = None,

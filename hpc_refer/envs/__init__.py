@@ -278,18 +278,23 @@ def env_factory(spec: SolverSpec, index: int = 0) -> Callable[[Team | None], Any
 
 def make_driver(spec: SolverSpec, team: Team | None, *, index: int = 0, envs: int = 1,
                 timeout: float = 0.0, field_dir: Path | None = None,
-                series_dir: Path | None = None, series_stride: int = 1) -> TeamDriver:
+                series_dir: Path | None = None, series_stride: int = 1,
+                snapshot_dir: Path | None = None,
+                snapshot_due: Callable[[int], bool] | None = None) -> TeamDriver:
     """Team rank 0's driver of environment ``index`` (of ``envs``): the solver built from
     ``spec`` (an external one started or reached as its id says, and sent the parameters),
-    rebuilt by the same factory after a fault; ``timeout`` is ``run.env_step_timeout``."""
+    rebuilt by the same factory after a fault; ``timeout`` is ``run.env_step_timeout``, the
+    other keywords are :class:`TeamDriver`'s."""
+    outputs: dict[str, Any] = {
+        "field_dir": field_dir, "series_dir": series_dir, "series_stride": series_stride,
+        "snapshot_dir": snapshot_dir, "snapshot_due": snapshot_due}
     if is_external(spec.env_id):
         env = ExternalEnv(spec.env_id, index, envs, timeout, params=spec.params,
                           run_dir=spec.run_dir, seed=role_seed(spec.seed, SeedRole.SOLVER, index))
-        return TeamDriver(env, team, index=index, timeout=timeout, field_dir=field_dir,
-                          series_dir=series_dir, series_stride=series_stride)
+        return TeamDriver(env, team, index=index, timeout=timeout, **outputs)
     factory = env_factory(spec, index)
     return TeamDriver(factory(team), team, factory=factory, index=index, timeout=timeout,
-                      field_dir=field_dir, series_dir=series_dir, series_stride=series_stride)
+                      **outputs)
 
 
 def episode_metric_names(env_id: str) -> tuple[str, ...]:

@@ -25,8 +25,8 @@ r = C_D_REF - <c_D> - 0.2 |<c_L>|, with <.> the mean over the control step and
 C_D_REF = 3.2 (about the uncontrolled mean). Episodes last HORIZON = 80 control steps (2 time
 units, 6 periods) and end TRUNCATED. Step metrics ``cD``, ``cL`` (control-step means) and
 episode metrics ``cD``, ``cL`` (episode means); the episode's field is the probes' pressure
-history, and :meth:`~hpc_refer.envs.flow2d.Flow2D.vorticity` gives the vorticity field (team
-rank 0) for snapshots.
+history, and :meth:`~hpc_refer.envs.flow2d.Flow2D.snapshot` gives the vorticity and velocity
+fields (team rank 0) that ``--snapshot`` writes at the end of chosen episodes.
 
 Start: every episode starts from a developed shedding state stored in HDF5, made once by
 ``python -m hpc_refer.envs.cylinder_jets --make-start [--resolution N]`` (12 time units from a

@@ -3,7 +3,8 @@
 the solver interface in :mod:`hpc_refer.envs`), faults and timeouts turned into
 :class:`~hpc_refer.envs.interface.SolverFault`, :class:`~hpc_refer.envs.interface.SolverFailure`
 or :class:`~hpc_refer.envs.interface.SolverStartError`, the interface probed by the first reset
-and step, the step metrics recorded and the episode fields saved.
+and step, the step metrics recorded, the episode fields and the chosen episodes' snapshots
+saved.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import h5py
 import numpy as np
 
 from hpc_refer.config import ConfigError
@@ -157,6 +159,11 @@ class _Answer(NamedTuple):
     """ERROR: what went wrong."""
 
 
+SNAPSHOT = -2.0
+"""The payload [SNAPSHOT] of a RESET command asks the solver ranks for their part of
+``snapshot()`` instead of a reset (a reset's payload is its seed, or -1 for none);
+:class:`~hpc_refer.parallel.TeamCommand` has no command of its own for it."""
+
 NO_VALUES = np.zeros(0)
 """The step values of a solver without ``step_metrics`` (one array, not one per step)."""
 
@@ -223,7 +230,17 @@ class TeamDriver:
     ``field_dir`` where :meth:`end_episode` saves the solver's ``episode_field()`` (None: not
     saved), ``series_dir`` where the values of the solver's ``step_metrics`` are recorded
     every ``series_stride`` steps (:class:`~hpc_refer.series.StepSeries`; None: not
-    recorded).
+    recorded), ``snapshot_dir`` where :meth:`end_episode` writes the solver's ``snapshot()``
+    at the end of the episodes n (counted from 1) for which ``snapshot_due(n)`` is true
+    (``run.snapshot``; None: never).
+
+    Snapshots: a solver's optional ``snapshot()`` returns named 2-D arrays on team rank 0
+    (None on the other ranks: collective, every team rank calls it through the command
+    above), optionally with ``snapshot_extent`` (x_min, x_max, y_min, y_max) and
+    ``snapshot_circles`` ((x, y, radius), ...) for the picture. They are written to
+    ``snapshot_dir/env-<index>-episode-<n>.h5`` (one float64 dataset per name; attributes
+    ``episode``, ``env``, ``solver``) and the first array as a PNG of the same stem
+    (:func:`~hpc_refer.report.snapshot_png`).
 
     The first reset and step probe the interface: an answer of the wrong form then (a state
     of another shape or dtype, a reward that is not a real scalar, an unknown status, step
@@ -234,7 +251,9 @@ class TeamDriver:
     def __init__(self, env: Any, team: Team | None, *,
                  factory: Callable[[Team | None], Any] | None = None, index: int = 0,
                  timeout: float = 0.0, field_dir: Path | None = None,
-                 series_dir: Path | None = None, series_stride: int = 1) -> None:
+                 series_dir: Path | None = None, series_stride: int = 1,
+                 snapshot_dir: Path | None = None,
+                 snapshot_due: Callable[[int], bool] | None = None) -> None:
         self.env = env
         self.team = team if team is not None and team.size > 1 else None
         self._solver_team = team
@@ -259,6 +278,8 @@ class TeamDriver:
         """Why a team is out of step (a rank did not answer in time): it is not driven
         further."""
         self.field_dir = field_dir
+        self.snapshot_dir = snapshot_dir if snapshot_due is not None else None
+        self.snapshot_due = snapshot_due
         self.episodes_ended = 0
         self._probed = False
         """Whether a step was answered correctly (the interface probe passed)."""
@@ -429,12 +450,17 @@ class TeamDriver:
         self.env = self.factory(self._solver_team)
 
     def end_episode(self) -> tuple[float, ...]:
-        """What follows the end of an episode (on this rank only): its field saved when the
-        solver has ``episode_field()`` and a ``field_dir`` was given, then the solver's
-        ``episode_values()``, one per name of its ``episode_metrics``."""
+        """What follows the end of an episode: its field saved when the solver has
+        ``episode_field()`` and a ``field_dir`` was given, its snapshot when it is a chosen
+        episode (collective over the team), then the solver's ``episode_values()``, one per
+        name of its ``episode_metrics``."""
         self.episodes_ended += 1
         if self.field_dir is not None and hasattr(self.env, "episode_field"):
             self._save_field(self.field_dir)
+        if (self.snapshot_dir is not None and self.snapshot_due is not None
+                and hasattr(self.env, "snapshot") and not self._lost
+                and self.snapshot_due(self.episodes_ended)):
+            self._save_snapshot(self.snapshot_dir)
         if self.series is not None:
             self.series.flush()
         if not self.metric_names:
@@ -453,6 +479,36 @@ class TeamDriver:
         np.savez(tmp, field=field, label=str(getattr(self.env, "field_label", "field")),
                  episode=self.episodes_ended)
         tmp.replace(directory / f"env-{self.index}.npz")
+
+    def _save_snapshot(self, directory: Path) -> None:
+        """The solver's ``snapshot()``, taken by every team rank, written by this one (see
+        the class docstring); a file that cannot be written is reported, not raised."""
+        if self.team is not None:
+            self.team.send_command(TeamCommand.RESET, np.array([SNAPSHOT]))
+        arrays = self.env.snapshot()
+        if not arrays:
+            return
+        episode, solver = self.episodes_ended, type(self.env).__name__
+        stem = directory / f"env-{self.index}-episode-{episode}"
+        extent = getattr(self.env, "snapshot_extent", None)
+        circles = tuple(getattr(self.env, "snapshot_circles", ()))
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            tmp = stem.with_suffix(".tmp.h5")
+            with h5py.File(tmp, "w") as h5:
+                for name, array in arrays.items():
+                    h5[name] = np.asarray(array, np.float64)
+                h5.attrs.update(episode=episode, env=self.index, solver=solver)
+            tmp.replace(stem.with_suffix(".h5"))
+            from hpc_refer.report import snapshot_png  # matplotlib only where one is drawn
+
+            name, first = next(iter(arrays.items()))
+            snapshot_png(stem.with_suffix(".png"), name, np.asarray(first, np.float64),
+                         f"{solver}, env {self.index}, end of episode {episode}", extent,
+                         circles)
+        except OSError as err:
+            print(f"hpc_refer: {self.name}: snapshot of episode {episode} not written: {err}",
+                  file=sys.stderr, flush=True)
 
     def series_state(self) -> StateTree | None:
         """The step series' rows written and counters (flushed first); None without one."""
@@ -512,6 +568,9 @@ def serve_team(factory: Callable[[Team], Any], team: Team) -> None:
         if command is TeamCommand.REBUILD:
             _close_faulty(env, None)
             env = factory(team)
+            continue
+        if command is TeamCommand.RESET and payload[0] == SNAPSHOT:
+            env.snapshot()
             continue
         arg: Any = payload
         call = "step"

@@ -232,9 +232,33 @@ class Flow2D:
         fields = self.fields()
         if fields is None:
             return None
-        _, ux, uy = fields
+        return self._curl(fields[1], fields[2])
+
+    def _curl(self, ux: np.ndarray, uy: np.ndarray) -> np.ndarray:
+        """du_y/dx - du_x/dy of lattice velocities, in units of U_mean / D."""
         scale = self.resolution / self.u_mean_lat
         return (np.gradient(uy, axis=0) - np.gradient(ux, axis=1)) * scale
+
+    snapshot_extent = (0.0, LENGTH, 0.0, HEIGHT)
+    """The domain (x_min, x_max, y_min, y_max) the snapshot's arrays cover, for pictures."""
+    snapshot_circles = ((CENTRE[0], CENTRE[1], DIAMETER / 2),)
+    """The cylinder (x, y, radius), drawn on the snapshot's picture."""
+
+    def snapshot(self) -> dict[str, np.ndarray] | None:
+        """The flow now, on team rank 0 (None elsewhere; collective): ``vorticity`` (as
+        :meth:`vorticity`) and the velocity ``ux``, ``uy`` in units of U_mean, each (nx, ny)
+        indexed [x, y], NaN inside the cylinder."""
+        fields = self.fields()
+        if fields is None:
+            return None
+        _, ux, uy = fields
+        vort = self._curl(ux, uy)
+        n = self.resolution
+        g = np.arange(self.nx)[:, None] + 0.5 - 2 * n, np.arange(self.ny)[None, :] + 0.5 - 2 * n
+        inside = g[0] ** 2 + g[1] ** 2 < (n / 2) ** 2
+        return {name: np.where(inside, np.nan, a) for name, a in
+                (("vorticity", vort), ("ux", ux / self.u_mean_lat),
+                 ("uy", uy / self.u_mean_lat))}
 
 
 def equilibrium(rho: np.ndarray, ux: np.ndarray, uy: np.ndarray) -> np.ndarray:
