@@ -29,7 +29,7 @@ pytestmark = pytest.mark.mpi_skip
 
 SMALL = ["--replay.size", "2000", "--replay.learn-start", "300", "--vracer.batch", "32",
          "--vracer.hidden", "16,16", "--log-every", "200", "--chunk-len", "100"]
-TIMING = {"wall_s", "env_steps_per_s", "grad_steps_per_s"}
+TIMING = {"wall_s", "env_steps_per_s", "grad_steps_per_s", "learner_busy"}
 """Columns that hold wall-clock figures (the only ones a resumed run may change)."""
 
 

@@ -64,6 +64,10 @@ def test_two_actors_stop_at_exactly_the_steps_asked_for(in_tmp):
     assert done.returncode == 0, done.stderr[-3000:]
     assert last_record(in_tmp / "r")["env_step"] == 3000
     assert "steps 3000/3000 (100.0%)" in last_progress(in_tmp / "r")
+    records = [json.loads(x) for x in (in_tmp / "r" / "train.jsonl").read_text().splitlines()]
+    busy = [r["learner_busy"] for r in records]
+    assert all(0.0 <= b <= 1.0 for b in busy), busy
+    assert busy[0] < 1.0, f"before training starts the learner waits for its actors: {busy}"
 
 
 def test_two_learners_stop_at_exactly_the_steps_asked_for_and_after_a_restart(in_tmp):
