@@ -1,11 +1,13 @@
 """Learner benchmark (issue: foundation): ``python bench/bench_learner.py [--quick]``.
 
-1. Gradient steps/s of V-RACER + ReF-ER at B = 256 on one core, replay full (2^18 states,
-   HalfCheetah sizes: 17 observations, 6 actions, episodes of 1000 steps), median of blocks;
-   in the same run the bare MLP update that the machine notes use as reference (17-128-128-13,
-   Adam, MSE, B = 256), so that the two can be compared as a ratio on a noisy machine.
+1. Learner steps/s (``Learner.train_step``) of V-RACER, DDPG and NAF + ReF-ER at their default
+   batches, eager and compiled (``run.compile``), on one core with a full replay (2^18 states,
+   HalfCheetah sizes: 17 observations, 6 actions, episodes of 1000 steps), median of blocks
+   taken in turns; in the same run the bare MLP update that the machine notes use as
+   reference (17-128-128-13, Adam, MSE, B = 256), so that they compare as ratios on a noisy
+   machine.
 2. End-to-end environment steps/s on HalfCheetah-v5 in one process, while training (1 gradient
-   step per environment step) and before training starts (acting only).
+   step per environment step; eager and compiled) and before training starts (acting only).
 3. Memory of a full 2^18 replay: resident memory added by allocating and filling it, against
    the raw bytes of its columns.
 
@@ -16,17 +18,21 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 from common import median, rate, synthetic_episode, write
 
+from hpc_refer.algorithms import ALGORITHMS
 from hpc_refer.config import build_config
 from hpc_refer.learner import Learner
 from hpc_refer.metrics import RunDirectory
 from hpc_refer.parallel import SerialReducer
+from hpc_refer.replay import ReplayShard
 from hpc_refer.training import make_learner, train_local
 
 OBS, ACT, T = 17, 6, 1000
@@ -59,39 +65,78 @@ def bench_memory(size: int) -> dict:
             "ratio": (after - before) / raw, "learner": learner}
 
 
-def bench_gradient_steps(learner: Learner, n: int, repeats: int) -> dict:
-    learner.update_start(learner.replay.size, 0)
-    for _ in range(50):
-        learner.train_step()
-    steps = rate(learner.train_step, n, repeats)
+def bare_mlp_update() -> Callable[[], None]:
+    """The reference: a bare torch MLP update of the same size (17-128-128-13, tanh, Adam,
+    MSE, B = 256), eager, as the machine notes measure it."""
     net = torch.nn.Sequential(torch.nn.Linear(17, 128), torch.nn.Tanh(),
                               torch.nn.Linear(128, 128), torch.nn.Tanh(),
                               torch.nn.Linear(128, 13))
     opt = torch.optim.Adam(net.parameters(), lr=1e-4)
     x, y = torch.randn(256, 17), torch.randn(256, 13)
 
-    def mlp_update() -> None:
+    def update() -> None:
         opt.zero_grad()
         torch.nn.functional.mse_loss(net(x), y).backward()
         opt.step()
 
-    mlp = rate(mlp_update, n, repeats)
-    return {"vracer_steps_per_s": steps, "vracer_median": median(steps),
-            "mlp_updates_per_s": mlp, "mlp_median": median(mlp),
-            "vracer_over_mlp": median(steps) / median(mlp)}
+    return update
+
+
+def bench_gradient_steps(vracer_replay: ReplayShard, n: int, repeats: int) -> dict:
+    """Learner steps/s of each algorithm (its default batch), eager and compiled, on full
+    replays (``vracer_replay`` for V-RACER, one without V-tbc filled here for DDPG and NAF),
+    and the bare MLP update; the candidates take turns block by block (``repeats`` rounds of
+    ``n`` calls each), so that load changes hit them alike."""
+    steps: dict[str, Callable[[], None]] = {"mlp": bare_mlp_update()}
+    compile_s: dict[str, float] = {}
+    size = vracer_replay.capacity
+    replays = {True: vracer_replay}
+    for name in ALGORITHMS:
+        for mode in ("off", "on"):
+            cfg = build_config({"run": {"algorithm": name, "compile": mode},
+                                "replay": {"size": size}})
+            learner = make_learner(cfg, OBS, ACT, SerialReducer())
+            if learner.algo.retrace not in replays:
+                fill(learner, np.random.default_rng(0), size)
+                replays[learner.algo.retrace] = learner.replay
+            learner.replay = replays[learner.algo.retrace]
+            learner.update_start(size, 0)
+            learner.train_step()
+            compiled = learner.algo.compiled_step
+            if compiled is not None:
+                compile_s[name] = compiled.compile_seconds
+            for _ in range(50):
+                learner.train_step()
+            steps[f"{name}_{'compiled' if mode == 'on' else 'eager'}"] = learner.train_step
+    rates: dict[str, list[float]] = {k: [] for k in steps}
+    for _ in range(repeats):
+        for k, fn in steps.items():
+            rates[k] += rate(fn, n, 1)
+    medians = {k: median(v) for k, v in rates.items()}
+    return {"steps_per_s": rates, "median": medians, "compile_seconds": compile_s,
+            "over_mlp": {k: v / medians["mlp"] for k, v in medians.items() if k != "mlp"}}
 
 
 def bench_end_to_end(steps: int, tmp: Path) -> dict:
+    """HalfCheetah-v5 in one process: env steps/s while training (1 gradient step per env
+    step from step 2,000; eager and compiled learner step: the median of the interval rates
+    after the first training interval, which holds the compile) and acting only."""
     out = {}
-    for label, start in (("training", 2000), ("acting_only", 10**9)):
+    cases = (("training_eager", 2000, "off"), ("training_compiled", 2000, "on"),
+             ("acting_only", 10**9, "off"))
+    for label, start, mode in cases:
         cfg = build_config({"run": {"env": "HalfCheetah-v5", "steps": steps,
-                                    "log_every": steps},
+                                    "log_every": steps // 6, "compile": mode},
                             "replay": {"size": 2**18, "learn_start": min(start, 2**18)}})
         run = RunDirectory(tmp / label, cfg, quiet=True)
         t = time.perf_counter()
         train_local(cfg, run)
         run.close()
-        out[f"{label}_env_steps_per_s"] = steps / (time.perf_counter() - t)
+        wall = time.perf_counter() - t
+        records = [json.loads(x) for x in (tmp / label / "train.jsonl").read_text().splitlines()]
+        steady = [r["env_steps_per_s"] for r in records[2:]] or [steps / wall]
+        out[f"{label}_env_steps_per_s"] = median(steady)
+        out[f"{label}_wall_s"] = wall
     return out
 
 
@@ -100,10 +145,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="short blocks (a smoke run)")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    n, repeats, e2e = (50, 3, 3000) if args.quick else (500, 7, 12000)
+    n, repeats, e2e = (50, 3, 6000) if args.quick else (500, 7, 30000)
     memory = bench_memory(2**18)
     learner = memory.pop("learner")
-    grads = bench_gradient_steps(learner, n, repeats)
+    grads = bench_gradient_steps(learner.replay, n, repeats)
     del learner
     gc.collect()
     import tempfile
@@ -112,10 +157,16 @@ def main() -> None:
         e2e_rates = bench_end_to_end(e2e, Path(tmp))
     path = write("learner", {"gradient": grads, "end_to_end": e2e_rates, "memory": memory,
                              "targets": {"vracer_steps_per_s": 500, "memory_ratio": 1.5}})
-    print(f"V-RACER gradient steps/s (B=256, one core): median {grads['vracer_median']:.0f} "
-          f"(bare MLP update {grads['mlp_median']:.0f}/s, ratio {grads['vracer_over_mlp']:.2f})")
-    print(f"end to end HalfCheetah-v5: {e2e_rates['training_env_steps_per_s']:.0f} steps/s "
-          f"training, {e2e_rates['acting_only_env_steps_per_s']:.0f} steps/s acting only")
+    mlp = grads["median"]["mlp"]
+    print(f"gradient steps/s, one core, full 2^18 replay (bare MLP update {mlp:.0f}/s):")
+    for name in ALGORITHMS:
+        eager, compiled = (grads["median"][f"{name}_{m}"] for m in ("eager", "compiled"))
+        print(f"  {name}: eager {eager:.0f}/s ({eager / mlp:.2f}x), compiled {compiled:.0f}/s "
+              f"({compiled / mlp:.2f}x)")
+    print("end to end HalfCheetah-v5, one process: training "
+          f"{e2e_rates['training_eager_env_steps_per_s']:.0f} (eager) / "
+          f"{e2e_rates['training_compiled_env_steps_per_s']:.0f} (compiled) steps/s, "
+          f"acting only {e2e_rates['acting_only_env_steps_per_s']:.0f} steps/s")
     print(f"replay 2^18 states: {memory['rss_added_bytes'] / 2**20:.1f} MiB resident for "
           f"{memory['column_bytes'] / 2**20:.1f} MiB of columns (x{memory['ratio']:.2f})")
     print(f"wrote {path}")

@@ -10,8 +10,12 @@
 (c) A cost model from (a) and (b) that predicts, for each batch scaling, the steps/s and the
     gradient samples/s of 64 ranks (8 learners + 56 actors) on a cluster node of such cores
     against one learner's; a prediction, not a measurement.
+(d) Training through the real entry point with ``mpirun -n 2`` (1 learner + 1 actor, the two
+    cores), HalfCheetah-v5, eager and compiled learner step: env steps/s and the learner's
+    busy fraction (``learner_busy``: 1 - its time blocked waiting for a message) in the steady
+    state.
 
-The driver starts the MPI parts with ``mpirun`` (the one next to this Python). Writes
+The learner steps of (a) and (d, compiled) are the compiled ones (``run.compile on``). The driver starts the MPI parts with ``mpirun`` (the one next to this Python). Writes
 bench/results/mpi.json.
 """
 
@@ -57,7 +61,7 @@ def learners_part(n: int, repeats: int, scaling: str) -> None:
     comm = MPI.COMM_WORLD
     size = comm.Get_size()
     reducer = MpiReducer(comm) if size > 1 else SerialReducer()
-    cfg = build_config({"run": {"learners": size},
+    cfg = build_config({"run": {"learners": size, "compile": "on"},
                         "replay": {"size": 2**18, "batch_scaling": scaling}})
     learner = make_learner(cfg, OBS, ACT, reducer)
     fill(learner, np.random.default_rng(comm.Get_rank()), learner.replay.capacity)
@@ -102,6 +106,24 @@ def actors_part(e: int, steps: int, tmp: str) -> dict:
     record = json.loads((run_dir / "train.jsonl").read_text().splitlines()[-1])
     return {"actors": e, "env_steps": record["env_step"], "wall_s_with_launch": wall,
             "env_steps_per_s": record["env_steps_per_s"]}
+
+
+def training_part(steps: int, compile_mode: str, tmp: str) -> dict:
+    """``mpirun -n 2``: one learner and one actor (the two cores) train on HalfCheetah-v5,
+    1 gradient step per env step from step 5,000; the steady state is the median over the
+    train.jsonl intervals after the first one with training (which holds the compile)."""
+    run_dir = Path(tmp) / f"training-{compile_mode}"
+    every = steps // 8
+    mpirun(2, ["-m", "hpc_refer.run", "--env", "HalfCheetah-v5", "--steps", str(steps),
+               "--replay.learn-start", "5000", "--log-every", str(every), "--compile",
+               compile_mode, "--checkpoint-every", "0", "--run-dir", str(run_dir)], cwd=tmp)
+    records = [json.loads(x) for x in (run_dir / "train.jsonl").read_text().splitlines()]
+    training = [r for r in records if r["grad_step"] > 0][1:]
+    return {"compile": compile_mode, "env_steps": records[-1]["env_step"],
+            "intervals": [{k: r[k] for k in ("env_step", "env_steps_per_s", "grad_steps_per_s",
+                                             "learner_busy")} for r in records],
+            "env_steps_per_s": median([r["env_steps_per_s"] for r in training]),
+            "learner_busy": median([r["learner_busy"] for r in training])}
 
 
 def cost_model(learn: dict[str, dict[int, dict]], act: list[dict], ranks: int = 64,
@@ -153,6 +175,7 @@ def main() -> None:
     parser.add_argument("--scaling", default="fixed", help=argparse.SUPPRESS)
     args = parser.parse_args()
     n, repeats, env_steps = (50, 3, 4000) if args.quick else (300, 5, 40000)
+    train_steps = 12000 if args.quick else 60000
     if args.part == "learners":
         learners_part(n, repeats, args.scaling)
         return
@@ -163,15 +186,20 @@ def main() -> None:
                      + (["--quick"] if args.quick else []))
         learn[scaling][size] = json.loads(out.strip().splitlines()[-1])
     with tempfile.TemporaryDirectory() as tmp:
+        train = [training_part(train_steps, mode, tmp) for mode in ("off", "on")]
         act = [actors_part(e, env_steps, tmp) for e in (1, 2, 4, 8)]
     model = cost_model(learn, act)
-    path = write("mpi", {"learners": learn, "actors": act, "cost_model_64_ranks": model})
+    path = write("mpi", {"learners": learn, "training_2_ranks": train, "actors": act,
+                         "cost_model_64_ranks": model})
     for scaling, by_size in learn.items():
         for size, r in by_size.items():
             ar = median(r["grad_allreduce_s"]) + median(r["count_allreduce_s"])
             print(f"{scaling} L={size}: {median(r['steps_per_s']):.0f} gradient steps/s, "
                   f"{median(r['samples_per_s']):.0f} samples/s ({r['local_batch']} rows per "
                   f"learner), reductions {ar * 1e6:.0f} us per step")
+    for t in train:
+        print(f"mpirun -n 2 training, compile {t['compile']}: {t['env_steps_per_s']:.0f} env "
+              f"steps/s, learner busy {100 * t['learner_busy']:.0f}%")
     for a in act:
         print(f"E={a['actors']}: {a['env_steps_per_s']:.0f} env steps/s")
     print(f"MPI share of a gradient step at L=2: {100 * model['mpi_fraction_of_step_at_L2']:.1f}%")
