@@ -19,7 +19,8 @@ what the run directories hold, and says what is absent:
 * the solver's episode metrics (KS: energy) as windowed means, and its per-step series
   (``series/env-<k>.h5``: the last episodes of each environment's ``step_metrics``);
 * pictures a flow environment contributes (``fields/env-<k>.npz``: KS draws u(x, t) of the
-  last episode of each environment);
+  last episode of each environment; ``snapshots/env-<k>-episode-<n>.h5`` of ``--snapshot``:
+  the newest snapshot of each environment, e.g. CylinderJets' vorticity);
 * the resolved configuration and the machine(s) the run started on.
 
 A run writes its own report every ``run.report_every`` environment steps and at its end
@@ -41,6 +42,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import h5py
 import matplotlib
 
 matplotlib.use("Agg")
@@ -95,6 +97,7 @@ class Run:
         self.log_lines = log.read_text().splitlines() if log.is_file() else []
         self.fields = _per_env(path / "fields", "npz")
         self.series_files = _per_env(path / "series", "h5")
+        self.snapshots = _latest_snapshots(path / "snapshots")
 
     def series(self, key: str) -> tuple[np.ndarray, np.ndarray]:
         """Environment steps and values of the train.jsonl records that hold ``key``."""
@@ -112,6 +115,16 @@ def _per_env(directory: Path, suffix: str) -> list[Path]:
     return sorted((p for p in directory.glob(f"env-*.{suffix}")
                    if re.fullmatch(rf"env-\d+\.{suffix}", p.name)),
                   key=lambda p: int(p.stem.split("-")[1]))
+
+
+def _latest_snapshots(directory: Path) -> list[Path]:
+    """The newest ``env-<k>-episode-<n>.h5`` of each environment k, by k."""
+    latest: dict[int, tuple[int, Path]] = {}
+    for p in directory.glob("env-*-episode-*.h5"):
+        match = re.fullmatch(r"env-(\d+)-episode-(\d+)\.h5", p.name)
+        if match and int(match[2]) > latest.get(int(match[1]), (0, p))[0]:
+            latest[int(match[1])] = (int(match[2]), p)
+    return [latest[k][1] for k in sorted(latest)]
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -388,9 +401,24 @@ def fields_section(runs: list[Run]) -> str:
             ax.set_ylabel("grid point")
             parts.append(_figure(fig, f"{run.name}, {path.stem}: {label} of its last episode "
                                       f"(episode {episode} of that environment)."))
+        for path in run.snapshots[:4]:
+            with h5py.File(path, "r") as h5:
+                name = str(h5.attrs.get("image", next(iter(h5))))
+                values = np.asarray(h5[name][()], float)
+                extent = h5.attrs.get("extent")
+                circles = np.asarray(h5.attrs.get("circles", np.zeros((0, 3))))
+                episode, solver = int(h5.attrs["episode"]), str(h5.attrs["solver"])
+            box = None if extent is None else (float(extent[0]), float(extent[1]),
+                                               float(extent[2]), float(extent[3]))
+            bodies = tuple((float(x), float(y), float(r)) for x, y, r in circles)
+            fig, ax = plt.subplots(figsize=(9, 2.6))
+            fig.colorbar(draw_snapshot(ax, name, values, box, bodies), ax=ax, label=name)
+            parts.append(_figure(fig, f"{run.name}, {path.stem}: {solver}'s {name} at the end "
+                                      f"of episode {episode} (--snapshot; the newest of that "
+                                      f"environment)."))
     return "".join(parts) or _absent("The environment contributes no pictures "
                                      "(no fields/env-*.npz: its solver has no "
-                                     "episode_field()).")
+                                     "episode_field(); no snapshots/: no --snapshot).")
 
 
 def snapshot_scale(image: np.ndarray) -> float:
@@ -412,7 +440,8 @@ def draw_snapshot(ax: Any, name: str, image: np.ndarray,
     shown = ax.imshow(np.ma.masked_invalid(image.T), origin="lower", cmap=cmap, vmin=-vmax,
                       vmax=vmax, extent=extent, interpolation="nearest")
     for x, y, r in circles:
-        ax.add_patch(plt.Circle((x, y), r, facecolor="0.6", edgecolor="k", linewidth=0.8))
+        ax.add_patch(plt.Circle((x, y), r, facecolor="0.6", edgecolor="k", linewidth=0.8,
+                                gid="reference"))  # the body, not data
     ax.set_aspect("equal")
     ax.set_xlabel("x")
     ax.set_ylabel("y")

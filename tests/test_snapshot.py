@@ -1,7 +1,8 @@
 """``run.snapshot`` (``--snapshot``, issue 13 point 4): the rule's errors and meaning, a
 one-rank CylinderJets run that writes the vorticity snapshot (HDF5 and PNG) at the end of the
 chosen episode only, the same snapshot from a team of two ranks under mpirun equal to the
-one-rank one to round-off, and ``python -m hpc_refer.evaluate --snapshot``. At N = 20 (N = 10
+one-rank one to round-off, the run report's picture of it, and ``python -m hpc_refer.evaluate
+--snapshot``. At N = 20 (N = 10
 is unstable at Re = 100), from a start state of 6 time units; episodes of 80 control steps,
 so a run of 170 steps ends episodes 1 and 2 of its environment."""
 
@@ -19,6 +20,7 @@ from mpi_launch import mpi_env, mpirun_exe
 import hpc_refer.envs.cylinder_jets as cj
 from hpc_refer.config import ConfigError, RunConfig, build_config
 from hpc_refer.evaluate import main as evaluate_main
+from hpc_refer.report import write_report
 from hpc_refer.run import main as run_main
 
 N = 20
@@ -75,6 +77,9 @@ def test_one_rank_run_writes_the_chosen_episode_only(one_rank):
     assert files == ["env-0-episode-2.h5", "env-0-episode-2.png"]
     arrays, attrs = read(one_rank / "snapshots" / "env-0-episode-2.h5")
     assert attrs["episode"] == 2 and attrs["env"] == 0 and attrs["solver"] == "CylinderJets"
+    assert attrs["image"] == "vorticity"
+    np.testing.assert_array_equal(attrs["extent"], [0, 2.2, 0, 0.41])
+    np.testing.assert_array_equal(attrs["circles"], [[0.2, 0.2, 0.05]])
     assert sorted(arrays) == ["ux", "uy", "vorticity"]
     vort = arrays["vorticity"]
     assert vort.shape == (22 * N, 41 * N // 10)
@@ -120,3 +125,15 @@ def test_evaluate_writes_snapshots_of_the_chosen_evaluation_episodes(one_rank, c
     assert attrs["episode"] == 2 and np.isfinite(arrays["vorticity"]).sum() > 0
     assert evaluate_main([str(one_rank), "--snapshot", "every:0"]) == 2
     assert "run.snapshot = 'every:0' is invalid" in capsys.readouterr().err
+
+
+def test_the_report_draws_the_newest_snapshot(one_rank, tmp_path):
+    page = write_report([one_rank], tmp_path / "report.html").read_text()
+    caption = "env-0-episode-2: CylinderJets&#x27;s vorticity at the end of episode 2"
+    assert caption in page
+    figure = page[:page.index(caption)].rsplit('<figure class="plot"', 1)[1]
+    # the image's finite values (the fluid nodes) are the figure's data, the cylinder is not
+    arrays, _ = read(one_rank / "snapshots" / "env-0-episode-2.h5")
+    fluid = int(np.isfinite(arrays["vorticity"]).sum())
+    assert 0 < fluid < arrays["vorticity"].size
+    assert figure.startswith(f' data-points="{fluid}"')

@@ -239,8 +239,9 @@ class TeamDriver:
     above), optionally with ``snapshot_extent`` (x_min, x_max, y_min, y_max) and
     ``snapshot_circles`` ((x, y, radius), ...) for the picture. They are written to
     ``snapshot_dir/env-<index>-episode-<n>.h5`` (one float64 dataset per name; attributes
-    ``episode``, ``env``, ``solver``) and the first array as a PNG of the same stem
-    (:func:`~hpc_refer.report.snapshot_png`).
+    ``episode``, ``env``, ``solver``, ``image`` (the first array's name, the one drawn), and
+    ``extent``, ``circles`` when the solver gives them) and the first array as a PNG of the
+    same stem (:func:`~hpc_refer.report.snapshot_png`).
 
     The first reset and step probe the interface: an answer of the wrong form then (a state
     of another shape or dtype, a reward that is not a real scalar, an unknown status, step
@@ -492,17 +493,21 @@ class TeamDriver:
         stem = directory / f"env-{self.index}-episode-{episode}"
         extent = getattr(self.env, "snapshot_extent", None)
         circles = tuple(getattr(self.env, "snapshot_circles", ()))
+        name, first = next(iter(arrays.items()))
         try:
             directory.mkdir(parents=True, exist_ok=True)
             tmp = stem.with_suffix(".tmp.h5")
             with h5py.File(tmp, "w") as h5:
-                for name, array in arrays.items():
-                    h5[name] = np.asarray(array, np.float64)
-                h5.attrs.update(episode=episode, env=self.index, solver=solver)
+                for key, array in arrays.items():
+                    h5[key] = np.asarray(array, np.float64)
+                h5.attrs.update(episode=episode, env=self.index, solver=solver, image=name)
+                if extent is not None:
+                    h5.attrs["extent"] = np.asarray(extent, np.float64)
+                if circles:
+                    h5.attrs["circles"] = np.asarray(circles, np.float64).reshape(-1, 3)
             tmp.replace(stem.with_suffix(".h5"))
             from hpc_refer.report import snapshot_png  # matplotlib only where one is drawn
 
-            name, first = next(iter(arrays.items()))
             snapshot_png(stem.with_suffix(".png"), name, np.asarray(first, np.float64),
                          f"{solver}, env {self.index}, end of episode {episode}", extent,
                          circles)
