@@ -7,7 +7,8 @@ teams under mpirun, then the trained mean policy against the uncontrolled flow.
    (``python -m hpc_refer.envs.cylinder_jets --make-start``);
 2. trains: ``mpirun -n RANKS python -m hpc_refer.run --env CylinderJets --learners 1 ...``
    (1 learner and (RANKS - 1) / ranks-per-env environment teams; the settings are
-   :data:`TRAIN_FLAGS`) into ``--run-dir`` (``--skip-train`` reuses a finished run there);
+   :data:`TRAIN_FLAGS`) into ``--run-dir`` (``--skip-train`` reuses a finished run there;
+   ``--continue-to N`` resumes it from its last checkpoint, ``--restart``, up to N steps);
 3. evaluates, in this process, the trained mean policy m_w(s) (the action box's clip of it,
    as training maps actions) and the uncontrolled flow (action 0) from the same start phases
    (reset seeds EVAL_SEED0 + k, never used in training), each over ``--eval-horizon`` control
@@ -166,6 +167,8 @@ def main() -> int:
     parser.add_argument("--run-dir", type=Path, default=Path("build/cylinder_control"))
     parser.add_argument("--skip-train", action="store_true",
                         help="evaluate the finished run in --run-dir")
+    parser.add_argument("--continue-to", type=int, default=0,
+                        help="resume the run in --run-dir (--restart) up to this many steps")
     parser.add_argument("--eval-seeds", type=int, default=6, help="start phases evaluated")
     parser.add_argument("--eval-horizon", type=int, default=3 * cj.HORIZON)
     parser.add_argument("--name", default="cylinder_control")
@@ -175,9 +178,12 @@ def main() -> int:
         print(f"making the start state {start}", flush=True)
         cj.make_start(start, args.resolution)
     command = train_command(args, start)
+    if args.continue_to:
+        command = [*command[:6], "--restart", str(args.run_dir), "--steps",
+                   str(args.continue_to)]
     train_wall = None
     if not args.skip_train:
-        if args.run_dir.exists():
+        if args.run_dir.exists() and not args.continue_to:
             shutil.rmtree(args.run_dir)
         print(" ".join(command), flush=True)
         t0 = time.perf_counter()
@@ -221,7 +227,7 @@ def main() -> int:
         "layout": f"mpirun -n {args.ranks}: 1 learner + {teams} environment teams of "
                   f"{args.ranks_per_env} rank(s), on {os.cpu_count()} cores",
         "resolution": args.resolution,
-        "train_steps": args.steps,
+        "train_steps": args.continue_to or args.steps,
         "train_wall_s": None if train_wall is None else round(train_wall, 1),
         "train_last_progress": train_log[-1] if train_log else "",
         "policy_env_step": meta.get("env_step"),
