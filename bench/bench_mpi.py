@@ -15,7 +15,8 @@
     busy fraction (``learner_busy``: 1 - its time blocked waiting for a message) in the steady
     state.
 
-The learner steps of (a) and (d, compiled) are the compiled ones (``run.compile on``). The driver starts the MPI parts with ``mpirun`` (the one next to this Python). Writes
+The learner steps of (a) and (d, compiled) are the compiled ones (``run.compile on``). The
+driver starts the MPI parts with ``mpirun`` (the one next to this Python). Writes
 bench/results/mpi.json.
 """
 

@@ -1,6 +1,7 @@
 """Where the time of one learner step goes (issue 11, point 1).
 
-    python bench/profile_learner.py [--algorithm vracer|ddpg|naf] [--steps 400] [--size 262144]
+    python bench/profile_learner.py [--algorithm vracer|ddpg|naf] [--compile off|on]
+                                    [--steps 400] [--size 262144]
 
 One learner, one core, B = 256, 2x128, a full replay of HalfCheetah sizes (synthetic episodes,
 as bench_learner.py). The real ``Learner.train_step`` runs unchanged; the methods it calls are
@@ -9,16 +10,19 @@ is what is left of the step's wall time. Phases:
 
     sample       replay.sample_rows (uniform or PER)
     gather       replay.batch: the minibatch columns, Q-ret, weights
-    forward      the algorithm's losses(): network forward, log-probs, rho, losses
-    backward     loss.backward()
-    reduce+adam  the gradient reduction and the optimizer step (apply_gradients less backward)
+    forward      the algorithm's losses(): network forward, log-probs, rho, losses (eager)
+    backward     loss.backward() (eager)
+    reduce+adam  the gradient reduction and the optimizer step (apply_gradients less
+                 backward; eager)
+    network      with ``--compile on``: forward, losses, backward and Adam, one compiled graph
     refresh      replay.refresh: stored V and rho, the eq. 8 backward pass of the episodes
     bootstrap    the values of the states after the sampled rows (a second forward) and
                  bootstrap_rows
     counts       far-policy counts and the beta/c_max update (eqs. 12-13)
     other        the rest of train_step and of the algorithm's step (Python, numpy glue)
 
-Writes bench/results/profile_<algorithm>.json: milliseconds per step and fractions, the load.
+Writes bench/results/profile_<algorithm>-<eager|compiled>.json: milliseconds per step and
+fractions, the load.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import torch
 from bench_learner import fill
 from common import write
 
+from hpc_refer.algorithms.compiled import CompiledStep
 from hpc_refer.config import build_config
 from hpc_refer.parallel import SerialReducer
 from hpc_refer.training import make_learner
@@ -57,10 +62,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--algorithm", default="vracer", choices=["vracer", "ddpg", "naf"])
     parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--compile", default="off", choices=["off", "on"],
+                        help="the learner step eager or compiled (run.compile)")
     parser.add_argument("--size", type=int, default=2**18)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    config = build_config({"run": {"algorithm": args.algorithm},
+    config = build_config({"run": {"algorithm": args.algorithm, "compile": args.compile},
                            "replay": {"size": args.size}})
     learner = make_learner(config, 17, 6, SerialReducer())
     learner.start_env_steps = 0
@@ -78,6 +85,8 @@ def main() -> None:
     learner.refer.update = timed("counts", learner.refer.update)
     apply = algo.apply_gradients
     algo.apply_gradients = timed("reduce+adam", apply)
+    step = CompiledStep.__call__
+    CompiledStep.__call__ = timed("network", step)  # type: ignore[method-assign]
     backward = torch.Tensor.backward
     torch.Tensor.backward = timed("backward", backward)  # type: ignore[method-assign]
     load0 = os.getloadavg()[0]
@@ -87,16 +96,19 @@ def main() -> None:
         learner.train_step()
     total = time.perf_counter() - t
     torch.Tensor.backward = backward  # type: ignore[method-assign]
-    TIMES["reduce+adam"] -= TIMES["backward"]  # backward runs inside apply_gradients
+    CompiledStep.__call__ = step  # type: ignore[method-assign]
+    if "reduce+adam" in TIMES:  # eager: backward runs inside apply_gradients
+        TIMES["reduce+adam"] -= TIMES["backward"]
     TIMES["other"] = total - sum(TIMES.values())
     per_step = {k: 1e3 * v / args.steps for k, v in TIMES.items()}
     fractions = {k: v / total for k, v in TIMES.items()}
-    out = {"algorithm": args.algorithm, "steps": args.steps, "replay_size": args.size,
+    mode = "compiled" if args.compile == "on" else "eager"
+    out = {"algorithm": args.algorithm, "step": mode, "steps": args.steps, "replay_size": args.size,
            "batch": config.algorithm.batch, "steps_per_s": args.steps / total,
            "ms_per_step": per_step, "fractions": fractions,
            "load_avg_before": round(load0, 2), "load_avg_after": round(os.getloadavg()[0], 2)}
-    path = write(f"profile_{args.algorithm}", out)
-    print(f"{args.algorithm}: {args.steps / total:.0f} steps/s, load {load0:.2f}")
+    path = write(f"profile_{args.algorithm}-{mode}", out)
+    print(f"{args.algorithm} ({mode}): {args.steps / total:.0f} steps/s, load {load0:.2f}")
     for k in sorted(per_step, key=per_step.get, reverse=True):
         print(f"  {k:12s} {per_step[k]:7.3f} ms  {100 * fractions[k]:5.1f} %")
     print(f"wrote {path}")
