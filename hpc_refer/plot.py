@@ -25,6 +25,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from hpc_refer.algorithms import compiles
+from hpc_refer.config import build_config
+
 
 def window_means(steps: np.ndarray, returns: np.ndarray,
                  window: int) -> tuple[np.ndarray, np.ndarray]:
@@ -115,10 +118,15 @@ def seed_band(curves: list[tuple[np.ndarray, np.ndarray]]
 
 
 def run_label(run_dir: Path) -> str:
-    """``<env> <mode>`` from the run's config.toml."""
+    """``<env> <mode>`` from the run's config.toml, with ``compiled`` when its learners took
+    compiled steps (``run.compile``; runs from before the option stepped eagerly), so that
+    the two kinds of step are told apart."""
     with (run_dir / "config.toml").open("rb") as f:
         cfg = tomllib.load(f)
-    return f"{cfg['run']['env']} {cfg['refer']['mode']}"
+    label = f"{cfg['run']['env']} {cfg['refer']['mode']}"
+    if "compile" in cfg["run"] and compiles(build_config(cfg)):
+        label += " compiled"
+    return label
 
 
 def draw_learning_curves(ax: Any, run_dirs: list[Path], window: int) -> dict[str, dict]:
