@@ -194,7 +194,8 @@ def main() -> int:
     log = (args.run_dir / "log.txt").read_text() if (args.run_dir / "log.txt").exists() else ""
     load_before = os.getloadavg()
     t0 = time.perf_counter()
-    net, meta = load_policy(args.run_dir / "policy.h5")
+    net, _ = load_policy(args.run_dir / "policy.h5")
+    records = (args.run_dir / "train.jsonl").read_text().splitlines()
     policy = net.numpy_policy()
     env = cj.CylinderJets(resolution=args.resolution, start_file=str(start))
     base, ctrl, snaps = [], [], []
@@ -230,7 +231,7 @@ def main() -> int:
         "train_steps": args.continue_to or args.steps,
         "train_wall_s": None if train_wall is None else round(train_wall, 1),
         "train_last_progress": train_log[-1] if train_log else "",
-        "policy_env_step": meta.get("env_step"),
+        "policy_env_step": json.loads(records[-1])["env_step"] if records else None,
         "eval": {"seeds": [EVAL_SEED0 + k for k in range(args.eval_seeds)],
                  "horizon_control_steps": args.eval_horizon,
                  "training_episode_steps": cut,
