@@ -139,17 +139,24 @@ def test_compiled_step_of_several_learners_averages_gradients() -> None:
     assert differ, "the other learner's gradient changes the step"
 
 
-def test_checkpoint_of_compiled_steps_restores_into_eager_steps() -> None:
-    """The compiled step keeps torch's Adam state layout: its checkpoint continues eagerly."""
+def test_checkpoints_move_between_compiled_and_eager_steps() -> None:
+    """The compiled step keeps torch's Adam state layout: its checkpoint continues eagerly,
+    and an eager checkpoint continues compiled (two more steps each)."""
     eager, compiled = pair("ddpg")
     take_steps(eager, compiled, 2)
-    resumed, _ = pair("ddpg")
-    resumed.restore_state(compiled.checkpoint_state())
-    batch = make_batch(eager, 32, seed=9)
-    terms = ReferTerms(0.8, 2.5, 0.9)
-    want, got = eager.train_step(batch, terms), resumed.train_step(batch, terms)
-    np.testing.assert_allclose(got.error, want.error, rtol=1e-5, atol=1e-6)
-    assert_same_state(eager, resumed)
+    to_eager, to_compiled = pair("ddpg")
+    to_eager.restore_state(compiled.checkpoint_state())
+    to_compiled.restore_state(eager.checkpoint_state())
+    for i in range(2):
+        batch = make_batch(eager, 32, seed=9 + i)
+        terms = ReferTerms(0.8, 2.5, 0.9)
+        want = eager.train_step(batch, terms)
+        for resumed in (to_eager, to_compiled):
+            got = resumed.train_step(batch, terms)
+            np.testing.assert_allclose(got.error, want.error, rtol=1e-5, atol=1e-6)
+    assert to_compiled.compiled_step is not None and to_compiled.compiled_step.compiled
+    assert_same_state(eager, to_eager)
+    assert_same_state(eager, to_compiled)
 
 
 FALLBACK = """

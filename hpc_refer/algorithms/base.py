@@ -133,9 +133,11 @@ def kl_penalty(mu_mean: torch.Tensor, mu_std: torch.Tensor, mean: torch.Tensor,
 
 
 def minibatch_means(stats: dict[str, torch.Tensor]) -> dict[str, float]:
-    """The mean of each per-sample diagnostic over the minibatch (one host synchronisation)."""
+    """The mean of each per-sample diagnostic over the minibatch (one host synchronisation);
+    0-d values (means already, as the compiled step returns them) are taken as they are."""
     with torch.no_grad():
-        values = torch.stack([x.detach().float().mean() for x in stats.values()]).tolist()
+        values = torch.stack([x.detach().float().mean() if x.dim() else x
+                              for x in stats.values()]).tolist()
     return dict(zip(stats, values, strict=True))
 
 

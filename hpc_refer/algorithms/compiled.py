@@ -99,29 +99,45 @@ class _Group:
         group = opt.param_groups[0]
         if group["amsgrad"] or group["maximize"]:
             raise TypeError("the compiled step does not support amsgrad or maximize")
-        self.opt, self.lr0, self.group = opt, lr0, group
+        self.opt, self.lr0 = opt, lr0
+        self.betas: tuple[float, float] = tuple(group["betas"])
+        self.eps: float = group["eps"]
+        self.weight_decay: float = group["weight_decay"]
         self.params: list[torch.Tensor] = list(group["params"])
         self.names = [names[id(p)] for p in self.params]
         self.lr = torch.tensor(float(group["lr"]))
+        self._cached: tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor] | None = None
 
     def state(self) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
         """m and v of every parameter and the group's step t, created as torch's fused Adam
-        creates them if no step was taken yet (so ``state_dict`` stays torch's)."""
+        creates them if no step was taken yet (so ``state_dict`` stays torch's). torch keeps
+        one step count per parameter, all equal: here they are one shared tensor, so the
+        graph advances them all (shared again after a state dict was loaded)."""
         state = self.opt.state
+        first = state[self.params[0]]
+        if self._cached is not None and first.get("exp_avg") is self._cached[0][0]:
+            return self._cached
         for p in self.params:
             if not state[p]:
                 state[p].update(step=torch.zeros((), dtype=torch.float32),
                                 exp_avg=torch.zeros_like(p, memory_format=torch.preserve_format),
                                 exp_avg_sq=torch.zeros_like(p,
                                                             memory_format=torch.preserve_format))
-        steps = [state[p]["step"] for p in self.params]
-        return ([state[p]["exp_avg"] for p in self.params],
-                [state[p]["exp_avg_sq"] for p in self.params], steps[0])
+        step = first["step"]
+        for p in self.params:
+            state[p]["step"] = step
+        self._cached = ([state[p]["exp_avg"] for p in self.params],
+                        [state[p]["exp_avg_sq"] for p in self.params], step)
+        return self._cached
 
-    def sync_steps(self, t: torch.Tensor) -> None:
-        """Give every parameter the group's step count (torch keeps one per parameter)."""
-        for p in self.params[1:]:
-            self.opt.state[p]["step"].copy_(t)
+
+    def unshare(self) -> None:
+        """Give every parameter its own step count again (for torch's Adam, which advances
+        each one: after a fallback to the eager step)."""
+        for p in self.params:
+            if "step" in self.opt.state[p]:
+                self.opt.state[p]["step"] = self.opt.state[p]["step"].clone()
+        self._cached = None
 
 
 class CompiledStep:
@@ -146,9 +162,11 @@ class CompiledStep:
         self.compiled = False
         self.compile_seconds = 0.0
         self._grad = grad(self._loss, has_aux=True)
-        self._fused = torch.compile(self._fused_step, dynamic=False)
-        self._grads = torch.compile(self._gradients, dynamic=False)
-        self._adam = torch.compile(self._adam_all, dynamic=False)
+        options: dict[str, str | int | bool | Callable[..., Any]] = {
+            "cpp_wrapper": True}  # the kernels are called from C++, not from Python
+        self._fused = torch.compile(self._fused_step, dynamic=False, options=options)
+        self._grads = torch.compile(self._gradients, dynamic=False, options=options)
+        self._adam = torch.compile(self._adam_all, dynamic=False, options=options)
 
     def _loss(self, params: dict[str, torch.Tensor], batch: TensorBatch, beta: torch.Tensor,
               c_max: torch.Tensor) -> tuple[torch.Tensor, Aux]:
@@ -166,9 +184,8 @@ class CompiledStep:
                   states: list[tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]],
                   lrs: list[torch.Tensor]) -> None:
         for group, (m, v, t), lr in zip(self.groups, states, lrs, strict=True):
-            hp = group.group
             adam_([params[n] for n in group.names], [grads[n] for n in group.names], m, v, t,
-                  lr, hp["betas"], hp["eps"], hp["weight_decay"])
+                  lr, group.betas, group.eps, group.weight_decay)
 
     def _fused_step(self, params: dict[str, torch.Tensor], batch: TensorBatch,
                     beta: torch.Tensor, c_max: torch.Tensor,
@@ -183,8 +200,9 @@ class CompiledStep:
         self.beta.fill_(terms.beta)
         self.c_max.fill_(terms.c_max)
         for g in self.groups:
-            g.group["lr"] = g.lr0 * terms.lr_factor
-            g.lr.fill_(g.group["lr"])
+            lr = g.lr0 * terms.lr_factor
+            g.opt.param_groups[0]["lr"] = lr  # (a loaded state dict brings new group dicts)
+            g.lr.fill_(lr)
         params = self.params
         states = [g.state() for g in self.groups]
         lrs = [g.lr for g in self.groups]
@@ -200,8 +218,6 @@ class CompiledStep:
             if not self.compiled:
                 self.compile_seconds = time.perf_counter() - start
         self.compiled = True
-        for g, (_, _, t) in zip(self.groups, states, strict=True):
-            g.sync_steps(t)
         return aux["stats"], aux["rho"], aux.get("value"), aux["error"]
 
     def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -214,6 +230,8 @@ class CompiledStep:
                 warnings.filterwarnings("ignore", category=FutureWarning, module="torch")
                 return fn(*args)
         except Exception as err:  # any failure of tracing or of the C++ build
+            for group in self.groups:
+                group.unshare()
             first = (str(err).strip().splitlines() or [""])[0]
             raise CompileUnavailableError(f"{type(err).__name__}: {first}") from err
 
