@@ -598,6 +598,8 @@ class TeamCommand(IntEnum):
     STOP = 2
     REBUILD = 3
     """Close the solver and construct it anew (after a solver fault)."""
+    SNAPSHOT = 4
+    """Take the solver's ``snapshot()`` (collective; team rank 0 writes it)."""
 
 
 class Team:

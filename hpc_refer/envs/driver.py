@@ -159,11 +159,6 @@ class _Answer(NamedTuple):
     """ERROR: what went wrong."""
 
 
-SNAPSHOT = -2.0
-"""The payload [SNAPSHOT] of a RESET command asks the solver ranks for their part of
-``snapshot()`` instead of a reset (a reset's payload is its seed, or -1 for none);
-:class:`~hpc_refer.parallel.TeamCommand` has no command of its own for it."""
-
 NO_VALUES = np.zeros(0)
 """The step values of a solver without ``step_metrics`` (one array, not one per step)."""
 
@@ -485,7 +480,7 @@ class TeamDriver:
         """The solver's ``snapshot()``, taken by every team rank, written by this one (see
         the class docstring); a file that cannot be written is reported, not raised."""
         if self.team is not None:
-            self.team.send_command(TeamCommand.RESET, np.array([SNAPSHOT]))
+            self.team.send_command(TeamCommand.SNAPSHOT, NO_VALUES)
         arrays = self.env.snapshot()
         if not arrays:
             return
@@ -574,7 +569,7 @@ def serve_team(factory: Callable[[Team], Any], team: Team) -> None:
             _close_faulty(env, None)
             env = factory(team)
             continue
-        if command is TeamCommand.RESET and payload[0] == SNAPSHOT:
+        if command is TeamCommand.SNAPSHOT:
             env.snapshot()
             continue
         arg: Any = payload
