@@ -170,8 +170,7 @@ class CompiledStep:
 
     def _loss(self, params: dict[str, torch.Tensor], batch: TensorBatch, beta: torch.Tensor,
               c_max: torch.Tensor) -> tuple[torch.Tensor, Aux]:
-        out: tuple[torch.Tensor, Aux] = functional_call(self.root, params,
-                                                               (batch, beta, c_max))
+        out: tuple[torch.Tensor, Aux] = functional_call(self.root, params, (batch, beta, c_max))
         return out
 
     def _gradients(self, params: dict[str, torch.Tensor], batch: TensorBatch,
