@@ -17,7 +17,7 @@ from hpc_refer.networks import flat_state
 from hpc_refer.records import StateTree, episodes_from
 
 if TYPE_CHECKING:
-    from hpc_refer.training import LearnerLoop
+    from hpc_refer.learner_loop import LearnerLoop
 
 
 def actor_part(actor: Actor) -> StateTree:

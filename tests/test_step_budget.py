@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from mpi_launch import mpi_env, mpirun_exe
 
-from hpc_refer.training import grant_steps
+from hpc_refer.learner_loop import grant_steps
 
 pytestmark = pytest.mark.mpi_skip
 
