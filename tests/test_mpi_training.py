@@ -170,7 +170,7 @@ def test_two_learners_average_to_the_full_batch_gradient(algorithm):
 
     def filled(reducer):
         # Same shard content for both: capacity N / L = 256 rows.
-        cfg = build_config({"run": {"algorithm": algorithm},
+        cfg = build_config({"run": {"algorithm": algorithm, "compile": "off"},  # p.grad
                             algorithm: {"hidden": [16, 16], "batch": 32},
                             "replay": {"size": 256 * reducer.size, "learn_start": 64}})
         learner = make_learner(cfg, 3, 2, reducer)
@@ -198,6 +198,43 @@ def test_two_learners_average_to_the_full_batch_gradient(algorithm):
     half = rows[comm.Get_rank() * 16 : (comm.Get_rank() + 1) * 16]
     for g_split, g_full in zip(gradients(learner_2, half), full, strict=True):
         torch.testing.assert_close(g_split, g_full, rtol=1e-5, atol=1e-6)
+    comm.Free()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_two_compiled_learners_take_the_eager_step():
+    """L = 2 learners with the compiled step (two graphs around the gradient allreduce) move
+    their weights as two eager learners do, and stay identical to each other."""
+    comm = COMM.Split(0 if COMM.Get_rank() < 2 else MPI.UNDEFINED, COMM.Get_rank())
+    if comm == MPI.COMM_NULL:
+        return
+    from hpc_refer.replay import TRUNCATED, Chunk
+
+    def learner(mode):
+        cfg = build_config({"run": {"compile": mode}, "vracer": {"hidden": [16, 16],
+                                                                "batch": 32},
+                            "replay": {"size": 512, "learn_start": 64}})
+        out = make_learner(cfg, 3, 2, parallel.MpiReducer(comm))
+        local = np.random.default_rng(comm.Get_rank())
+        for _ in range(4):
+            n = 40
+            out.store(Chunk(local.standard_normal((n + 1, 3)).astype(np.float32),
+                            local.standard_normal((n, 2)).astype(np.float32),
+                            local.standard_normal(n).astype(np.float32),
+                            (0.3 * local.standard_normal((n, 2))).astype(np.float32),
+                            np.full((n, 2), 0.5, np.float32), TRUNCATED, 0))
+        out.update_start(10**6, 0)
+        for _ in range(3):
+            out.train_step()
+        return out
+
+    eager, compiled = learner("off"), learner("on")
+    assert compiled.algo.compiled_step is not None and compiled.algo.compiled_step.compiled
+    for a, b in zip(eager.algo.net.state_dict().values(),
+                    compiled.algo.net.state_dict().values(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    sums = comm.allgather(compiled.algo.checksum())
+    assert sums[0] == sums[1], "the compiled learners took identical steps"
     comm.Free()
 
 
