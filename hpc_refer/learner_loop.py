@@ -368,6 +368,8 @@ class LearnerLoop:
         """Env step at which the pending evaluation round was asked for (None: none)."""
         self.eval_actor = eval_actor
         self.resumed = False
+        self.step_logged = False
+        """Whether the kind of the learner step (compiled or eager) went to the log."""
 
     def handle(self, message: Incoming) -> None:
         actor = message.actor
@@ -494,6 +496,12 @@ class LearnerLoop:
 
     def train_step(self) -> None:
         self.interval.add(self.learner.train_step().stats)
+        if not self.step_logged and self.run is not None:
+            compiled = self.learner.algo.compiled_step
+            self.run.log("learner step: " + ("eager" if compiled is None else
+                                             f"compiled ({compiled.compile_seconds:.1f} s "
+                                             "to compile)"))
+            self.step_logged = True
         k = self.config.run.checksum_every
         if k and self.learner.grad_steps % k == 0 and not self.reducer.checksums_agree(
                 self.learner.algo.checksum()):

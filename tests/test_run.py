@@ -42,7 +42,9 @@ def test_entry_point_writes_a_complete_run_directory(in_tmp):
     for key in ("loss_pi", "loss_v", "beta", "c_max", "far_fraction", "lr", "grad_steps_per_s",
                 "env_steps_per_s"):
         assert np.isfinite(last[key]), key
-    assert (run_dir / "log.txt").read_text().count("steps ") == 4
+    log = (run_dir / "log.txt").read_text()
+    assert log.count("steps ") == 4
+    assert log.count("learner step: eager") == 1, "a short run's step is eager, said once"
     # A second identical command gets a fresh directory instead of touching the first.
     assert run_main(["--env", "Pendulum-v1", "--steps", "200", "--seed", "2", *SMALL]) == 0
     assert (in_tmp / "runs" / "Pendulum-v1-vracer-refer-seed2-2" / "episodes.csv").exists()
