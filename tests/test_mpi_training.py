@@ -23,7 +23,7 @@ from hpc_refer.layout import Role, compute_layout
 from hpc_refer.learner import Learner
 from hpc_refer.metrics import RunDirectory
 from hpc_refer.networks import flat_state
-from hpc_refer.replay import HAS_ACTION, IN_USE, ReplayShard
+from hpc_refer.replay import HAS_ACTION, IN_USE, TRUNCATED, Chunk, ReplayShard
 from hpc_refer.training import LearnerResult, make_learner, run_role
 
 COMM = MPI.COMM_WORLD
@@ -159,6 +159,17 @@ def test_clean_shutdown_when_some_actors_finish_early(tmp_path, monkeypatch):
     assert sorted(a for r in learners for a in r["finished"]) == [a for a in actors if a % 2]
 
 
+def store_episodes(learner: Learner, rng: np.random.Generator) -> None:
+    """Four truncated random episodes of 40 steps (3 observations, 2 actions)."""
+    for _ in range(4):
+        n = 40
+        learner.store(Chunk(rng.standard_normal((n + 1, 3)).astype(np.float32),
+                            rng.standard_normal((n, 2)).astype(np.float32),
+                            rng.standard_normal(n).astype(np.float32),
+                            (0.3 * rng.standard_normal((n, 2))).astype(np.float32),
+                            np.full((n, 2), 0.5, np.float32), TRUNCATED, 0))
+
+
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
 def test_two_learners_average_to_the_full_batch_gradient(algorithm):
@@ -168,7 +179,6 @@ def test_two_learners_average_to_the_full_batch_gradient(algorithm):
     if comm == MPI.COMM_NULL:
         return
     rng = np.random.default_rng(0)
-    from hpc_refer.replay import TRUNCATED, Chunk
 
     def filled(reducer):
         # Same shard content for both: capacity N / L = 256 rows.
@@ -178,14 +188,7 @@ def test_two_learners_average_to_the_full_batch_gradient(algorithm):
         learner = make_learner(cfg, 3, 2, reducer)
         learner.algo.optimizers = {k: (opt, 0.0)  # lr 0: the weights stay as they are
                                    for k, (opt, _) in learner.algo.optimizers.items()}
-        local = np.random.default_rng(0)
-        for _ in range(4):
-            n = 40
-            learner.store(Chunk(local.standard_normal((n + 1, 3)).astype(np.float32),
-                                local.standard_normal((n, 2)).astype(np.float32),
-                                local.standard_normal(n).astype(np.float32),
-                                (0.3 * local.standard_normal((n, 2))).astype(np.float32),
-                                np.full((n, 2), 0.5, np.float32), TRUNCATED, 0))
+        store_episodes(learner, np.random.default_rng(0))
         return learner
 
     def gradients(learner, rows):
@@ -210,21 +213,13 @@ def test_two_compiled_learners_take_the_eager_step():
     comm = COMM.Split(0 if COMM.Get_rank() < 2 else MPI.UNDEFINED, COMM.Get_rank())
     if comm == MPI.COMM_NULL:
         return
-    from hpc_refer.replay import TRUNCATED, Chunk
 
     def learner(mode):
         cfg = build_config({"run": {"compile": mode}, "vracer": {"hidden": [16, 16],
                                                                 "batch": 32},
                             "replay": {"size": 512, "learn_start": 64}})
         out = make_learner(cfg, 3, 2, parallel.MpiReducer(comm))
-        local = np.random.default_rng(comm.Get_rank())
-        for _ in range(4):
-            n = 40
-            out.store(Chunk(local.standard_normal((n + 1, 3)).astype(np.float32),
-                            local.standard_normal((n, 2)).astype(np.float32),
-                            local.standard_normal(n).astype(np.float32),
-                            (0.3 * local.standard_normal((n, 2))).astype(np.float32),
-                            np.full((n, 2), 0.5, np.float32), TRUNCATED, 0))
+        store_episodes(out, np.random.default_rng(comm.Get_rank()))
         out.update_start(10**6, 0)
         for _ in range(3):
             out.train_step()
