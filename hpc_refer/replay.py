@@ -531,13 +531,6 @@ class ReplayShard:
                                  "sample (replay.learn_start below one chunk?)")
         return out
 
-    def q_ret(self, rows: np.ndarray) -> np.ndarray:
-        """Q-ret_k = scale r_{k+1} + gamma V-tbc_{k+1}, with V-tbc = 0 after a terminal state."""
-        succ = self.next[rows]
-        terminal = (self.flags[rows] & TERMINAL) != 0
-        boot = np.where(terminal, 0.0, self.vtbc[np.maximum(succ, 0)])
-        return (self.reward_scale * self.rew[rows] + self.gamma * boot).astype(np.float32)
-
     def importance_weights(self, rows: np.ndarray, beta_is: float) -> np.ndarray:
         """PER's w_k = (N P(k))^-beta_IS / max_j w_j over ``rows`` (ones when uniform).
 
@@ -560,7 +553,7 @@ class ReplayShard:
 
         One compiled pass (:func:`_gather`) fills new arrays on every call, so a Batch stays
         valid for as long as its holder keeps it (no buffer is reused); the values are those
-        of numpy's indexing and of :meth:`q_ret`, bit for bit.
+        of numpy's indexing, bit for bit.
         """
         obs, act, mu_mean, mu_std, log_mu, rew, next_obs, done, q_ret = _gather(
             np.asarray(rows, np.int64), self.obs, self.act, self.mu_mean, self.mu_std,

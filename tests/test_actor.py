@@ -131,7 +131,7 @@ def test_a_fault_after_chunks_were_sent_truncates_the_episode_at_its_last_valid_
         assert replay.sampleable(np.array(chain[:-1])).all()
         # Truncation: V-tbc of the final state is its value, which Q-ret bootstraps from.
         assert replay.vtbc[final] == replay.value[final] != 0.0
-        q_ret = replay.q_ret(np.array([chain[-2]]))[0]
+        q_ret = replay.batch(np.array([chain[-2]])).q_ret[0]
         assert q_ret == pytest.approx(replay.reward_scale * last + cfg.vracer.gamma
                                       * replay.value[final], rel=1e-6)
 

@@ -184,7 +184,7 @@ def test_vracer_sampled_rows_get_v_and_their_episodes_v_tbc(monkeypatch):
     episode_rows = np.flatnonzero(replay.flags[: replay.size])
     np.testing.assert_allclose(replay.vtbc[episode_rows], vtbc[episode_rows], rtol=2e-4,
                                atol=2e-4)
-    q_ret = replay.q_ret(rows)
+    q_ret = replay.batch(rows).q_ret
     succ = replay.next[rows]
     term = (replay.flags[rows] & TERMINAL) != 0
     want = scale * replay.rew[rows] + learner.config.vracer.gamma * np.where(

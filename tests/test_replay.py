@@ -66,9 +66,10 @@ def test_vtbc_matches_reference_loop(end):
     np.testing.assert_allclose(replay.vtbc[rows[:12]], expected, rtol=1e-5, atol=1e-6)
     if end == TRUNCATED:
         assert replay.vtbc[rows[12]] == pytest.approx(value[12])
-        assert replay.q_ret(rows[11:12])[0] == pytest.approx(chunk.rew[11] + GAMMA * value[12])
+        q_ret = replay.batch(rows[11:12]).q_ret
+        assert q_ret is not None and q_ret[0] == pytest.approx(chunk.rew[11] + GAMMA * value[12])
     else:
-        assert replay.q_ret(rows[11:12])[0] == pytest.approx(chunk.rew[11])
+        assert replay.batch(rows[11:12]).q_ret[0] == pytest.approx(chunk.rew[11])
 
 
 def test_truncation_is_not_terminal():
@@ -78,7 +79,7 @@ def test_truncation_is_not_terminal():
     rows = replay.add(chunk, 2.0)
     replay.refresh(rows, np.full(rows.size, 10.0, np.float32), np.ones(rows.size, np.float32), 2)
     # V(s_T) = 10 is bootstrapped: Q-ret of the last step is r + gamma * 10, not r.
-    assert replay.q_ret(rows[4:5])[0] == pytest.approx(chunk.rew[4] + GAMMA * 10.0)
+    assert replay.batch(rows[4:5]).q_ret[0] == pytest.approx(chunk.rew[4] + GAMMA * 10.0)
 
 
 def test_refresh_of_sampled_rows_redoes_the_episode_prefix():

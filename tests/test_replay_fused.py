@@ -71,6 +71,12 @@ class NumpyShard(ReplayShard):
                      self.q_ret(rows) if self.retrace else None,
                      self.importance_weights(rows, beta_is))
 
+    def q_ret(self, rows: np.ndarray) -> np.ndarray:
+        succ = self.next[rows]
+        terminal = (self.flags[rows] & TERMINAL) != 0
+        boot = np.where(terminal, 0.0, self.vtbc[np.maximum(succ, 0)])
+        return (self.reward_scale * self.rew[rows] + self.gamma * boot).astype(np.float32)
+
     def bootstrap_rows(self, rows: np.ndarray) -> np.ndarray:
         succ = self.next[rows]
         succ = succ[succ >= 0]

@@ -447,7 +447,7 @@ def assert_q_ret_and_sampling(h: Harness) -> None:
         s = h.states[w]
         boot = 0.0 if s.terminal else ref[s.succ]
         want.append(h.scale * s.reward + h.gamma * boot)
-    np.testing.assert_allclose(shard.q_ret(h.rows(valid)), want, rtol=0,
+    np.testing.assert_allclose(shard.batch(h.rows(valid)).q_ret, want, rtol=0,
                                atol=h.vtbc_tolerance(ref))
 
 
