@@ -48,8 +48,9 @@ def test_the_jets_add_no_net_mass_and_blow_where_the_action_says(start):
 def test_episode_interface_and_metrics(start):
     env = cj.CylinderJets(resolution=N, start_file=str(start))
     obs = env.reset(3)
-    assert obs.shape == (cj.N_PROBES,) and obs.dtype == np.float32
+    assert obs.shape == (cj.N_PROBES + 1,) == (env.obs_dim,) and obs.dtype == np.float32
     assert np.all(np.isfinite(obs)) and np.ptp(obs) > 0
+    assert obs[-1] == 0.0  # the jets are off after a reset
     drags = []
     for t in range(cj.HORIZON):
         obs, reward, status = env.step(np.array([0.0]))
@@ -59,7 +60,7 @@ def test_episode_interface_and_metrics(start):
         assert status == (Status.TRUNCATED if t == cj.HORIZON - 1 else Status.CONTINUE)
     assert env.episode_values()[0] == pytest.approx(np.mean(drags), rel=1e-12)
     assert env.episode_field().shape == (cj.HORIZON + 1, cj.N_PROBES)
-    np.testing.assert_array_equal(env.episode_field()[-1], obs)
+    np.testing.assert_array_equal(env.episode_field()[-1], obs[:cj.N_PROBES])
     w = env.vorticity()
     assert w is not None and w.shape == (env.nx, env.ny)
     assert w[: 3 * N].max() > 1 and w[: 3 * N].min() < -1  # the shear layers, both signs
@@ -109,3 +110,18 @@ def test_multi_rank_episode_equals_the_single_rank_one(tmp_path_factory):
     if team.rank == 0:
         for g, w in zip(got, episode(None), strict=True):
             np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-9)
+
+
+def test_the_observation_ends_with_the_jets_speed_and_horizon_sets_the_episode(start):
+    env = cj.CylinderJets(resolution=N, start_file=str(start), horizon=3)
+    env.reset(1)
+    statuses = []
+    for action in (0.5, -0.25, 2.0):
+        obs, _, status = env.step(np.array([action]))
+        statuses.append(status)
+        # the ramp ends at the target: the last entry is the clipped action
+        assert obs[-1] == pytest.approx(min(action, 1.0), abs=1e-6)
+    assert statuses == [Status.CONTINUE, Status.CONTINUE, Status.TRUNCATED]
+    assert env.reset(1)[-1] == 0.0
+    with pytest.raises(ValueError, match=r"env\.horizon = 0"):
+        cj.CylinderJets(resolution=N, start_file=str(start), horizon=0)

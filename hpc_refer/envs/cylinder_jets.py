@@ -18,15 +18,19 @@ target peak speed v = a JET_MAX U_mean, JET_MAX = 1.0, a flow rate per jet of
 control step (no jumps in the wall velocity).
 
 Control: one action every DT_CONTROL = 0.025 time units (about 13 per shedding period).
-Observation: the pressure (rho - 1) / 3 / U_mean^2 (lattice units, so a pressure coefficient
-/ 2) at N_PROBES = 24 probes in the wake, x in {0.25, 0.3, 0.35, 0.4, 0.5, 0.6},
-y in {0.14, 0.18, 0.22, 0.26} (nearest nodes). Reward, in Rabault's form,
+Observation (N_PROBES + 1 = 25 values): the pressure (rho - 1) / 3 / U_mean^2 (lattice units,
+so a pressure coefficient / 2) at N_PROBES = 24 probes in the wake,
+x in {0.25, 0.3, 0.35, 0.4, 0.5, 0.6}, y in {0.14, 0.18, 0.22, 0.26} (nearest nodes), and the
+jets' present speed v / (JET_MAX U_mean) in [-1, 1] (the last action once its ramp is over):
+the jets start each control step from it, so without it the state would not be Markov in the
+actuator (Rabault et al. observed the probes only). Reward, in Rabault's form,
 r = C_D_REF - <c_D> - 0.2 |<c_L>|, with <.> the mean over the control step and
-C_D_REF = 3.2 (about the uncontrolled mean). Episodes last HORIZON = 80 control steps (2 time
-units, 6 periods) and end TRUNCATED. Step metrics ``cD``, ``cL`` (control-step means) and
-episode metrics ``cD``, ``cL`` (episode means); the episode's field is the probes' pressure
-history, and :meth:`~hpc_refer.envs.flow2d.Flow2D.snapshot` gives the vorticity and velocity
-fields (team rank 0) that ``--snapshot`` writes at the end of chosen episodes.
+C_D_REF = 3.2 (about the uncontrolled mean). Episodes last ``horizon`` control steps (default
+HORIZON = 80: 2 time units, 6 periods) and end TRUNCATED. Step metrics ``cD``, ``cL``
+(control-step means) and episode metrics ``cD``, ``cL`` (episode means); the episode's field
+is the probes' pressure history, and :meth:`~hpc_refer.envs.flow2d.Flow2D.snapshot` gives the
+vorticity and velocity fields (team rank 0) that ``--snapshot`` writes at the end of chosen
+episodes.
 
 Start: every episode starts from a developed shedding state stored in HDF5, made once by
 ``python -m hpc_refer.envs.cylinder_jets --make-start [--resolution N]`` (12 time units from a
@@ -86,10 +90,11 @@ def make_start(path: str | Path, resolution: int = 20, duration: float = START_T
 
 class CylinderJets(Flow2D):
     """The DFG 2D-2 flow controlled by two zero-net-flux jets; collective over the team.
-    ``start_file``: the HDF5 start state (default :func:`start_path`); ``split_at``: the
-    slabs' first columns (see :class:`~hpc_refer.envs.flow2d.Flow2D`)."""
+    ``start_file``: the HDF5 start state (default :func:`start_path`); ``horizon``: control
+    steps per episode; ``split_at``: the slabs' first columns (see
+    :class:`~hpc_refer.envs.flow2d.Flow2D`)."""
 
-    obs_dim = N_PROBES
+    obs_dim = N_PROBES + 1
     act_dim = 1
     low = -np.ones(1)
     high = np.ones(1)
@@ -98,10 +103,15 @@ class CylinderJets(Flow2D):
     field_label = "wake pressure (probe, control step)"
 
     def __init__(self, team: Team | None = None, resolution: int = 20,
-                 start_file: str = "", split_at: tuple[int, ...] | None = None) -> None:
+                 start_file: str = "", horizon: int = HORIZON,
+                 split_at: tuple[int, ...] | None = None) -> None:
+        if horizon < 1:
+            raise ValueError(f"env.horizon = {horizon} is invalid: allowed are integers >= 1 "
+                             f"(control steps per episode)")
         super().__init__(team, resolution=resolution, reynolds=REYNOLDS,
                          u_max_lattice=U_LATTICE, split_at=split_at)
         self.start_file = Path(start_file) if start_file else start_path(resolution)
+        self.horizon = horizon
         self.substeps = max(1, round(DT_CONTROL / self.dt))
         self.wall = self._jet_links()
         n = resolution
@@ -132,6 +142,7 @@ class CylinderJets(Flow2D):
         return wall
 
     def _observe(self) -> np.ndarray:
+        """The probes' pressures and the jets' speed (module docstring); collective."""
         local = np.zeros(N_PROBES)
         f = self.f
         for p, (i, j) in enumerate(self.probes):
@@ -139,7 +150,8 @@ class CylinderJets(Flow2D):
             if 1 <= li <= self.nxl:
                 local[p] = (f[:, li, j + 1].sum() - 1) / 3 / self.u_mean_lat**2
         full = self.team.sum_array(local) if self.team is not None else local
-        return full.astype(np.float32)
+        jet = self.jet / (JET_MAX * self.u_mean_lat)
+        return np.append(full, jet).astype(np.float32)
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         """Load the stored shedding state, run 0..12 control steps uncontrolled (drawn from
@@ -162,7 +174,7 @@ class CylinderJets(Flow2D):
         self.t = 0
         self.sums = np.zeros(2)
         obs = self._observe()
-        self.history = [obs]
+        self.history = [obs[:N_PROBES]]
         return obs
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, Status]:
@@ -177,9 +189,9 @@ class CylinderJets(Flow2D):
         self.sums += self.last
         self.t += 1
         reward = C_D_REF - self.last[0] - 0.2 * abs(self.last[1])
-        status = Status.TRUNCATED if self.t >= HORIZON else Status.CONTINUE
+        status = Status.TRUNCATED if self.t >= self.horizon else Status.CONTINUE
         obs = self._observe()
-        self.history.append(obs)
+        self.history.append(obs[:N_PROBES])
         return obs, float(reward), status
 
     def step_values(self) -> tuple[float, float]:
