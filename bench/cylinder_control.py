@@ -1,21 +1,23 @@
 """CylinderJets drag reduction (issue 13, point 5): V-RACER + ReF-ER with several environment
 teams under mpirun, then the trained mean policy against the uncontrolled flow.
 
-``python bench/cylinder_control.py [--ranks 4] [--ranks-per-env 1] [--steps 60000]``
+``python bench/cylinder_control.py [--ranks 4] [--ranks-per-env 1] [--steps 100000]
+[--horizon 240] [--seed 0]``
 
 1. makes the start state of ``--resolution`` (default 20) if it is missing
    (``python -m hpc_refer.envs.cylinder_jets --make-start``);
 2. trains: ``mpirun -n RANKS python -m hpc_refer.run --env CylinderJets --learners 1 ...``
-   (1 learner and (RANKS - 1) / ranks-per-env environment teams; the settings are
-   :data:`TRAIN_FLAGS`) into ``--run-dir`` (``--skip-train`` reuses a finished run there;
-   ``--continue-to N`` resumes it from its last checkpoint, ``--restart``, up to N steps);
+   (1 learner and (RANKS - 1) / ranks-per-env environment teams, episodes of ``--horizon``
+   control steps; the other settings are :data:`TRAIN_FLAGS`) into ``--run-dir``
+   (``--skip-train`` reuses a finished run there; ``--continue-to N`` resumes it from its last
+   checkpoint, ``--restart``, up to N steps);
 3. evaluates, in this process, the trained mean policy m_w(s) (the action box's clip of it,
    as training maps actions) and the uncontrolled flow (action 0) from the same start phases
    (reset seeds EVAL_SEED0 + k, never used in training), each over ``--eval-horizon`` control
-   steps (default 3 x the training episode's 80): the mean c_D and c_L over the training
-   horizon (steps 1-80, what the policy was trained on) and over the rest (steps 81-240,
-   after the jets' transient, where Rabault et al. measured), and the drag reduction
-   100 (1 - c_D,controlled / c_D,uncontrolled) of each;
+   steps (default 240): the mean c_D and c_L over the jets' transient (steps 1-EVAL_CUT,
+   the first 2 time units) and over the rest (steps 81-240, the controlled regime, where
+   Rabault et al. measured), and the drag reduction 100 (1 - c_D,controlled /
+   c_D,uncontrolled) of each;
 4. writes ``bench/results/<name>.json`` (command, machine and load, rank layout, wall-clock,
    figures) and the PNGs ``<name>-learning.png`` (return and episode-mean c_D against
    environment steps), ``<name>-series.png`` (c_D, c_L and the jet action with and without
@@ -47,6 +49,9 @@ from hpc_refer.checkpoint import load_policy
 from hpc_refer.report import draw_snapshot, snapshot_scale
 
 EVAL_SEED0 = 10**6
+EVAL_CUT = 80
+"""Control steps of the jets' transient in an evaluation (2 time units): the controlled regime
+is reached after about 1 (section 11 of BENCHMARKS.md), so steps 1-80 hold all of it."""
 TRAIN_FLAGS = ("--vracer.gamma", "0.97", "--vracer.lr", "3e-4", "--refer.beta-init", "1.0",
                "--replay.size", "65536", "--replay.learn-start", "2000",
                "--eval-every", "10000", "--eval-episodes", "2", "--snapshot", "every:300",
@@ -68,6 +73,7 @@ def train_command(args: argparse.Namespace, start: Path) -> list[str]:
     return ["mpirun", "-n", str(args.ranks), sys.executable, "-m", "hpc_refer.run",
             "--env", "CylinderJets", "--env.resolution", str(args.resolution),
             "--env.start_file", str(start), "--learners", "1",
+            "--env.horizon", str(args.horizon),
             "--ranks-per-env", str(args.ranks_per_env), "--steps", str(args.steps),
             "--seed", str(args.seed), "--log-every", str(max(args.steps // 50, 1)),
             "--run-dir", str(args.run_dir), *TRAIN_FLAGS]
@@ -91,7 +97,7 @@ def run_episode(env: cj.CylinderJets, seed: int, horizon: int,
 def summary(runs: list[dict[str, np.ndarray]], cut: int) -> dict[str, float]:
     """Mean c_D and c_L (and mean |c_L|) over steps [0, cut) and [cut, end) of every run."""
     out: dict[str, float] = {}
-    for part, sl in (("train_horizon", slice(0, cut)), ("after_transient", slice(cut, None))):
+    for part, sl in (("transient", slice(0, cut)), ("after_transient", slice(cut, None))):
         cd = np.concatenate([r["cD"][sl] for r in runs])
         cl = np.concatenate([r["cL"][sl] for r in runs])
         if cd.size:
@@ -138,7 +144,7 @@ def series_figure(base: dict[str, np.ndarray], ctrl: dict[str, np.ndarray], dt: 
         ax.axvline(dt * cut, color="k", lw=0.6, ls=":")
         ax.set_ylabel({"cD": "c_D", "cL": "c_L", "action": "jet action a"}[key])
     axes[0].legend(fontsize=8)
-    axes[-1].set_xlabel("time since the evaluation's start (dotted: end of a training episode)")
+    axes[-1].set_xlabel("time since the evaluation's start (dotted: end of the transient window)")
     fig.savefig(out, dpi=110)
     plt.close(fig)
 
@@ -161,8 +167,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ranks", type=int, default=4, help="mpirun -n (1 learner + teams)")
     parser.add_argument("--ranks-per-env", type=int, default=1)
-    parser.add_argument("--steps", type=int, default=60_000)
+    parser.add_argument("--steps", type=int, default=100_000)
     parser.add_argument("--resolution", type=int, default=20)
+    parser.add_argument("--horizon", type=int, default=240,
+                        help="control steps per training episode (--env.horizon)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--run-dir", type=Path, default=Path("build/cylinder_control"))
     parser.add_argument("--skip-train", action="store_true",
@@ -170,7 +178,7 @@ def main() -> int:
     parser.add_argument("--continue-to", type=int, default=0,
                         help="resume the run in --run-dir (--restart) up to this many steps")
     parser.add_argument("--eval-seeds", type=int, default=6, help="start phases evaluated")
-    parser.add_argument("--eval-horizon", type=int, default=3 * cj.HORIZON)
+    parser.add_argument("--eval-horizon", type=int, default=3 * EVAL_CUT)
     parser.add_argument("--name", default="cylinder_control")
     args = parser.parse_args()
     start = cj.start_path(args.resolution)
@@ -197,7 +205,8 @@ def main() -> int:
     net, _ = load_policy(args.run_dir / "policy.h5")
     records = (args.run_dir / "train.jsonl").read_text().splitlines()
     policy = net.numpy_policy()
-    env = cj.CylinderJets(resolution=args.resolution, start_file=str(start))
+    env = cj.CylinderJets(resolution=args.resolution, start_file=str(start),
+                          horizon=args.eval_horizon)
     base, ctrl, snaps = [], [], []
     for k in range(args.eval_seeds):
         seed = EVAL_SEED0 + k
@@ -210,10 +219,10 @@ def main() -> int:
         print(f"phase {k}: c_D {base[-1]['cD'].mean():.4f} uncontrolled, "
               f"{ctrl[-1]['cD'].mean():.4f} controlled", flush=True)
     eval_wall = time.perf_counter() - t0
-    cut = cj.HORIZON
+    cut = EVAL_CUT
     unc, con = summary(base, cut), summary(ctrl, cut)
     reduction = {part: 100 * (1 - con[f"cD_{part}"] / unc[f"cD_{part}"])
-                 for part in ("train_horizon", "after_transient") if f"cD_{part}" in unc}
+                 for part in ("transient", "after_transient") if f"cD_{part}" in unc}
     RESULTS.mkdir(parents=True, exist_ok=True)
     pngs = {"learning": RESULTS / f"{args.name}-learning.png",
             "series": RESULTS / f"{args.name}-series.png",
@@ -234,10 +243,10 @@ def main() -> int:
         "policy_env_step": json.loads(records[-1])["env_step"] if records else None,
         "eval": {"seeds": [EVAL_SEED0 + k for k in range(args.eval_seeds)],
                  "horizon_control_steps": args.eval_horizon,
-                 "training_episode_steps": cut,
-                 "note": "c_D, c_L: means of the control-step means over all phases; "
-                         "train_horizon = steps 1-80 (the training episode), after_transient = "
-                         "steps 81 to the end (the jets' transient is over)",
+                 "training_episode_steps": args.horizon,
+                 "note": f"c_D, c_L: means of the control-step means over all phases; "
+                         f"transient = steps 1-{cut} (the jets' transient), after_transient = "
+                         f"steps {cut + 1} to the end (the controlled regime)",
                  "uncontrolled": unc, "controlled": con,
                  "drag_reduction_percent": reduction,
                  "per_phase_cD": {"uncontrolled": [float(r["cD"].mean()) for r in base],
