@@ -208,19 +208,68 @@ class Flow2D:
             raise FloatingPointError(f"Flow2D blew up before step {self.steps}")
         return coeffs
 
+    def continue_from(self, coarse: Flow2D) -> None:
+        """Start this flow from the state of ``coarse`` (same channel and Reynolds number, any
+        resolution and u_lat, the same team): grid sequencing, so that a fine run needs only
+        the few time units that its own grid changes, not the development of the shedding.
+        Collective.
+
+        The coarse density and velocity (every rank's columns, summed into the whole field on
+        every rank) are interpolated bilinearly to this grid's nodes (held at the edge
+        beyond the outermost nodes) and rescaled to this Mach number: u by u_lat / u_lat_c,
+        rho - 1 (= 3 p) by (u_lat / u_lat_c)^2. The populations are set to the equilibrium
+        plus the first-order (Chapman-Enskog) non-equilibrium part of the post-collision
+        state, f*_k = f^eq_k + (1 - omega_p) f^(1)_k with
+        f^(1)_k = -(3 / omega_p) w_k Q_k : grad u, Q_k = c_k c_k - I / 3 (its second moment
+        is the viscous stress -2 rho c_s^2 tau S), velocity gradients by central
+        differences; the solid nodes are at rest. Every rank interpolates the same whole
+        field, so the start is the same for any number of ranks."""
+        if coarse.reynolds != self.reynolds:
+            raise ValueError(f"continue_from needs the same flow on another grid, not Re = "
+                             f"{coarse.reynolds} for Re = {self.reynolds}")
+        whole = np.zeros((3, coarse.nx, coarse.ny))
+        whole[:, coarse.x0:coarse.x0 + coarse.nxl] = coarse._local_fields()
+        if coarse.team is not None:
+            whole = coarse.team.sum_array(whole.ravel()).reshape(whole.shape)
+        scale = self.u_lat / coarse.u_lat
+        whole[0] = 1 + (whole[0] - 1) * scale**2
+        whole[1:] *= scale
+        ratio = coarse.resolution / self.resolution
+        lo, hi = self.x0 - 1, self.x0 + self.nxl + 1
+        cols = np.clip(np.arange(lo - 1, hi + 1), 0, self.nx - 1)
+        rows = np.arange(self.ny)
+        rho, ux, uy = _bilinear(whole, (cols + 0.5) * ratio - 0.5, (rows + 0.5) * ratio - 0.5)
+        dux_dx, dux_dy = np.gradient(ux)
+        duy_dx, duy_dy = np.gradient(uy)
+        state = np.empty((9, cols.size, self.ny + 2))
+        state[:, :, 1:-1] = equilibrium(rho, ux, uy)
+        for k in range(9):
+            cx, cy = lk.CX[k], lk.CY[k]
+            q_grad = (cx * cx * dux_dx + cx * cy * (dux_dy + duy_dx) + cy * cy * duy_dy
+                      - (dux_dx + duy_dy) / 3)
+            state[k, :, 1:-1] -= (1 - self.omega_p) * 3 / self.omega_p * lk.W[k] * q_grad
+        state[:, :, [0, -1]] = state[:, :, [1, -2]]
+        self.f[:] = state[:, 1:-1]
+        self.f[:, self.solid[:, 0], self.solid[:, 1]] = lk.W[:, None]
+        self.f_new[:] = self.f
+
     def coefficients(self) -> tuple[float, float]:
         """(c_D, c_L) of the last step."""
         return float(self.latest[0]), float(self.latest[1])
 
-    def fields(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """Density and velocity (rho, u_x, u_y), each (nx, ny) in lattice units, gathered on
-        team rank 0 (None elsewhere; collective); zero inside the cylinder."""
+    def _local_fields(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Density and velocity of this rank's columns, each (nxl, ny), lattice units."""
         f = self.f[:, 1:-1, 1:-1]
         rho = f.sum(axis=0)
         ux = f[1] - f[3] + f[5] - f[6] - f[7] + f[8]
         uy = f[2] - f[4] + f[5] + f[6] - f[7] - f[8]
+        return rho, ux, uy
+
+    def fields(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Density and velocity (rho, u_x, u_y), each (nx, ny) in lattice units, gathered on
+        team rank 0 (None elsewhere; collective); zero inside the cylinder."""
         full = [self.team.gather_rows(a.ravel()) if self.team is not None else a.ravel()
-                for a in (rho, ux, uy)]
+                for a in self._local_fields()]
         if full[0] is None or full[1] is None or full[2] is None:
             return None
         shape = (self.nx, self.ny)
@@ -269,6 +318,22 @@ def equilibrium(rho: np.ndarray, ux: np.ndarray, uy: np.ndarray) -> np.ndarray:
     for k in range(9):
         cu = lk.CX[k] * ux + lk.CY[k] * uy
         out[k] = lk.W[k] * (rho + 3 * cu + 4.5 * cu * cu - 1.5 * usq)
+    return out
+
+
+def _bilinear(values: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Bilinear interpolation of ``values[..., i, j]`` (given at integer positions) at the
+    positions x (along i) and y (along j), clipped to the array's extent; shape
+    (..., x.size, y.size)."""
+    out = values
+    for axis, pos in ((-2, x), (-1, y)):
+        size = values.shape[axis]
+        pos = np.clip(pos, 0, size - 1)
+        i0 = np.minimum(np.floor(pos).astype(np.int64), size - 2)
+        w = pos - i0
+        a, b = np.take(out, i0, axis=axis), np.take(out, i0 + 1, axis=axis)
+        w = w[:, None] if axis == -2 else w
+        out = a * (1 - w) + b * w
     return out
 
 
