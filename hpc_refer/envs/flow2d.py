@@ -146,7 +146,7 @@ class Flow2D:
                     ni, nj = i + lk.CX[k], j + lk.CY[k]
                     if q[k] < 0.5 and (not 0 <= ni < nx or solid[ni, nj]):
                         q[k] = 0.5
-            if (rule != lk.PULL).any():
+            if ((rule != lk.PULL) & (rule != lk.WALL)).any():
                 nodes.append((li, j + 1))
                 rules.append(rule)
                 qs.append(q)
