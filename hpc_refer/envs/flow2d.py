@@ -12,7 +12,8 @@ Method: D2Q9 lattice Boltzmann (kernels in :mod:`hpc_refer.envs.lbm_kernels`), w
 the incompressible Navier-Stokes equations to second order in the grid spacing dx; with the
 incompressible equilibrium of He & Luo (1997) the steady solutions carry no compressibility
 error, unsteady ones an O(Ma^2) one (Ma = U / c_s, c_s = 1/sqrt(3) in lattice units): c_L,max of
-2D-2 at N = 20 is 1.059 at u_lat = 0.1, 1.016 at 0.05, 1.017 at 0.025 (measured). Choices:
+2D-2 at N = 20 is 1.0174 at u_lat = 0.0656, 1.0077 at 0.045, 1.0028 at 0.035 and 1.0005 at
+0.025 (bench/turek.py --mach). Choices:
 
 - Grid: ``resolution`` = N nodes per diameter, dx = D / N, nodes at cell centres
   ((i + 1/2) dx, (j + 1/2) dx), nx = 22 N, ny = 4.1 N (N a multiple of 10), so every straight
