@@ -114,18 +114,10 @@ def bulk_step(fo: np.ndarray, fn: np.ndarray, op: float, om: float) -> None:
     nxl, ny = fo.shape[1] - 2, fo.shape[2] - 2
     for i in range(1, nxl + 1):
         for j in range(1, ny + 1):
-            g = _collide(fo[0, i, j], fo[1, i - 1, j], fo[2, i, j - 1], fo[3, i + 1, j],
-                         fo[4, i, j + 1], fo[5, i - 1, j - 1], fo[6, i + 1, j - 1],
-                         fo[7, i + 1, j + 1], fo[8, i - 1, j + 1], op, om)
-            fn[0, i, j] = g[0]
-            fn[1, i, j] = g[1]
-            fn[2, i, j] = g[2]
-            fn[3, i, j] = g[3]
-            fn[4, i, j] = g[4]
-            fn[5, i, j] = g[5]
-            fn[6, i, j] = g[6]
-            fn[7, i, j] = g[7]
-            fn[8, i, j] = g[8]
+            _store(fn, i, j, _collide(fo[0, i, j], fo[1, i - 1, j], fo[2, i, j - 1],
+                                      fo[3, i + 1, j], fo[4, i, j + 1], fo[5, i - 1, j - 1],
+                                      fo[6, i + 1, j - 1], fo[7, i + 1, j + 1],
+                                      fo[8, i - 1, j + 1], op, om))
     for i in range(1, nxl + 1):
         _store(fn, i, 1, _collide(fo[0, i, 1], fo[1, i - 1, 1], fo[4, i, 1], fo[3, i + 1, 1],
                                   fo[4, i, 2], fo[7, i, 1], fo[8, i, 1], fo[7, i + 1, 2],
