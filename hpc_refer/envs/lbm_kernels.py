@@ -3,8 +3,9 @@
 Lattice: velocities c_k, k = 0..8, ordered rest, E, N, W, S, NE, NW, SW, SE, weights
 w = 4/9, 1/9 (axes), 1/36 (diagonals), sound speed c_s^2 = 1/3. Arrays ``f[k, i, j]`` hold the
 post-collision populations f*_k of a slab of columns i = 1..nxl (0 and nxl + 1 are halo columns,
-the neighbouring ranks' edge columns) and rows j = 1..ny (0 and ny + 1 are padding rows that
-no node reads: the channel walls lie between them and rows 1 and ny). Two lattices
+the neighbouring ranks' edge columns) and rows j = 1..ny (0 and ny + 1 are padding rows beyond
+the channel walls: :func:`bulk_step` reads them in its plain pass and then replaces the wall
+rows' results by bounce-back). Two lattices
 (``f_old``, ``f_new``): one time step is a pull,
 
     f_k(x, t + 1) = f*_k(x - c_k, t)            (streaming, read from f_old)
@@ -28,8 +29,8 @@ halfway bounce-back at the two channel walls written into the rows next to them;
 :func:`boundary_step` then recomputes the few nodes next to the inlet, the outlet and the
 cylinder, whose populations coming from outside the fluid follow the rule coded per link (see
 :data:`PULL` ...), adds up the momentum exchanged with the cylinder, and resets the solid nodes
-to rest. (Recomputing the wall rows there instead cost a quarter of the step at N = 80: their
-nodes lie a column apart in memory, nine cache lines each.)
+to rest. (Recomputing the wall rows there instead cost about a tenth of the step at N = 80:
+their nodes lie a column apart in memory, nine cache lines each.)
 """
 
 from __future__ import annotations
