@@ -202,7 +202,7 @@ def main() -> int:
     log = (args.run_dir / "log.txt").read_text() if (args.run_dir / "log.txt").exists() else ""
     load_before = os.getloadavg()
     t0 = time.perf_counter()
-    net, _ = load_policy(args.run_dir / "policy.h5")
+    net = load_policy(args.run_dir / "policy.h5").policy
     records = (args.run_dir / "train.jsonl").read_text().splitlines()
     policy = net.numpy_policy()
     env = cj.CylinderJets(resolution=args.resolution, start_file=str(start),

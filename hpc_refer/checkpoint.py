@@ -39,7 +39,7 @@ import re
 import shutil
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import h5py
 import numpy as np
@@ -452,26 +452,39 @@ def split_episodes(replay_trees: list[StateTree], n_learners: int,
 # --- policy files --------------------------------------------------------------------------
 
 
-def save_policy(path: Path, algo: Algorithm, config_dict: dict[str, Any]) -> None:
+def save_policy(path: Path, algo: Algorithm, config_dict: dict[str, Any], env_step: int,
+                grad_step: int) -> None:
     """Write the behaviour policy alone (for evaluation or deployment), atomically.
 
     The tree: ``algorithm`` (name), ``obs_dim``, ``act_dim``, ``hidden`` (int64 array),
-    ``config`` (the resolved config as JSON) and ``policy/<tensor>``: the behaviour module's
-    parameters and buffers, the input normalisation included. Root attribute ``kind`` =
-    ``"policy"``.
+    ``config`` (the resolved config as JSON), ``env_step`` and ``grad_step`` (the run's
+    environment and gradient steps when the policy was saved) and ``policy/<tensor>``: the
+    behaviour module's parameters and buffers, the input normalisation included. Root
+    attribute ``kind`` = ``"policy"``.
     """
     state = algo.checkpoint_state()
     tree = {"algorithm": algo.name, "obs_dim": algo.obs_dim, "act_dim": algo.act_dim,
             "hidden": np.asarray(algo.config.hidden, np.int64),
-            "config": json.dumps(config_dict),
+            "config": json.dumps(config_dict), "env_step": env_step, "grad_step": grad_step,
             "policy": state["modules"][state["behaviour"]]}
     write_tree(path, tree, {"kind": "policy"})
 
 
-def load_policy(path: Path) -> tuple[BehaviourPolicy, dict[str, Any]]:
-    """The behaviour module of a policy file (built from its algorithm and config, with its
-    tensors loaded) and the config dict it was saved with; CheckpointError naming the file
-    if it is not a policy file or its tensors do not fit."""
+class PolicyFile(NamedTuple):
+    """What a policy file holds: the behaviour module, the config dict it was saved with,
+    and the run's environment and gradient steps at the save (None in files written before
+    the steps were recorded)."""
+
+    policy: BehaviourPolicy
+    config: dict[str, Any]
+    env_step: int | None
+    grad_step: int | None
+
+
+def load_policy(path: Path) -> PolicyFile:
+    """A policy file's behaviour module (built from its algorithm and config, with its
+    tensors loaded), config and steps; CheckpointError naming the file if it is not a policy
+    file or its tensors do not fit."""
     # torch and the algorithms only here: reading trees needs neither.
     import torch
 
@@ -496,4 +509,4 @@ def load_policy(path: Path) -> tuple[BehaviourPolicy, dict[str, Any]]:
     except RuntimeError as err:
         raise CheckpointError(f"{path}: the policy's tensors do not fit its network "
                               f"({err})") from None
-    return policy, config_dict
+    return PolicyFile(policy, config_dict, tree.get("env_step"), tree.get("grad_step"))

@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                               f"{config.run.ranks_per_env} ranks: evaluate it under mpirun -n "
                               f"{config.run.ranks_per_env} (this job has {size})")
         policy_path = args.policy or args.run_dir / "policy.h5"
-        net, meta = load_policy(policy_path)
+        saved = load_policy(policy_path)
     except (ConfigError, CheckpointError, OSError) as err:
         if rank == 0:
             print(f"hpc_refer.evaluate: error: {err}", file=sys.stderr)
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                       snapshot_dir=args.run_dir / "evaluation-snapshots",
                       snapshot_due=snapshots.snapshot_due if args.snapshot else None)
     try:
-        actor = Actor(env, net, config.run.action_bounds, args.seed, config.run.chunk_len,
+        actor = Actor(env, saved.policy, config.run.action_bounds, args.seed, config.run.chunk_len,
                       max_failures=config.run.max_env_failures)
         episodes = actor.evaluate(args.episodes, seed=args.seed)
     finally:
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                  episode_returns=[e.ret for e in episodes],
                  episode_metrics={n: [e.values[i] for e in episodes]
                                   for i, n in enumerate(env.metric_names)})
-    stats.update({k: v for k, v in meta.items() if k in ("env_step", "grad_step")})
+    stats.update(env_step=saved.env_step, grad_step=saved.grad_step)
     print(f"mean return {stats['return_mean']:.6g} +- {stats['return_std']:.3g} over "
           f"{len(episodes)} episodes (min {stats['return_min']:.6g}, max "
           f"{stats['return_max']:.6g}); solver faults {actor.faults}")

@@ -590,7 +590,8 @@ class LearnerLoop:
         """Learner 0: the current policy as RUN_DIR/policy.h5 (for ``hpc_refer.evaluate``)."""
         if self.run is not None and self.run_dir is not None:
             checkpoint.save_policy(self.run_dir / "policy.h5", self.learner.algo,
-                                   self.config.to_dict())
+                                   self.config.to_dict(), self.result.env_steps,
+                                   self.learner.grad_steps)
 
     def checkpoint_state(self) -> StateTree:
         """The loop's own state (this learner's): counters, schedules, unlogged episodes."""

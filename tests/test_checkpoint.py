@@ -621,9 +621,9 @@ def test_a_policy_file_rebuilds_the_behaviour_with_its_input_scaling(tmp_path, a
     learner.train_step()
     cfg = learner.config.to_dict()
     path = tmp_path / "policy.h5"
-    checkpoint.save_policy(path, learner.algo, cfg)
-    policy, saved = checkpoint.load_policy(path)
-    assert saved == cfg
+    checkpoint.save_policy(path, learner.algo, cfg, 1234, 56)
+    policy, saved, env_step, grad_step = checkpoint.load_policy(path)
+    assert saved == cfg and (env_step, grad_step) == (1234, 56)
     obs = torch.from_numpy(np.random.default_rng(0).standard_normal((5, OBS)).astype(f32))
     with torch.no_grad():
         for x, y in zip(policy.policy(obs), learner.algo.behaviour.policy(obs), strict=True):

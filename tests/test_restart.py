@@ -284,6 +284,7 @@ def test_evaluate_a_policy_of_a_team_solver_under_mpirun(in_tmp):
     assert proc.stdout.count("episode ") == 2 and "mean return" in proc.stdout
     stats = json.loads((in_tmp / "team" / "evaluation.json").read_text())
     assert stats["episodes"] == 2 and np.isfinite(stats["return_mean"])
+    assert stats["env_step"] == 400 and stats["grad_step"] > 0  # the policy's own steps
     one = subprocess.run([sys.executable, "-m", "hpc_refer.evaluate", "team"],
                          capture_output=True, text=True, timeout=120, check=False)
     assert one.returncode == 2 and "mpirun -n 2" in one.stderr
