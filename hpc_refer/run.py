@@ -84,10 +84,11 @@ RESTART_MAY_CHANGE = frozenset({
     "run.steps", "run.log_every", "run.threads", "run.learners", "run.checkpoint_every",
     "run.checkpoint_keep", "run.eval_every", "run.eval_episodes", "run.env_step_timeout",
     "run.max_env_failures", "run.checksum_every", "run.tensorboard", "run.report_every",
-    "run.series_stride",
+    "run.series_stride", "run.snapshot",
 })
 """What a resumed run may set differently from the run it continues (the learner count:
-the stored episodes are redistributed over the new learners)."""
+the stored episodes are redistributed over the new learners; the snapshots only read the
+solver's fields)."""
 
 
 class Start(NamedTuple):

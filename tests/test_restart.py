@@ -101,6 +101,9 @@ def test_restart_refuses_what_would_change_the_run(in_tmp, capsys):
     assert "not beyond the checkpoint's step 400" in capsys.readouterr().err
     assert run_main(["--restart", "nowhere", "--steps", "800"]) == 2
     assert "no config.toml" in capsys.readouterr().err
+    # Output-only settings may change: the snapshot schedule, for one.
+    assert run_main(["--restart", "r", "--steps", "600", "--snapshot", "every:3"]) == 0
+    assert 'snapshot = "every:3"' in (in_tmp / "r" / "config.toml").read_text()
     # Networks built for other sizes than the environment's now.
     manifest_path = newest_checkpoint(in_tmp / "r") / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
