@@ -16,7 +16,7 @@ measured on rank 0 alone. For each resolution N (nodes per diameter):
   established by t ~ 5 s) and runs to t = 20 s; every finer N starts from the state of the
   one before (:meth:`~hpc_refer.envs.flow2d.Flow2D.continue_from`) and runs T_REFINED = 8 s,
   which its own grid needs to settle (N = 40 from N = 20: c_D,max within 2e-4 of its final
-  value after 5 s, and 3.2546 against 3.2548 from a 20 s start; measured). c_D,max and
+  value after 5 s, and 3.2547 against 3.2548 from a 20 s start; measured). c_D,max and
   c_L,max over the last 2 s (six periods), St = D f / U_mean with f from the mean period
   between upward zero crossings of c_L (interpolated linearly) in that window; the drifts of
   c_D,max and c_L,max from the 2 s before say how periodic the flow is by then.
