@@ -259,10 +259,11 @@ def main() -> None:
                         help=f"2D-2 resolutions run at every u_lat of {U_MACH} ('' for none)")
     parser.add_argument("--quick", action="store_true", help="N = 20 only, short speed test")
     args = parser.parse_args()
-    sizes = {case: [] if args.quick and case == "mach" else [20] if args.quick else
-             [int(x) for x in text.split(",") if x]
+    sizes = {case: [int(x) for x in text.split(",") if x]
              for case, text in (("2D-1", args.steady), ("2D-2", args.periodic),
                                 ("mach", args.mach))}
+    if args.quick:
+        sizes = {"2D-1": [20], "2D-2": [20], "mach": []}
     team = world_team()
     load_start = round(os.getloadavg()[0], 2)
     t0 = time.perf_counter()
