@@ -53,17 +53,23 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import TYPE_CHECKING, NamedTuple
 
-import numba
 import numpy as np
 
+from hpc_refer.replay_kernels import (
+    HAS_ACTION,
+    IN_USE,
+    TERMINAL,
+    final_successors,
+    gather,
+    store_refreshed,
+    take_sampleable,
+    vtbc_backward,
+)
 from hpc_refer.sumtree import SumTree
 
 if TYPE_CHECKING:
     from hpc_refer.records import StateTree
 
-HAS_ACTION = np.uint8(1)
-TERMINAL = np.uint8(2)
-IN_USE = np.uint8(4)
 
 
 class ChunkEnd(IntEnum):
@@ -161,156 +167,6 @@ class PriorityConfig(NamedTuple):
     alpha: float
     eps: float
 
-
-RTOL, ATOL = 1e-6, 1e-7
-"""A backward pass stops once V-tbc changes by less than ATOL + RTOL |V-tbc| (float32
-resolution): earlier rows would change by even less, since each step multiplies the change by
-gamma min(1, rho) <= 1. Rows just stored hold NaN, which never counts as unchanged, so a pass
-always reaches the open tail that a new chunk continues (whose V-tbc was computed without
-it)."""
-
-
-@numba.njit(cache=True, nogil=True)
-def _vtbc_backward(starts, value, rho, rew, vtbc, prev, nxt, flags, gamma, scale, stamp, mark,
-                   exact):
-    """Eq. 8 backward from each start row toward the first stored row of its episode,
-    V-tbc_k = V_k + min(1, rho_k) (scale r_{k+1} + gamma V-tbc_{k+1} - V_k), in float64 and
-    rounded to the float32 column (V-tbc_{k+1} = 0 after a terminal transition).
-
-    ``starts`` must be ordered newest first: a start already reached by the pass of a later
-    start of the same episode is skipped (its refreshed V and rho were already used). Unless
-    ``exact``, a pass stops where the change of V-tbc falls below float32 resolution.
-    V-tbc_{k+1} of the row just visited comes from a register rather than from the column
-    (the same float32 value, without waiting on its store): the recursion is a chain of
-    dependent roundings, so its latency is the pass's cost.
-    """
-    for s in starts:
-        if stamp[s] == mark:
-            continue
-        k = s
-        after, v = -1, np.float32(0.0)  # the row visited before k and its new V-tbc
-        while k >= 0:
-            stamp[k] = mark
-            f = flags[k]
-            old = vtbc[k]
-            if f & HAS_ACTION and (f & TERMINAL or nxt[k] >= 0):
-                if f & TERMINAL:
-                    boot = 0.0
-                elif nxt[k] == after:  # V-tbc_{k+1} from a register, not from memory
-                    boot = v
-                else:
-                    boot = vtbc[nxt[k]]
-                rb = min(1.0, rho[k])
-                v = np.float32(value[k] + rb * (scale * rew[k] + gamma * boot - value[k]))
-            else:
-                v = value[k]
-            vtbc[k] = v
-            if not exact and k != s and abs(v - old) <= ATOL + RTOL * abs(v):
-                break
-            after, k = k, prev[k]
-
-
-@numba.njit(cache=True, nogil=True)
-def _store_refreshed(rows, new_value, new_rho, far_lo, far_hi, value, rho, flags, stamp, mark,
-                     head, capacity):
-    """Store V and rho of ``rows`` (the first occurrence of a repeated row wins); return the
-    distinct rows ordered newest first and the change of the far-policy count.
-
-    ``new_value`` / ``new_rho`` may be None (left as stored). A row without action gets
-    rho = 1. A transition is far-policy when rho <= ``far_lo`` (1 / c_max) or rho >=
-    ``far_hi`` (c_max), compared in float32. Duplicates are found with ``stamp = mark``; the
-    age of a row is (row - head) mod capacity, so newest first is decreasing age.
-    """
-    n = rows.shape[0]
-    distinct = np.empty(n, np.int64)
-    first = np.empty(n, np.int64)
-    m = 0
-    for j in range(n):
-        r = rows[j]
-        if stamp[r] != mark:
-            stamp[r] = mark
-            distinct[m] = r
-            first[m] = j
-            m += 1
-    far = 0
-    for i in range(m):
-        r, j = distinct[i], first[i]
-        if new_value is not None:
-            value[r] = new_value[j]
-        if new_rho is not None:
-            if flags[r] & HAS_ACTION:
-                far -= rho[r] <= far_lo or rho[r] >= far_hi
-                rho[r] = new_rho[j]
-                far += rho[r] <= far_lo or rho[r] >= far_hi
-            else:
-                rho[r] = 1.0
-    distinct = distinct[:m]
-    return distinct[np.argsort(-((distinct - head) % capacity))], far
-
-
-@numba.njit(cache=True, nogil=True)
-def _gather(rows, obs, act, mu_mean, mu_std, log_mu, rew, vtbc, nxt, flags, scale, gamma,
-            retrace):
-    """The minibatch columns of ``rows`` (float32): s_k, a_k, mu_k, log mu_k, scale r_{k+1},
-    s_{k+1} (s_k after a terminal transition or before the successor arrived), done and,
-    with ``retrace``, Q-ret_k = scale r_{k+1} + gamma V-tbc_{k+1} (V-tbc = 0 after a terminal
-    state), each product and sum rounded to float32 as numpy rounds them."""
-    n, d, a = rows.shape[0], obs.shape[1], act.shape[1]
-    b_obs = np.empty((n, d), np.float32)
-    b_next = np.empty((n, d), np.float32)
-    b_act = np.empty((n, a), np.float32)
-    b_mean = np.empty((n, a), np.float32)
-    b_std = np.empty((n, a), np.float32)
-    b_log_mu = np.empty(n, np.float32)
-    b_rew = np.empty(n, np.float32)
-    b_done = np.empty(n, np.float32)
-    q_ret = np.empty(n if retrace else 0, np.float32)
-    for i in range(n):
-        r = rows[i]
-        succ = nxt[r]
-        terminal = (flags[r] & TERMINAL) != 0
-        following = r if terminal or succ < 0 else succ
-        for c in range(d):
-            b_obs[i, c] = obs[r, c]
-            b_next[i, c] = obs[following, c]
-        for c in range(a):
-            b_act[i, c] = act[r, c]
-            b_mean[i, c] = mu_mean[r, c]
-            b_std[i, c] = mu_std[r, c]
-        b_log_mu[i] = log_mu[r]
-        b_rew[i] = scale * rew[r]
-        b_done[i] = 1.0 if terminal else 0.0
-        if retrace:
-            boot = np.float32(0.0) if terminal else vtbc[max(succ, 0)]
-            q_ret[i] = b_rew[i] + gamma * boot
-    return b_obs, b_act, b_mean, b_std, b_log_mu, b_rew, b_next, b_done, q_ret
-
-
-@numba.njit(cache=True, nogil=True)
-def _take_sampleable(candidates, flags, nxt, out, count):
-    """Append the sampleable ``candidates`` (in order) to ``out[count:]`` until it is full;
-    return the new count."""
-    for c in candidates:
-        if count == out.shape[0]:
-            break
-        f = flags[c]
-        if f & HAS_ACTION and (f & TERMINAL or nxt[c] >= 0):
-            out[count] = c
-            count += 1
-    return count
-
-
-@numba.njit(cache=True, nogil=True)
-def _final_successors(rows, nxt, flags):
-    """The distinct successors of ``rows`` that carry no action (final states s_T), sorted."""
-    out = np.empty(rows.shape[0], np.int32)
-    m = 0
-    for r in rows:
-        s = nxt[r]
-        if s >= 0 and not flags[s] & HAS_ACTION:
-            out[m] = s
-            m += 1
-    return np.unique(out[:m])
 
 class ReplayShard:
     """FIFO ring of ``capacity`` states with uniform or prioritized sampling of transitions.
@@ -523,7 +379,7 @@ class ReplayShard:
         count = rounds = 0
         while count < batch:
             cand = rng.integers(0, self.size, size=batch + batch // 4 + 8)
-            count = _take_sampleable(cand, self.flags, self.next, out, count)
+            count = take_sampleable(cand, self.flags, self.next, out, count)
             rounds += 1
             if rounds == 64 and count == 0 and not self.sampleable(
                     np.arange(self.size)).any():
@@ -551,11 +407,11 @@ class ReplayShard:
     def batch(self, rows: np.ndarray, beta_is: float = 1.0) -> Batch:
         """Gather the minibatch columns of ``rows`` (PER weights with exponent ``beta_is``).
 
-        One compiled pass (:func:`_gather`) fills new arrays on every call, so a Batch stays
-        valid for as long as its holder keeps it (no buffer is reused); the values are those
-        of numpy's indexing, bit for bit.
+        One compiled pass (:func:`~hpc_refer.replay_kernels.gather`) fills new arrays on
+        every call, so a Batch stays valid for as long as its holder keeps it (no buffer is
+        reused); the values are those of numpy's indexing, bit for bit.
         """
-        obs, act, mu_mean, mu_std, log_mu, rew, next_obs, done, q_ret = _gather(
+        obs, act, mu_mean, mu_std, log_mu, rew, next_obs, done, q_ret = gather(
             np.asarray(rows, np.int64), self.obs, self.act, self.mu_mean, self.mu_std,
             self.log_mu, self.rew, self.vtbc, self.next, self.flags,
             np.float32(self.reward_scale), np.float32(self.gamma), self.retrace)
@@ -565,7 +421,7 @@ class ReplayShard:
     def bootstrap_rows(self, rows: np.ndarray) -> np.ndarray:
         """Final states s_T (rows without action) that directly follow ``rows``: distinct,
         sorted, int32 like ``next``."""
-        return _final_successors(np.asarray(rows, np.int64), self.next, self.flags)
+        return final_successors(np.asarray(rows, np.int64), self.next, self.flags)
 
     def refresh(self, rows: np.ndarray, value: np.ndarray | None, rho: np.ndarray | None,
                 c_max: float) -> None:
@@ -579,15 +435,16 @@ class ReplayShard:
         that appears several times in ``rows`` (a minibatch samples with replacement) is
         counted once, with its first V and rho.
 
-        One compiled call (:func:`_store_refreshed`) deduplicates the rows with the visit
-        stamps, stores V and rho, counts the far-policy change and orders the rows newest
-        first; a second (:func:`_vtbc_backward`) runs eq. 8. Same values as numpy's unique,
-        stores and argsort (``tests/test_replay_fused.py``).
+        One compiled call (:func:`~hpc_refer.replay_kernels.store_refreshed`) deduplicates
+        the rows with the visit stamps, stores V and rho, counts the far-policy change and
+        orders the rows newest first; a second (:func:`~hpc_refer.replay_kernels.vtbc_backward`)
+        runs eq. 8. Same values as numpy's unique, stores and argsort
+        (``tests/test_replay_fused.py``).
         """
         rows = np.asarray(rows, np.int64)
         if rows.size == 0:
             return
-        starts, far = _store_refreshed(
+        starts, far = store_refreshed(
             rows, None if value is None else np.asarray(value),
             None if rho is None else np.asarray(rho), np.float32(1.0 / c_max),
             np.float32(c_max), self.value, self.rho, self.flags, self._stamp, self._new_mark(),
@@ -599,18 +456,19 @@ class ReplayShard:
     def recompute_vtbc(self, rows: np.ndarray, exact: bool = False) -> None:
         """Eq. 8 backward from ``rows`` (any order) to the start of their episodes.
 
-        A pass ends early where V-tbc no longer changes at float32 resolution (RTOL, ATOL),
-        unless ``exact``.
+        A pass ends early where V-tbc no longer changes at float32 resolution
+        (``replay_kernels.RTOL``, ``ATOL``), unless ``exact``.
         """
         starts = np.unique(rows)
         starts = starts[np.argsort(-((starts - self.head) % self.capacity), kind="stable")]
         self._backward(starts.astype(np.int64), exact)
 
     def _backward(self, starts: np.ndarray, exact: bool) -> None:
-        """Eq. 8 from the distinct ``starts``, ordered newest first (:func:`_vtbc_backward`)."""
-        _vtbc_backward(starts, self.value, self.rho, self.rew, self.vtbc,
-                       self.prev, self.next, self.flags, np.float32(self.gamma),
-                       np.float32(self.reward_scale), self._stamp, self._new_mark(), exact)
+        """Eq. 8 from the distinct ``starts``, ordered newest first
+        (:func:`~hpc_refer.replay_kernels.vtbc_backward`)."""
+        vtbc_backward(starts, self.value, self.rho, self.rew, self.vtbc,
+                      self.prev, self.next, self.flags, np.float32(self.gamma),
+                      np.float32(self.reward_scale), self._stamp, self._new_mark(), exact)
 
     def _new_mark(self) -> int:
         """A visit stamp no row holds yet (the stamps are cleared when the int32 marks run

@@ -37,15 +37,14 @@ from test_replay_properties import (
 )
 
 from hpc_refer.replay import (
-    ATOL,
     HAS_ACTION,
-    RTOL,
     TERMINAL,
     Batch,
     Chunk,
     PriorityConfig,
     ReplayShard,
 )
+from hpc_refer.replay_kernels import ATOL, RTOL
 
 
 class NumpyShard(ReplayShard):

@@ -24,17 +24,16 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hpc_refer.replay import (
-    ATOL,
     HAS_ACTION,
     IN_USE,
     OPEN,
-    RTOL,
     TERMINAL,
     TERMINATED,
     TRUNCATED,
     Chunk,
     ReplayShard,
 )
+from hpc_refer.replay_kernels import ATOL, RTOL
 
 SOURCES = 3
 MAX_ACTIONS = 6
