@@ -61,6 +61,7 @@ from hpc_refer.replay_kernels import (
     TERMINAL,
     final_successors,
     gather,
+    state_reward_sums,
     store_refreshed,
     take_sampleable,
     vtbc_backward,
@@ -493,11 +494,9 @@ class ReplayShard:
 
     def scaling_sums(self) -> ScalingSums:
         """Local sums for the input and reward scaling, to be added over learners."""
-        n = self.size
-        obs = self.obs[:n].astype(np.float64)
-        rew = self.rew[:n][(self.flags[:n] & HAS_ACTION) != 0].astype(np.float64)
-        return ScalingSums(n, rew.size, obs.sum(0), (obs**2).sum(0), float(rew.sum()),
-                           float((rew**2).sum()))
+        s_sum, s_sq, n_rew, r_sum, r_sq = state_reward_sums(self.obs, self.rew, self.flags,
+                                                            self.size)
+        return ScalingSums(self.size, n_rew, s_sum, s_sq, r_sum, r_sq)
 
 
 class StoredEpisode(NamedTuple):

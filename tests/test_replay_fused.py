@@ -1,8 +1,9 @@
 """The compiled replay paths against a straightforward numpy reference, bit for bit.
 
-``sample_rows``, ``batch``, ``bootstrap_rows``, ``refresh`` and ``recompute_vtbc`` of
-:class:`~hpc_refer.replay.ReplayShard` run as numba kernels that fuse several numpy steps
-(deduplication, value and rho stores, the far-policy count, the newest-first order, eq. 8).
+``sample_rows``, ``batch``, ``bootstrap_rows``, ``refresh``, ``recompute_vtbc`` and
+``scaling_sums`` of :class:`~hpc_refer.replay.ReplayShard` run as numba kernels that fuse
+several numpy steps (deduplication, value and rho stores, the far-policy count, the
+newest-first order, eq. 8; the scaling sums in one pass).
 :class:`NumpyShard` below does the same maths one numpy operation at a time, with eq. 8 as a
 plain Python loop:
 
@@ -43,6 +44,7 @@ from hpc_refer.replay import (
     Chunk,
     PriorityConfig,
     ReplayShard,
+    ScalingSums,
 )
 from hpc_refer.replay_kernels import ATOL, RTOL
 
@@ -123,6 +125,14 @@ class NumpyShard(ReplayShard):
                 k = int(self.prev[k])
 
 
+    def scaling_sums(self) -> ScalingSums:
+        n = self.size
+        obs = self.obs[:n].astype(np.float64)
+        rew = self.rew[:n][(self.flags[:n] & HAS_ACTION) != 0].astype(np.float64)
+        return ScalingSums(n, rew.size, obs.sum(0), (obs**2).sum(0), float(rew.sum()),
+                           float((rew**2).sum()))
+
+
 def same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
     """Equal dtype-independent values, bit for bit for floats (NaN equal to the same NaN)."""
     if a is None or b is None:
@@ -166,6 +176,9 @@ class Twins:
             b.n_far, b.n_transitions, b.head, b.size)
         if a.tree is not None and b.tree is not None:
             assert same(a.tree.tree, b.tree.tree)
+        # float64 sums in another order than numpy's pairwise ones: equal to round-off
+        np.testing.assert_allclose(a.scaling_sums().pack(), b.scaling_sums().pack(),
+                                   rtol=1e-12, atol=0.0)
 
     def values(self, vs: tuple[float, ...]) -> np.ndarray | None:
         return np.array(vs, np.float32) if self.retrace else None
