@@ -3,6 +3,8 @@ Rule 1 on the real network, and seeded determinism of training."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -154,3 +156,29 @@ def test_config_defaults_are_the_papers():
     assert (naf.naf.batch, naf.naf.lr, naf.naf.tau) == (256, 1e-4, 0.01)
     assert (cfg.refer.C, cfg.refer.D, cfg.refer.A) == (4.0, 0.1, 5e-7)
     assert ReplayConfig(size=100, learn_start=10).start == 10
+
+
+def test_numpy_values_follow_the_network_through_updates_and_copies():
+    """``values`` (numpy views of the parameters) equals the network's V_w(s) to float32
+    round-off after an in-place update, after new input scaling, and in a deep copy whose
+    parameters then diverge from the original's."""
+    algo = VRacer(5, 2, VRacerConfig(hidden=(16, 16)), ReferConfig(), 0)
+    obs = np.random.default_rng(1).standard_normal((7, 5)).astype(np.float32)
+
+    def torch_values(a: VRacer) -> np.ndarray:
+        with torch.no_grad():
+            return a.net(torch.from_numpy(obs))[0].numpy()
+
+    np.testing.assert_allclose(algo.values(obs), torch_values(algo), rtol=1e-5, atol=1e-6)
+    with torch.no_grad():
+        for p in algo.net.parameters():
+            p.add_(0.3)
+    algo.set_input_scaling(np.full(5, 0.5), np.full(5, 2.0))
+    np.testing.assert_allclose(algo.values(obs), torch_values(algo), rtol=1e-5, atol=1e-6)
+    twin = copy.deepcopy(algo)
+    with torch.no_grad():
+        for p in twin.net.parameters():
+            p.mul_(-1.5)
+    np.testing.assert_allclose(twin.values(obs), torch_values(twin), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(algo.values(obs), torch_values(algo), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(twin.values(obs), algo.values(obs))
