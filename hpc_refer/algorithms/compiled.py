@@ -18,7 +18,8 @@ one (autograd and ``torch.optim.Adam``) to float32 round-off (tests/test_compile
 
 Adam's moments and step counts stay in the algorithm's ``torch.optim.Adam`` objects, in the
 layout torch's fused Adam uses, so checkpoints are the same whichever path wrote them. beta,
-c_max and the learning rates enter as 0-d tensors (a new value is not a new graph). With
+c_max and Adam's bias-corrected step terms (which carry the annealed learning rate) enter as
+0-d tensors (a new value is not a new graph). With
 several learners the step is two graphs, the gradient and Adam, with the gradients averaged
 between them through the algorithm's reducer (MPI stays outside the graph).
 """
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -48,26 +50,29 @@ Aux = dict[str, Any]
 
 
 def adam_(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: list[torch.Tensor],
-          exp_avg_sqs: list[torch.Tensor], step: torch.Tensor, lr: torch.Tensor,
-          betas: tuple[float, float], eps: float, weight_decay: float) -> None:
+          exp_avg_sqs: list[torch.Tensor], step: torch.Tensor, step_size: torch.Tensor,
+          bias2_sqrt: torch.Tensor, betas: tuple[float, float], eps: float,
+          weight_decay: float) -> None:
     """One Adam step in place (Kingma & Ba 2015, Algorithm 1, as ``torch.optim.Adam``):
 
         g <- g + lambda w                      (L2 weight decay lambda, if any)
         m <- beta1 m + (1 - beta1) g,   v <- beta2 v + (1 - beta2) g^2,   t <- t + 1
         w <- w - eta / (1 - beta1^t) m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 
-    ``step`` holds t (one counter for the group), ``lr`` holds eta.
+    ``step`` holds t (one counter for the group). The bias corrections come in as 0-d
+    tensors, ``step_size`` = eta / (1 - beta1^t) and ``bias2_sqrt`` = sqrt(1 - beta2^t) of
+    the new t (:meth:`_Group.set_step_terms`, in float64 as torch's fused Adam computes them):
+    inside the graph each would be recomputed for every element, and beta^t underflows to
+    libm's slow path once t exceeds a few thousand.
     """
     beta1, beta2 = betas
     step.add_(1.0)
-    bias1 = 1.0 - beta1**step
-    bias2_sqrt = (1.0 - beta2**step).sqrt()
     for w, g, m, v in zip(params, grads, exp_avgs, exp_avg_sqs, strict=True):
         if weight_decay:
             g = g + weight_decay * w
         m.lerp_(g, 1.0 - beta1)
         v.mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
-        w.sub_(lr / bias1 * m / (v.sqrt() / bias2_sqrt + eps))
+        w.sub_(step_size * m / (v.sqrt() / bias2_sqrt + eps))
 
 
 class _LossModule(nn.Module):
@@ -105,7 +110,8 @@ class _Group:
         self.weight_decay: float = group["weight_decay"]
         self.params: list[torch.Tensor] = list(group["params"])
         self.names = [names[id(p)] for p in self.params]
-        self.lr = torch.tensor(float(group["lr"]))
+        self.step_size = torch.zeros(())
+        self.bias2_sqrt = torch.ones(())
         self._cached: tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor] | None = None
 
     def state(self) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
@@ -130,6 +136,15 @@ class _Group:
                         [state[p]["exp_avg_sq"] for p in self.params], step)
         return self._cached
 
+
+    def set_step_terms(self, lr: float) -> None:
+        """eta = ``lr`` for torch's Adam, and the step's bias-corrected terms for
+        :func:`adam_` from the step count t + 1 the step will reach (after :meth:`state`)."""
+        self.opt.param_groups[0]["lr"] = lr  # (a loaded state dict brings new group dicts)
+        t = float(self.opt.state[self.params[0]]["step"]) + 1.0
+        beta1, beta2 = self.betas
+        self.step_size.fill_(lr / (1.0 - beta1**t))
+        self.bias2_sqrt.fill_(math.sqrt(1.0 - beta2**t))
 
     def unshare(self) -> None:
         """Give every parameter its own step count again (for torch's Adam, which advances
@@ -181,38 +196,38 @@ class CompiledStep:
 
     def _adam_all(self, params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor],
                   states: list[tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]],
-                  lrs: list[torch.Tensor]) -> None:
-        for group, (m, v, t), lr in zip(self.groups, states, lrs, strict=True):
+                  terms: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        for group, (m, v, t), (step_size, bias2_sqrt) in zip(self.groups, states, terms,
+                                                             strict=True):
             adam_([params[n] for n in group.names], [grads[n] for n in group.names], m, v, t,
-                  lr, group.betas, group.eps, group.weight_decay)
+                  step_size, bias2_sqrt, group.betas, group.eps, group.weight_decay)
 
     def _fused_step(self, params: dict[str, torch.Tensor], batch: TensorBatch,
                     beta: torch.Tensor, c_max: torch.Tensor,
                     states: list[tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]],
-                    lrs: list[torch.Tensor]) -> Aux:
+                    terms: list[tuple[torch.Tensor, torch.Tensor]]) -> Aux:
         grads, aux = self._gradients(params, batch, beta, c_max)
-        self._adam_all(params, grads, states, lrs)
+        self._adam_all(params, grads, states, terms)
         return aux
 
     def __call__(self, batch: TensorBatch, terms: ReferTerms) -> StepOutput:
         """One step: the eager path's ``losses`` + ``apply_gradients``, compiled."""
         self.beta.fill_(terms.beta)
         self.c_max.fill_(terms.c_max)
-        for g in self.groups:
-            lr = g.lr0 * terms.lr_factor
-            g.opt.param_groups[0]["lr"] = lr  # (a loaded state dict brings new group dicts)
-            g.lr.fill_(lr)
         params = self.params
         states = [g.state() for g in self.groups]
-        lrs = [g.lr for g in self.groups]
+        for g in self.groups:
+            g.set_step_terms(g.lr0 * terms.lr_factor)
+        adam_terms = [(g.step_size, g.bias2_sqrt) for g in self.groups]
         start = time.perf_counter()
         try:
             if self.algo.reducer.size == 1:
-                aux = self._run(self._fused, params, batch, self.beta, self.c_max, states, lrs)
+                aux = self._run(self._fused, params, batch, self.beta, self.c_max, states,
+                                adam_terms)
             else:
                 grads, aux = self._run(self._grads, params, batch, self.beta, self.c_max)
                 self.algo.average_gradients_(list(grads.values()))
-                self._run(self._adam, params, grads, states, lrs)
+                self._run(self._adam, params, grads, states, adam_terms)
         finally:
             if not self.compiled:
                 self.compile_seconds = time.perf_counter() - start
