@@ -164,8 +164,8 @@ class Learner:
 
         1. sample B / L rows (uniform or PER, with PER's importance weights);
         2. the algorithm's step with this step's beta, c_max and learning-rate factor;
-        3. the sampled rows get the pre-step rho_k (and V_w(s_k)), their episodes' V-tbc is
-           redone (eq. 8), and the bootstrap states after them get the new V_w;
+        3. the sampled rows get the pre-step rho_k (and V_w(s_k)), the bootstrap states after
+           them the new V_w, and their episodes' V-tbc is redone (eq. 8, one pass for both);
         4. PER priorities from the rows' errors;
         5. beta by eq. 12 from the global far-policy fraction, t += 1 (eq. 13);
         6. every ``stats_every`` steps, new state and reward scaling from the replay.
@@ -175,11 +175,14 @@ class Learner:
         beta_is = per_beta_at(self.grad_steps, self.config.replay.per_beta,
                               int(self.config.replay.grad_ratio * self.config.run.steps))
         result = self.algo.train_step(replay.batch(rows, beta_is), self.terms)
-        replay.refresh(rows, result.value, result.rho, c_max)
+        stored, value, rho = rows, result.value, result.rho
         if replay.retrace:
             boot = replay.bootstrap_rows(rows)
-            if boot.size:
-                replay.refresh(boot, self.algo.values(replay.obs[boot]), None, c_max)
+            if boot.size:  # final states: no action, so rho = 1 (one eq. 8 pass for all)
+                stored = np.concatenate([rows, boot])
+                value = np.concatenate([value, self.algo.values(replay.obs[boot])])
+                rho = np.concatenate([rho, np.ones(boot.size, np.float32)])
+        replay.refresh(stored, value, rho, c_max)
         replay.update_priorities(rows, result.error)
         self.refer.update(*self.far_counts())
         self.grad_steps += 1

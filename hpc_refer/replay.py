@@ -90,6 +90,9 @@ COLUMNS = ("obs", "act", "rew", "mu_mean", "mu_std", "log_mu", "value", "rho", "
 _UNUSED_FILL = {"mu_std": 1, "rho": 1, "prev": -1, "next": -1}
 """Value of a column in rows never written (0 for the columns not named)."""
 
+_MARK_MAX = int(np.iinfo(np.int32).max)
+"""The last visit stamp before the stamps are cleared."""
+
 
 class Chunk(NamedTuple):
     """Consecutive steps of one episode, as an actor sends them.
@@ -474,7 +477,7 @@ class ReplayShard:
     def _new_mark(self) -> int:
         """A visit stamp no row holds yet (the stamps are cleared when the int32 marks run
         out)."""
-        if self._mark == np.iinfo(np.int32).max:
+        if self._mark == _MARK_MAX:
             self._stamp[:] = 0
             self._mark = 0
         self._mark += 1
