@@ -10,12 +10,13 @@ plain Python loop:
     V-tbc_k = V_k + min(1, rho_k) (scale r_{k+1} + gamma V-tbc_{k+1} - V_k)
 
 (Novati & Koumoutsakos 2019, eq. 8), evaluated with the kernels' precision: the reward term
-and Q-ret in float32, as numpy rounds ``scale * rew`` (weak Python scalars, NEP 50), the
-recursion in float64, each V-tbc rounded to float32. Both shards go through the random
-scenarios of ``test_replay_properties`` (interleaved sources, FIFO forgetting, repeated rows,
-training-like steps, c_max and reward-scale changes), uniform or prioritized, with or without
-V-tbc; after every operation every column, count, sample, minibatch and generator state must be
-identical.
+and Q-ret in float32, as numpy rounds ``scale * rew`` (weak Python scalars, NEP 50), and the
+recursion as the kernel's linear form a_k + (gamma rho-bar_k) V-tbc_{k+1},
+a_k = V_k + rho-bar_k (scale r_{k+1} - V_k), in numpy float32 scalars. Both shards go
+through the random scenarios of ``test_replay_properties`` (interleaved sources, FIFO
+forgetting, repeated rows, training-like steps, c_max and reward-scale changes), uniform or
+prioritized, with or without V-tbc; after every operation every column, count, sample,
+minibatch and generator state must be identical.
 """
 
 from __future__ import annotations
@@ -112,15 +113,15 @@ class NumpyShard(ReplayShard):
                 seen.add(k)
                 old, f = self.vtbc[k], self.flags[k]
                 if f & HAS_ACTION and (f & TERMINAL or self.next[k] >= 0):
-                    boot = 0.0 if f & TERMINAL else float(self.vtbc[self.next[k]])
-                    q = float(scale * self.rew[k]) + float(gamma) * boot
-                    v = float(self.value[k])
-                    self.vtbc[k] = np.float32(v + min(1.0, float(self.rho[k])) * (q - v))
+                    boot = np.float32(0.0) if f & TERMINAL else self.vtbc[self.next[k]]
+                    rb = min(np.float32(1.0), self.rho[k])
+                    v = self.value[k]
+                    a = v + rb * (scale * self.rew[k] - v)
+                    self.vtbc[k] = a + (gamma * rb) * boot
                 else:
                     self.vtbc[k] = self.value[k]
                 new = self.vtbc[k]
-                if not exact and k != s and float(abs(new - old)) <= ATOL + RTOL * float(
-                        abs(new)):
+                if not exact and k != s and abs(new - old) <= ATOL + RTOL * abs(new):
                     break
                 k = int(self.prev[k])
 
