@@ -113,7 +113,7 @@ class VRacer(Algorithm):
         parameters): a step refreshes a few bootstrap states, where a torch call's overhead
         (about 50 us) is several times the arithmetic. The views are rebuilt if the
         parameters moved to new storage (a deep copy of the algorithm)."""
-        key = self.net.trunk[0].weight.data_ptr()
+        key = next(self.net.parameters()).data_ptr()
         if self._numpy_net is None or self._numpy_net[0] != key:
             self._numpy_net = key, NumpyMLP(self.net.trunk, self.net.normalizer)
         return self._numpy_net[1](obs)[:, 0]
