@@ -19,9 +19,9 @@ one (autograd and ``torch.optim.Adam``) to float32 round-off (tests/test_compile
 Adam's moments and step counts stay in the algorithm's ``torch.optim.Adam`` objects, in the
 layout torch's fused Adam uses, so checkpoints are the same whichever path wrote them. beta,
 c_max and Adam's bias-corrected step terms (which carry the annealed learning rate) enter as
-0-d tensors (a new value is not a new graph). With
-several learners the step is two graphs, the gradient and Adam, with the gradients averaged
-between them through the algorithm's reducer (MPI stays outside the graph).
+0-d tensors (a new value is not a new graph). With several learners the step is two graphs,
+the gradient and Adam, with the gradients averaged between them through the algorithm's
+reducer (MPI stays outside the graph).
 """
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ def adam_(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: list[
     ``step`` holds t (one counter for the group). The bias corrections come in as 0-d
     tensors, ``step_size`` = eta / (1 - beta1^t) and ``bias2_sqrt`` = sqrt(1 - beta2^t) of
     the new t (:meth:`_Group.set_step_terms`, in float64 as torch's fused Adam computes them):
-    inside the graph each would be recomputed for every element, and beta^t underflows to
-    libm's slow path once t exceeds a few thousand.
+    inside the graph each would be recomputed for every element, through libm's underflow
+    path once beta1^t underflows (t above about 900 for beta1 = 0.9).
     """
     beta1, beta2 = betas
     step.add_(1.0)
@@ -135,7 +135,6 @@ class _Group:
         self._cached = ([state[p]["exp_avg"] for p in self.params],
                         [state[p]["exp_avg_sq"] for p in self.params], step)
         return self._cached
-
 
     def set_step_terms(self, lr: float) -> None:
         """eta = ``lr`` for torch's Adam, and the step's bias-corrected terms for
