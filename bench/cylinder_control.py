@@ -46,7 +46,7 @@ from common import RESULTS, write
 
 import hpc_refer.envs.cylinder_jets as cj
 from hpc_refer.checkpoint import load_policy
-from hpc_refer.report import draw_snapshot, snapshot_scale
+from hpc_refer.snapshot_plot import draw_snapshot, snapshot_scale
 
 EVAL_SEED0 = 10**6
 EVAL_CUT = 80

@@ -236,7 +236,7 @@ class TeamDriver:
     ``snapshot_dir/env-<index>-episode-<n>.h5`` (one float64 dataset per name; attributes
     ``episode``, ``env``, ``solver``, ``image`` (the first array's name, the one drawn), and
     ``extent``, ``circles`` when the solver gives them) and the first array as a PNG of the
-    same stem (:func:`~hpc_refer.report.snapshot_png`).
+    same stem (:func:`~hpc_refer.snapshot_plot.snapshot_png`).
 
     The first reset and step probe the interface: an answer of the wrong form then (a state
     of another shape or dtype, a reward that is not a real scalar, an unknown status, step
@@ -501,7 +501,7 @@ class TeamDriver:
                 if circles:
                     h5.attrs["circles"] = np.asarray(circles, np.float64).reshape(-1, 3)
             tmp.replace(stem.with_suffix(".h5"))
-            from hpc_refer.report import snapshot_png  # matplotlib only where one is drawn
+            from hpc_refer.snapshot_plot import snapshot_png  # matplotlib only where one is drawn
 
             snapshot_png(stem.with_suffix(".png"), name, np.asarray(first, np.float64),
                          f"{solver}, env {self.index}, end of episode {episode}", extent,
