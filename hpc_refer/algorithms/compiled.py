@@ -136,11 +136,12 @@ class _Group:
                         [state[p]["exp_avg_sq"] for p in self.params], step)
         return self._cached
 
-    def set_step_terms(self, lr: float) -> None:
+    def set_step_terms(self, lr: float, step: torch.Tensor) -> None:
         """eta = ``lr`` for torch's Adam, and the step's bias-corrected terms for
-        :func:`adam_` from the step count t + 1 the step will reach (after :meth:`state`)."""
+        :func:`adam_` from the count t + 1 that ``step`` (the group's t, :meth:`state`) will
+        reach."""
         self.opt.param_groups[0]["lr"] = lr  # (a loaded state dict brings new group dicts)
-        t = float(self.opt.state[self.params[0]]["step"]) + 1.0
+        t = float(step) + 1.0
         beta1, beta2 = self.betas
         self.step_size.fill_(lr / (1.0 - beta1**t))
         self.bias2_sqrt.fill_(math.sqrt(1.0 - beta2**t))
@@ -215,8 +216,8 @@ class CompiledStep:
         self.c_max.fill_(terms.c_max)
         params = self.params
         states = [g.state() for g in self.groups]
-        for g in self.groups:
-            g.set_step_terms(g.lr0 * terms.lr_factor)
+        for g, (_, _, step) in zip(self.groups, states, strict=True):
+            g.set_step_terms(g.lr0 * terms.lr_factor, step)
         adam_terms = [(g.step_size, g.bias2_sqrt) for g in self.groups]
         start = time.perf_counter()
         try:

@@ -5,8 +5,7 @@ w = 4/9, 1/9 (axes), 1/36 (diagonals), sound speed c_s^2 = 1/3. Arrays ``f[k, i,
 post-collision populations f*_k of a slab of columns i = 1..nxl (0 and nxl + 1 are halo columns,
 the neighbouring ranks' edge columns) and rows j = 1..ny (0 and ny + 1 are padding rows beyond
 the channel walls: :func:`bulk_step` reads them in its plain pass and then replaces the wall
-rows' results by bounce-back). Two lattices
-(``f_old``, ``f_new``): one time step is a pull,
+rows' results by bounce-back). Two lattices (``f_old``, ``f_new``): one time step is a pull,
 
     f_k(x, t + 1) = f*_k(x - c_k, t)            (streaming, read from f_old)
 
