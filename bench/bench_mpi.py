@@ -15,6 +15,10 @@
     busy fraction (``learner_busy``: 1 - its time blocked waiting for a message) in the steady
     state.
 
+The 1-minute load before each part is recorded (``load_avg_1min_before``): the 4- and 8-actor
+runs of (b), last, oversubscribe the two cores by design, so the load at the end (``machine``)
+says nothing about (a) and (d).
+
 The learner steps of (a) and (d, compiled) are the compiled ones (``run.compile on``). The
 driver starts the MPI parts with ``mpirun`` (the one next to this Python). Writes
 bench/results/mpi.json.
@@ -181,17 +185,21 @@ def main() -> None:
         learners_part(n, repeats, args.scaling)
         return
     here = str(Path(__file__).resolve())
+    loads = {"learners": os.getloadavg()[0]}
     learn: dict[str, dict[int, dict]] = {"fixed": {}, "per-learner": {}}
     for scaling, size in (("fixed", 1), ("fixed", 2), ("per-learner", 2)):
         out = mpirun(size, [here, "--part", "learners", "--scaling", scaling]
                      + (["--quick"] if args.quick else []))
         learn[scaling][size] = json.loads(out.strip().splitlines()[-1])
     with tempfile.TemporaryDirectory() as tmp:
+        loads["training_2_ranks"] = os.getloadavg()[0]
         train = [training_part(train_steps, mode, tmp) for mode in ("off", "on")]
+        loads["actors"] = os.getloadavg()[0]
         act = [actors_part(e, env_steps, tmp) for e in (1, 2, 4, 8)]
     model = cost_model(learn, act)
     path = write("mpi", {"learners": learn, "training_2_ranks": train, "actors": act,
-                         "cost_model_64_ranks": model})
+                         "cost_model_64_ranks": model,
+                         "load_avg_1min_before": {k: round(v, 2) for k, v in loads.items()}})
     for scaling, by_size in learn.items():
         for size, r in by_size.items():
             ar = median(r["grad_allreduce_s"]) + median(r["count_allreduce_s"])
