@@ -1,7 +1,7 @@
 """The entry points of the rank roles (see :mod:`hpc_refer.layout`), one for every launch:
 :func:`run_role` sends a rank to the learner loop (:class:`~hpc_refer.learner_loop.LearnerLoop`,
 which also runs a whole training in one process with one actor over
-:class:`~hpc_refer.learner_loop.LocalChannel`: :func:`train_local`), to an actor's loop
+:class:`~hpc_refer.local_channel.LocalChannel`: :func:`train_local`), to an actor's loop
 (:func:`actor_main`: send each chunk, wait for new parameters or stop) or to a solver rank's
 (:func:`solver_main`); and the factories of learners and actors from the config.
 """
@@ -30,7 +30,8 @@ from hpc_refer.envs import (
 )
 from hpc_refer.layout import Layout, Role, SeedRole, role_seed
 from hpc_refer.learner import Learner
-from hpc_refer.learner_loop import LearnerLoop, LearnerResult, LocalChannel, next_message
+from hpc_refer.learner_loop import LearnerLoop, LearnerResult
+from hpc_refer.local_channel import LocalChannel, next_message
 from hpc_refer.metrics import RunDirectory
 from hpc_refer.networks import BehaviourPolicy, flat_state
 from hpc_refer.parallel import (

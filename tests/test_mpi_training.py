@@ -14,7 +14,7 @@ import pytest
 import torch
 from mpi4py import MPI
 
-import hpc_refer.learner_loop as learner_loop
+import hpc_refer.local_channel as local_channel
 import hpc_refer.parallel as parallel
 import hpc_refer.training as training
 from hpc_refer.algorithms import ALGORITHMS
@@ -52,7 +52,7 @@ def train_everywhere(config, tmp_path, monkeypatch):
         return message
 
     monkeypatch.setattr(training, "next_message", recording)  # actor ranks
-    monkeypatch.setattr(learner_loop, "next_message", recording)  # one process
+    monkeypatch.setattr(local_channel, "next_message", recording)  # one process
     run_dir = tmp_path / "run"
     layout = compute_layout(W, config.run.learners, config.run.ranks_per_env)
     fabric = parallel.Fabric(layout)

@@ -1,0 +1,108 @@
+"""The actor's side of one process (no mpirun, or ``mpirun -n 1``): the in-process channel
+between the learner loop and its single actor (:class:`LocalChannel`), and the actor's steps
+up to its next message (:func:`next_message`), which MPI actor ranks run too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from hpc_refer import checkpoint
+from hpc_refer.actor import Actor
+from hpc_refer.envs import EnvironmentFinished, SolverFailure
+from hpc_refer.records import EpisodeRecord, Incoming, MessageKind
+from hpc_refer.replay import Chunk, ChunkEnd
+from hpc_refer.resume import actor_part
+from hpc_refer.supervision import STOP
+
+
+def empty_chunk(actor: Actor) -> Chunk:
+    """A chunk without steps: an interrupted actor's answer when it has nothing pending."""
+    obs = np.empty((0, actor.env.obs_dim), np.float32)
+    act = np.empty((0, actor.env.act_dim), np.float32)
+    return Chunk(obs, act, np.empty(0, np.float32), act, act, ChunkEnd.OPEN, actor.source)
+
+
+def next_message(actor: Actor, interrupted: Callable[[], bool] = lambda: False
+                 ) -> tuple[Chunk, EpisodeRecord | None] | None:
+    """Step ``actor`` until it has a chunk to send (with the episode it ends); None when its
+    environment has finished its work. When ``interrupted()`` turns true between steps, the
+    steps collected so far are sent at once (possibly none)."""
+    while True:
+        try:
+            chunk, episode = actor.step()
+        except EnvironmentFinished:
+            return None
+        if chunk is not None:
+            return chunk, episode
+        if interrupted():
+            cut = actor.cut()
+            return (cut if cut is not None else empty_chunk(actor)), None
+
+
+class LocalChannel:
+    """The in-process channel of one process: the learner's messages drive the actor.
+
+    ``send_params`` loads the parameters into the actor (a copy, as a message would carry)
+    and grants it its step budget; a blocking ``poll`` runs the released actor up to its next
+    chunk (or its evaluation round); a non-blocking one returns nothing, since no other
+    process could have sent anything. The actor writes its checkpoint part when asked, into
+    ``run_dir``.
+    """
+
+    def __init__(self, actor: Actor, rank: int = 0, run_dir: Path | None = None) -> None:
+        self.actor = actor
+        self.rank = rank
+        self.run_dir = run_dir
+        self.released = False
+        self.eval_episodes = 0
+        self.faults: dict[int, int] = {}
+
+    def poll(self, block: bool) -> Incoming | None:
+        if not (block and self.released):
+            return None
+        self.released = False
+        try:
+            if self.eval_episodes:
+                episodes, self.eval_episodes = self.eval_episodes, 0
+                return Incoming(self.rank, MessageKind.EVAL,
+                                evals=tuple(self.actor.evaluate(episodes)))
+            message = next_message(self.actor, STOP)
+        except SolverFailure as failure:
+            return Incoming(self.rank, MessageKind.FAILED, failure=str(failure))
+        finally:
+            self.faults[self.rank] = self.actor.faults
+        if message is None:
+            return Incoming(self.rank, MessageKind.FINISHED)
+        return Incoming(self.rank, MessageKind.CHUNK, *message)
+
+    def send_params(self, actor: int, flat: np.ndarray, budget: int) -> None:
+        self.actor.load(flat.copy())
+        self.actor.grant(budget)
+        self.released = True
+
+    def resume(self, budgets: dict[int, int]) -> None:
+        """After a restore: the actor released before the checkpoint (a key of ``budgets``,
+        with the budget recomputed for it) runs again, with the policy copy it had."""
+        self.released = self.rank in budgets
+        if self.released:
+            self.actor.grant(budgets[self.rank])
+
+    def send_stop(self, actor: int) -> None:
+        self.released = False
+
+    def send_cut(self, actor: int) -> None:
+        """Nothing to cut: the actor runs only inside a blocking poll."""
+
+    def send_eval(self, actor: int, flat: np.ndarray, episodes: int) -> None:
+        self.actor.load(flat.copy())
+        self.released = True
+        self.eval_episodes = episodes
+
+    def request_checkpoints(self, actors: list[int], step: int) -> None:
+        if actors and self.run_dir is not None:
+            checkpoint.write_tree(checkpoint.partial_dir(self.run_dir, step) / "actor-0.h5",
+                                  actor_part(self.actor), {})
