@@ -1,4 +1,4 @@
-"""The compiled replay paths against a straightforward numpy reference, bit for bit.
+"""The compiled replay paths against a straightforward numpy reference.
 
 ``sample_rows``, ``batch``, ``bootstrap_rows``, ``refresh``, ``recompute_vtbc`` and
 ``scaling_sums`` of :class:`~hpc_refer.replay.ReplayShard` run as numba kernels that fuse
@@ -16,7 +16,8 @@ a_k = V_k + rho-bar_k (scale r_{k+1} - V_k), in numpy float32 scalars. Both shar
 through the random scenarios of ``test_replay_properties`` (interleaved sources, FIFO
 forgetting, repeated rows, training-like steps, c_max and reward-scale changes), uniform or
 prioritized, with or without V-tbc; after every operation every column, count, sample,
-minibatch and generator state must be identical.
+minibatch and generator state must agree: integers, flags, counts, sampled rows and generator
+states exactly, floats to the round-off of their dtype (two implementations, ``tolerances.py``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from test_replay_properties import (
     Train,
     scenarios,
 )
+from tolerances import F32, F64
 
 from hpc_refer.replay import (
     HAS_ACTION,
@@ -135,14 +137,17 @@ class NumpyShard(ReplayShard):
 
 
 def same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
-    """Equal dtype-independent values, bit for bit for floats (NaN equal to the same NaN)."""
+    """Equal shapes, dtype kinds and integers; floats of the same dtype equal to its round-off
+    (NaN equal to NaN): the kernels and numpy evaluate the same formulas as different code,
+    whose rounding a compiler for another CPU may change (tolerances.py)."""
     if a is None or b is None:
         return a is b
     a, b = np.asarray(a), np.asarray(b)
     if a.shape != b.shape or a.dtype.kind != b.dtype.kind:
         return False
     if a.dtype.kind == "f":
-        return a.dtype == b.dtype and a.tobytes() == b.tobytes()
+        tol = F32 if a.dtype == np.float32 else F64
+        return a.dtype == b.dtype and bool(np.allclose(a, b, equal_nan=True, **tol))
     return bool(np.array_equal(a, b))
 
 
@@ -234,11 +239,11 @@ class Twins:
 
 @settings(max_examples=80, deadline=None)
 @given(scenarios(), st.booleans(), st.booleans())
-def test_compiled_paths_equal_the_numpy_reference_bit_for_bit(sc, retrace, per):
+def test_compiled_paths_equal_the_numpy_reference(sc, retrace, per):
     """After every add, refresh (rows repeated, with or without rho), training step (sample,
     minibatch, refresh, s_T rows, priorities), c_max change and reward-scale change, the
-    compiled shard holds exactly the numpy shard's columns and counts, and returned exactly
-    its samples, minibatches and bootstrap rows."""
+    compiled shard holds the numpy shard's columns (floats to round-off) and exactly its counts,
+    and returned its samples and bootstrap rows exactly and its minibatches to round-off."""
     twins = Twins(sc, retrace, per)
     for op in sc.ops:
         twins.apply(op)

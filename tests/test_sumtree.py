@@ -52,7 +52,8 @@ def test_total_and_internal_nodes_match_leaves(case):
     assert tree.total == pytest.approx(leaves.sum(), rel=1e-12, abs=0.0)
     t = tree.tree
     assert not t[P + tree.capacity:].any(), "padding leaves must stay 0"
-    # every internal node is exactly the sum of its children (no drift, no stale parent)
+    # every internal node is exactly the sum of its children (no drift, no stale parent):
+    # one float64 addition each, correctly rounded on every IEEE machine
     np.testing.assert_array_equal(t[1:P], t[2:2 * P:2] + t[3:2 * P:2])
     assert tree.max_priority >= leaves.max()
 

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from tolerances import F64
 
 from hpc_refer.prediction.algorithms import STUDY, Choices, Learner, learner_class
 from hpc_refer.prediction.engine import Errors, final_window, make_batch, run_learner
@@ -38,7 +39,8 @@ def test_lambda_zero_equalities() -> None:
     assert reference is not None and np.isfinite(reference).any()
     for name, extra in [("tb", None), ("vtrace", None), ("abtd", zeros), ("etdlb", zeros)]:
         curves = run(learner_class(name), [0, 1, 2], 2000, alpha, kappa, extra).curves
-        np.testing.assert_array_equal(curves, reference, err_msg=name)
+        # Other algorithms' code, equal in exact arithmetic at lambda = 0: float64 round-off.
+        np.testing.assert_allclose(curves, reference, err_msg=name, **F64)
     emphatic = run(learner_class("etd"), [0, 1, 2], 2000, alpha, kappa).curves
     assert emphatic is not None and not np.array_equal(emphatic, reference, equal_nan=True)
 

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tolerances import F64
 
 from hpc_refer.prediction.sweep import Collective, SweepConfig, run_sweep
 
@@ -23,10 +24,14 @@ def test_mpi_sweep_equals_serial() -> None:
     assert parallel is not None and serial is not None and parallel.ranks == comm.size
     for name, res in serial.algorithms.items():
         par = parallel.algorithms[name]
-        np.testing.assert_array_equal(par.auc, res.auc, err_msg=name)
-        np.testing.assert_array_equal(par.final, res.final, err_msg=name)
-        for field in ("best", "auc", "final", "curve_mean", "curve_se"):
-            np.testing.assert_array_equal(getattr(par.rerun, field), getattr(res.rerun, field))
+        # Each rank runs its lanes as a batch of another width, whose vectorised sums may
+        # round otherwise (test_engine.py): float64 round-off. The best settings: exactly.
+        np.testing.assert_allclose(par.auc, res.auc, err_msg=name, **F64)
+        np.testing.assert_allclose(par.final, res.final, err_msg=name, **F64)
+        np.testing.assert_array_equal(par.rerun.best, res.rerun.best)
+        for field in ("auc", "final", "curve_mean", "curve_se"):
+            np.testing.assert_allclose(getattr(par.rerun, field), getattr(res.rerun, field),
+                                       err_msg=f"{name} {field}", **F64)
 
 
 @pytest.mark.mpi(min_size=2)

@@ -120,7 +120,7 @@ def test_ambiguity_options_stored_and_used(small_result: SweepResult, tmp_path: 
     result = run_sweep(config)
     assert result is not None and default is not None
     htd, htd0 = result.algorithms["htd"].auc, default.algorithms["htd"].auc
-    np.testing.assert_array_equal(htd[0], htd0[0])
+    np.testing.assert_array_equal(htd[0], htd0[0])  # same lanes, same code: exact
     assert not np.array_equal(htd[1], htd0[1])
     etd, etd0 = result.algorithms["etdlb"].auc, default.algorithms["etdlb"].auc
     np.testing.assert_array_equal(etd[:, 0], etd0[:, 0])  # beta = 0: F = 1 either way
