@@ -15,6 +15,7 @@ import torch
 
 from hpc_refer.algorithms import compiles, make_algorithm
 from hpc_refer.algorithms.base import Algorithm, ReferTerms
+from hpc_refer.algorithms.compiled import failure_reason
 from hpc_refer.config import COMPILE_AUTO_STEPS, build_config
 from hpc_refer.networks import gaussian_log_prob
 from hpc_refer.replay import Batch
@@ -192,6 +193,50 @@ def test_without_a_compiler_the_step_falls_back_to_eager_with_one_line(tmp_path)
     assert len(lines) == 1, out.stderr[-3000:]
     assert lines[0].startswith("vracer: compiled learner step unavailable (")
     assert lines[0].endswith("); using the eager step")
+
+
+COMPILES = """
+import torch
+from hpc_refer.algorithms import make_algorithm
+from hpc_refer.algorithms.base import ReferTerms
+from hpc_refer.config import build_config
+from test_compiled_step import OBS, ACT, make_batch
+torch.set_num_threads(1)  # as in a run: the graph for one thread
+config = build_config({"run": {"compile": "on"}, "vracer": {"hidden": [8], "batch": 16}})
+algo = make_algorithm(config, OBS, ACT, seed=1)
+algo.train_step(make_batch(algo, 16, seed=0), ReferTerms(0.9, 2.0, 1.0))
+assert algo.compiled_step is not None and algo.compiled_step.compiled
+print("compiled")
+"""
+
+
+def test_a_cache_built_for_another_vector_isa_is_not_reused(tmp_path) -> None:
+    """The step compiled for this CPU's vector ISA, then, on the same inductor cache, in a
+    process whose torch runs its plain kernels (ATEN_CPU_CAPABILITY=default, as on a CPU
+    without AVX2): it compiles anew for scalar C++ instead of failing on the cached vector
+    code (torch 2.13's FX graph cache keys on the vector width only once it is stated)."""
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path),
+           "PYTHONPATH": os.path.dirname(__file__)}
+    env.pop("ATEN_CPU_CAPABILITY", None)
+    for capability in (None, "default"):
+        if capability is not None:
+            env["ATEN_CPU_CAPABILITY"] = capability
+        out = subprocess.run([sys.executable, "-c", COMPILES], env=env, capture_output=True,
+                             text=True, timeout=600)
+        assert out.returncode == 0 and out.stdout.strip() == "compiled", out.stderr[-3000:]
+
+
+def test_a_failed_compile_names_the_compiler_error() -> None:
+    """The fallback's line quotes the C++ compiler's diagnostic, not inductor's wrapper."""
+    message = ("backend='inductor' raised:\nCppCompileError: C++ compile error\n\nCommand:\n"
+               "g++ /tmp/x/k.cpp -O3\n\nOutput:\n/tmp/x/k.cpp:12:3: error: 'at::vec' has "
+               "not been declared\n/tmp/x/k.cpp:13:3: error: 'fmadd' was not declared")
+    assert failure_reason(RuntimeError(message)) == "RuntimeError: error: 'at::vec' has not been " \
+        "declared"
+    assert failure_reason(RuntimeError("wrapped:\nUnsupported: a data-dependent branch")) == (
+        "RuntimeError: wrapped:")
+    assert failure_reason(ValueError("wrapped:\nInternalError: no kernel")) == (
+        "ValueError: InternalError: no kernel")
 
 
 @pytest.mark.parametrize(("mode", "steps", "want"), [

@@ -179,6 +179,9 @@ class CompiledStep:
         self._grad = grad(self._loss, has_aux=True)
         options: dict[str, str | int | bool | Callable[..., Any]] = {
             "cpp_wrapper": True}  # the kernels are called from C++, not from Python
+        bits = _vector_bits()
+        if bits is not None:
+            options["cpp.simdlen"] = bits
         self._fused = torch.compile(self._fused_step, dynamic=False, options=options)
         self._grads = torch.compile(self._gradients, dynamic=False, options=options)
         self._adam = torch.compile(self._adam_all, dynamic=False, options=options)
@@ -246,8 +249,37 @@ class CompiledStep:
         except Exception as err:  # any failure of tracing or of the C++ build
             for group in self.groups:
                 group.unshare()
-            first = (str(err).strip().splitlines() or [""])[0]
-            raise CompileUnavailableError(f"{type(err).__name__}: {first}") from err
+            raise CompileUnavailableError(failure_reason(err)) from err
+
+
+def failure_reason(err: BaseException) -> str:
+    """One line that says why a compile failed: the type of ``err`` and, from its message,
+    the first diagnostic of the C++ compiler (``file:line: error: ...``, from ``error:`` on),
+    else the first further line that names an error, else the first line; at most 300
+    characters."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    compiler = [ln[ln.index("error:"):] for ln in lines if ": error:" in ln]
+    named = [ln for ln in lines[1:] if "error" in ln.lower()]
+    line = (compiler or named or lines or [""])[0]
+    return f"{type(err).__name__}: {line}"[:300]
+
+
+def _vector_bits() -> int | None:
+    """The vector width (bits) inductor generates C++ for in this process: that of the ISA it
+    picks (the CPU's best, or the one ``ATEN_CPU_CAPABILITY`` names), 1 for scalar code; None
+    where its probe programs do not build (no C++ compiler: the compile then fails and says
+    so).
+
+    Stated explicitly, it enters inductor's cache key: torch 2.13's FX graph cache does not
+    key on the ISA, so a graph generated for AVX-512 was served to a process that builds for
+    another ISA (``ATEN_CPU_CAPABILITY=default``, or a cache directory shared by nodes of
+    different CPUs), and its C++ failed to compile."""
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    try:
+        return pick_vec_isa().bit_width() or 1
+    except Exception:  # the probe's own build failed: reported by the compile itself
+        return None
 
 
 @contextlib.contextmanager
