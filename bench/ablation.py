@@ -52,9 +52,12 @@ import numpy as np
 from common import RESULTS, write
 from matplotlib.ticker import FuncFormatter
 
+from hpc_refer.algorithms import ALGORITHMS as REGISTERED
+from hpc_refer.config import default_algorithm
 from hpc_refer.plot import seed_band, windowed_returns
 
-ALGORITHMS = ("vracer", "ddpg", "naf")
+ALGORITHMS = tuple(sorted(REGISTERED))
+"""The registered algorithms, in the order the tables and figures show them."""
 MODES = ("er", "refer1", "refer2", "refer", "per")
 MODE_COLORS = {"er": "tab:red", "refer1": "tab:orange", "refer2": "tab:green",
                "refer": "tab:blue", "per": "tab:purple"}
@@ -469,7 +472,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                                      epilog="\n".join(__doc__.splitlines()[2:]))
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="train every combination (one process per run)")
-    run.add_argument("--algorithms", nargs="+", choices=ALGORITHMS, default=["vracer"],
+    run.add_argument("--algorithms", nargs="+", choices=ALGORITHMS, default=[default_algorithm()],
                      help="default: vracer")
     run.add_argument("--modes", nargs="+", choices=MODES, default=["er", "refer"],
                      help="per: --refer.mode er --replay.sampling per (default: er refer)")

@@ -28,10 +28,10 @@ import torch
 from common import median, rate, synthetic_episode, write
 
 from hpc_refer.algorithms import ALGORITHMS
+from hpc_refer.collectives import SerialReducer
 from hpc_refer.config import build_config
 from hpc_refer.learner import Learner
 from hpc_refer.metrics import RunDirectory
-from hpc_refer.parallel import SerialReducer
 from hpc_refer.replay import ReplayShard
 from hpc_refer.training import make_learner, train_local
 
@@ -102,9 +102,8 @@ def bench_gradient_steps(vracer_replay: ReplayShard, n: int, repeats: int) -> di
             learner.replay = replays[learner.algo.retrace]
             learner.update_start(size, 0)
             learner.train_step()
-            compiled = learner.algo.compiled_step
-            if compiled is not None:
-                compile_s[name] = compiled.compile_seconds
+            if learner.step.compiled:
+                compile_s[name] = learner.step.compile_seconds
             for _ in range(50):
                 learner.train_step()
             steps[f"{name}_{'compiled' if mode == 'on' else 'eager'}"] = learner.train_step

@@ -58,8 +58,9 @@ def learners_part(n: int, repeats: int, scaling: str) -> None:
     from bench_learner import fill
     from mpi4py import MPI
 
+    from hpc_refer.collectives import SerialReducer
     from hpc_refer.config import build_config
-    from hpc_refer.parallel import MpiReducer, SerialReducer
+    from hpc_refer.parallel import MpiReducer
     from hpc_refer.training import make_learner
 
     torch.set_num_threads(1)

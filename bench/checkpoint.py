@@ -34,9 +34,9 @@ from common import median, synthetic_episode, write
 
 from hpc_refer import checkpoint
 from hpc_refer.algorithms import make_algorithm
+from hpc_refer.collectives import SerialReducer
 from hpc_refer.config import build_config
 from hpc_refer.learner import Learner
-from hpc_refer.parallel import SerialReducer
 
 OBS, ACT, T = 17, 6, 1000
 N = 2**18
@@ -54,8 +54,8 @@ class Learners(SerialReducer):
 
 def make(learners: int, seed: int) -> Learner:
     cfg = build_config({"replay": {"size": N}})
-    algo = make_algorithm(cfg, OBS, ACT, seed, Learners(learners))
-    return Learner(algo, cfg, seed)
+    algo = make_algorithm(cfg, OBS, ACT, seed)
+    return Learner(algo, cfg, seed, Learners(learners))
 
 
 def filled(learners: int, seed: int) -> Learner:

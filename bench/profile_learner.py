@@ -39,9 +39,11 @@ import torch
 from bench_learner import fill
 from common import write
 
+from hpc_refer.algorithms import ALGORITHMS
 from hpc_refer.algorithms.compiled import CompiledStep
-from hpc_refer.config import build_config
-from hpc_refer.parallel import SerialReducer
+from hpc_refer.algorithms.step import GradientAverage
+from hpc_refer.collectives import SerialReducer
+from hpc_refer.config import build_config, default_algorithm
 from hpc_refer.training import make_learner
 
 TIMES: dict[str, float] = defaultdict(float)
@@ -60,7 +62,7 @@ def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--algorithm", default="vracer", choices=["vracer", "ddpg", "naf"])
+    parser.add_argument("--algorithm", default=default_algorithm(), choices=sorted(ALGORITHMS))
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--compile", default="off", choices=["off", "on"],
                         help="the learner step eager or compiled (run.compile)")
@@ -83,8 +85,9 @@ def main() -> None:
     algo.values = timed("bootstrap", algo.values)
     learner.far_counts = timed("counts", learner.far_counts)
     learner.refer.update = timed("counts", learner.refer.update)
-    apply = algo.apply_gradients
-    algo.apply_gradients = timed("reduce+adam", apply)
+    average, adam = GradientAverage.__call__, torch.optim.Adam.step
+    GradientAverage.__call__ = timed("reduce+adam", average)  # type: ignore[method-assign]
+    torch.optim.Adam.step = timed("reduce+adam", adam)  # type: ignore[method-assign]
     step = CompiledStep.__call__
     CompiledStep.__call__ = timed("network", step)  # type: ignore[method-assign]
     backward = torch.Tensor.backward
@@ -97,8 +100,8 @@ def main() -> None:
     total = time.perf_counter() - t
     torch.Tensor.backward = backward  # type: ignore[method-assign]
     CompiledStep.__call__ = step  # type: ignore[method-assign]
-    if "reduce+adam" in TIMES:  # eager: backward runs inside apply_gradients
-        TIMES["reduce+adam"] -= TIMES["backward"]
+    GradientAverage.__call__ = average  # type: ignore[method-assign]
+    torch.optim.Adam.step = adam  # type: ignore[method-assign]
     TIMES["other"] = total - sum(TIMES.values())
     per_step = {k: 1e3 * v / args.steps for k, v in TIMES.items()}
     fractions = {k: v / total for k, v in TIMES.items()}

@@ -495,15 +495,15 @@ def load_policy(path: Path) -> PolicyFile:
     if "policy" not in tree:
         raise CheckpointError(f"{path}: not a policy file (no /{STATE_GROUP}/policy group)")
     name = tree["algorithm"]
-    if name not in ALGORITHMS:
-        raise CheckpointError(f"{path}: unknown algorithm {name!r}")
     config_dict = json.loads(tree["config"])
     try:
-        config = build_config(config_dict)
+        config = build_config(config_dict)  # imports the run's plugins
     except ConfigError as err:
         raise CheckpointError(f"{path}: its config is not valid here ({err})") from None
+    if name not in ALGORITHMS or config.run.algorithm != name:
+        raise CheckpointError(f"{path}: unknown algorithm {name!r}")
     policy = ALGORITHMS[name].behaviour_policy(int(tree["obs_dim"]), int(tree["act_dim"]),
-                                               getattr(config, name))
+                                               config.algorithm)
     try:
         policy.load_state_dict({k: torch.from_numpy(v) for k, v in tree["policy"].items()})
     except RuntimeError as err:

@@ -7,13 +7,21 @@ written to the run directory as ``config.toml``.
 
 TOML layout (every section and key optional)::
 
-    [run]     env, algorithm, steps, seed, run_dir, log_every, ...
-    [vracer]  hidden, lr, batch, gamma, ...      (the table of run.algorithm is used;
-    [ddpg]    hidden, lr, batch, gamma, tau, ...  the others are validated and kept
-    [naf]     hidden, lr, batch, gamma, tau, ...  in the resolved config)
+    [run]     env, algorithm, plugins, steps, seed, run_dir, log_every, ...
+    [<name>]  the algorithm's table: hidden, lr, batch, gamma, ... and its own keys
+              (one table per registered algorithm, named after it; the table of
+              run.algorithm is used and written to config.toml, the others are validated)
     [refer]   mode, C, D, A, ...
     [replay]  size, learn_start, grad_ratio, sampling, ...
     [env]     the solver's own parameters (any identifiers; see below)
+
+Algorithm tables are plug-ins: each algorithm module defines its table (a subclass of
+:class:`AlgorithmConfig` whose ``section`` is the algorithm's name) and registers it
+(:func:`hpc_refer.algorithms.registry.register`, which calls :func:`register_table`). This
+module knows the run, ReF-ER and replay tables and finds the algorithms' tables in that
+registry; :func:`algorithm_tables` imports the algorithm package and the run's plugins first
+(``run.plugins``: modules that register algorithms of their own), by name, so that a config
+can be resolved anywhere without this module importing the layers above it.
 
 Modes are enums (:class:`ReferMode`, :class:`KLDirection`, :class:`ActionBounds`,
 :class:`Sampling`, :class:`Exploration`): the TOML or flag string is converted once, here, and
@@ -41,14 +49,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import keyword
 import math
 import re
 import tomllib
 import typing
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import tomli_w
@@ -58,11 +69,15 @@ class ConfigError(ValueError):
     """A configuration value is invalid; the message names the key and the allowed values."""
 
 
-def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:
+def option(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:
+    """A config field: its default and the help text ``--help`` prints (``choices``: the
+    allowed strings of an enum field)."""
     return field(default=default, metadata={"help": help, "choices": choices})
 
 
-def _require(ok: bool, key: str, value: Any, allowed: str) -> None:
+def require(ok: bool, key: str, value: Any, allowed: str) -> None:
+    """Raise ConfigError naming ``key``, its ``value`` and the ``allowed`` values unless
+    ``ok``."""
     if not ok:
         raise ConfigError(f"{key} = {value!r} is invalid: allowed values are {allowed}")
 
@@ -139,27 +154,24 @@ COMPILE_AUTO_STEPS = 20_000
 
 
 class Exploration(StrEnum):
-    """DDPG's behaviour noise: Gaussian N(m(s), sigma^2) (needed by ReF-ER), or
-    Ornstein-Uhlenbeck (plain ER only: its mu is not the stored Gaussian)."""
+    """An algorithm's behaviour noise: the Gaussian mu it stores (needed by ReF-ER), or
+    Ornstein-Uhlenbeck noise around its mean (plain ER only: the stored mu is then not the
+    behaviour)."""
 
     GAUSSIAN = "gaussian"
     OU = "ou"
 
 
-ALGORITHM_NAMES = ("vracer", "ddpg", "naf")
-"""The algorithms' names: each is a config table here and an entry of
-:data:`hpc_refer.algorithms.ALGORITHMS`."""
-
-
-def _choices(enum: type[StrEnum]) -> tuple[str, ...]:
+def choices(enum: type[StrEnum]) -> tuple[str, ...]:
+    """The values of a string enum (a field's allowed strings)."""
     return tuple(e.value for e in enum)
 
 
-def _enum_field(obj: Any, key: str, enum: type[StrEnum]) -> None:
+def enum_field(obj: Any, key: str, enum: type[StrEnum]) -> None:
     """Convert the string field ``key`` of a frozen config to ``enum`` (or raise ConfigError)."""
     raw = getattr(obj, key)
-    _require(raw in _choices(enum), f"{getattr(obj, 'section', '')}.{key}", raw,
-             ", ".join(_choices(enum)))
+    require(raw in choices(enum), f"{getattr(obj, 'section', '')}.{key}", raw,
+             ", ".join(choices(enum)))
     object.__setattr__(obj, key, enum(raw))
 
 
@@ -169,110 +181,116 @@ class RunConfig:
 
     section: ClassVar[str] = "run"
 
-    algorithm: str = _opt(
-        "vracer", "off-policy algorithm: vracer, ddpg or naf (its table holds its settings)",
-        ALGORITHM_NAMES,
+    algorithm: str = option(
+        "", "off-policy algorithm: a registered one (its table of the same name holds its "
+        "settings); empty: the default algorithm"
     )
-    env: str = _opt(
+    plugins: tuple[str, ...] = option(
+        (), "modules imported before the config is resolved, each registering algorithms of "
+        "its own (comma-separated, e.g. my_package.td7); kept in config.toml, so every rank "
+        "and a restart import them too"
+    )
+    env: str = option(
         "HalfCheetah-v5",
         "environment: a continuous-action gymnasium id, a built-in solver (Diffusion1D, KS), "
         "package.module:Class, or an external MPI solver: external, 'external:[-n K] PROGRAM "
         "[ARGS]', 'external:--connect DIR' (solvers/README.md)",
     )
-    steps: int = _opt(1_000_000, "total environment steps over all actors")
-    seed: int = _opt(0, "random seed (environment, networks, sampling)")
-    run_dir: str = _opt("", "run directory; empty: runs/<env>-<algo>-<mode>-seed<seed>[-k]")
-    log_every: int = _opt(10_000, "environment steps between metric records and progress lines")
-    threads: int = _opt(1, "torch threads per process (1 is fastest for these network sizes)")
-    compile: CompileMode = _opt(
+    steps: int = option(1_000_000, "total environment steps over all actors")
+    seed: int = option(0, "random seed (environment, networks, sampling)")
+    run_dir: str = option("", "run directory; empty: runs/<env>-<algo>-<mode>-seed<seed>[-k]")
+    log_every: int = option(10_000, "environment steps between metric records and progress lines")
+    threads: int = option(1, "torch threads per process (1 is fastest for these network sizes)")
+    compile: CompileMode = option(
         CompileMode.AUTO,
         "the learner's gradient step (forward, losses, backward, Adam) as one compiled graph: "
         "on, off (eager), or auto (on for runs of at least 20,000 gradient steps); where "
         "compilation fails the step falls back to eager with one log line",
-        _choices(CompileMode),
+        choices(CompileMode),
     )
-    learners: int = _opt(1, "MPI: number L of learner ranks (world = L + E x ranks_per_env)")
-    ranks_per_env: int = _opt(1, "MPI: ranks K of each environment team (actor + K-1 solver)")
-    chunk_len: int = _opt(
+    learners: int = option(1, "MPI: number L of learner ranks (world = L + E x ranks_per_env)")
+    ranks_per_env: int = option(1, "MPI: ranks K of each environment team (actor + K-1 solver)")
+    chunk_len: int = option(
         1000, "steps per message from actor to learner (episodes end a chunk earlier)"
     )
-    checksum_every: int = _opt(
+    checksum_every: int = option(
         0, "MPI debug: compare the learners' weight checksums every k gradient steps (0: off)"
     )
-    action_bounds: ActionBounds = _opt(
+    action_bounds: ActionBounds = option(
         ActionBounds.CLIP,
         "how bounded action spaces are honoured: clip the Gaussian sample when it is sent to "
         "the environment (paper), or tanh-squash and scale it (reference code [HEAD])",
-        _choices(ActionBounds),
+        choices(ActionBounds),
     )
 
-    checkpoint_every: int = _opt(
+    checkpoint_every: int = option(
         100_000, "environment steps between checkpoints (HDF5, in RUN_DIR/checkpoints); one is "
         "always written at the end and on SIGTERM/SIGUSR1 (0: only those)"
     )
-    checkpoint_keep: int = _opt(2, "complete checkpoints kept (older ones are deleted)")
-    eval_every: int = _opt(
+    checkpoint_keep: int = option(2, "complete checkpoints kept (older ones are deleted)")
+    eval_every: int = option(
         0, "environment steps between evaluation rounds of the mean policy (0: off); the "
         "episodes go to eval.csv"
     )
-    eval_episodes: int = _opt(5, "episodes per evaluation round")
-    env_step_timeout: float = _opt(
+    eval_episodes: int = option(5, "episodes per evaluation round")
+    env_step_timeout: float = option(
         600.0, "seconds a solver may take to answer one reset or step before it counts as a "
         "solver fault (first message: a start-up error); 0: wait forever"
     )
-    max_env_failures: int = _opt(
+    max_env_failures: int = option(
         20, "consecutive solver faults of one environment after which the run checkpoints "
         "and stops"
     )
-    tensorboard: bool = _opt(
+    tensorboard: bool = option(
         False, "also write train.jsonl's scalars and every episode's return and metrics as "
         "TensorBoard events to RUN_DIR/tensorboard (tensorboard --logdir runs)"
     )
-    series_stride: int = _opt(
+    series_stride: int = option(
         1, "record a solver's step_metrics every this many steps of an episode to "
         "RUN_DIR/series/env-<k>.h5"
     )
-    snapshot: str = _opt(
+    snapshot: str = option(
         "", "episodes at whose end a solver with snapshot() (CylinderJets, Flow2D: the "
         "vorticity) writes RUN_DIR/snapshots/env-<k>-episode-<n>.h5 and a .png of it: "
         "comma-separated items, each an episode number n >= 1 of every environment (counted "
         "from 1, evaluation episodes included) or every:K for episodes K, 2K, ...; e.g. "
         "'1,every:200'; empty: none"
     )
-    report_every: int = _opt(
+    report_every: int = option(
         0, "environment steps between rewrites of RUN_DIR/report.html (python -m "
         "hpc_refer.report; also written when the run ends); 0: no report during the run"
     )
 
     def __post_init__(self) -> None:
-        _enum_field(self, "action_bounds", ActionBounds)
-        _enum_field(self, "compile", CompileMode)
-        _require(self.algorithm in ALGORITHM_NAMES, "run.algorithm", self.algorithm,
-                 ", ".join(ALGORITHM_NAMES))
-        _require(self.steps > 0, "run.steps", self.steps, "integers > 0")
-        _require(self.log_every > 0, "run.log_every", self.log_every, "integers > 0")
-        _require(self.threads > 0, "run.threads", self.threads, "integers > 0")
-        _require(self.seed >= 0, "run.seed", self.seed, "integers >= 0")
-        _require(self.learners >= 1, "run.learners", self.learners, "integers >= 1")
-        _require(self.ranks_per_env >= 1, "run.ranks_per_env", self.ranks_per_env,
+        enum_field(self, "action_bounds", ActionBounds)
+        enum_field(self, "compile", CompileMode)
+        for module in self.plugins:
+            require(all(part.isidentifier() for part in module.split(".")), "run.plugins",
+                     self.plugins, "dotted module names (package.module)")
+        require(self.steps > 0, "run.steps", self.steps, "integers > 0")
+        require(self.log_every > 0, "run.log_every", self.log_every, "integers > 0")
+        require(self.threads > 0, "run.threads", self.threads, "integers > 0")
+        require(self.seed >= 0, "run.seed", self.seed, "integers >= 0")
+        require(self.learners >= 1, "run.learners", self.learners, "integers >= 1")
+        require(self.ranks_per_env >= 1, "run.ranks_per_env", self.ranks_per_env,
                  "integers >= 1")
-        _require(self.chunk_len >= 1, "run.chunk_len", self.chunk_len, "integers >= 1")
-        _require(self.checksum_every >= 0, "run.checksum_every", self.checksum_every,
+        require(self.chunk_len >= 1, "run.chunk_len", self.chunk_len, "integers >= 1")
+        require(self.checksum_every >= 0, "run.checksum_every", self.checksum_every,
                  "integers >= 0")
-        _require(self.checkpoint_every >= 0, "run.checkpoint_every", self.checkpoint_every,
+        require(self.checkpoint_every >= 0, "run.checkpoint_every", self.checkpoint_every,
                  "integers >= 0")
-        _require(self.checkpoint_keep >= 1, "run.checkpoint_keep", self.checkpoint_keep,
+        require(self.checkpoint_keep >= 1, "run.checkpoint_keep", self.checkpoint_keep,
                  "integers >= 1")
-        _require(self.eval_every >= 0, "run.eval_every", self.eval_every, "integers >= 0")
-        _require(self.eval_episodes >= 1, "run.eval_episodes", self.eval_episodes,
+        require(self.eval_every >= 0, "run.eval_every", self.eval_every, "integers >= 0")
+        require(self.eval_episodes >= 1, "run.eval_episodes", self.eval_episodes,
                  "integers >= 1")
-        _require(math.isfinite(self.env_step_timeout) and self.env_step_timeout >= 0,
+        require(math.isfinite(self.env_step_timeout) and self.env_step_timeout >= 0,
                  "run.env_step_timeout", self.env_step_timeout, "seconds >= 0 (0: no limit)")
-        _require(self.series_stride >= 1, "run.series_stride", self.series_stride,
+        require(self.series_stride >= 1, "run.series_stride", self.series_stride,
                  "integers >= 1")
-        _require(self.report_every >= 0, "run.report_every", self.report_every,
+        require(self.report_every >= 0, "run.report_every", self.report_every,
                  "integers >= 0 (0: no report)")
-        _require(self.max_env_failures >= 1, "run.max_env_failures", self.max_env_failures,
+        require(self.max_env_failures >= 1, "run.max_env_failures", self.max_env_failures,
                  "integers >= 1")
         self.snapshot_rule(self.snapshot)
 
@@ -285,7 +303,7 @@ class RunConfig:
         for item in filter(None, (x.strip() for x in text.split(","))):
             head, _, tail = item.partition(":")
             number = tail if head == "every" else item
-            _require(number.isdigit() and int(number) >= 1, "run.snapshot", text,
+            require(number.isdigit() and int(number) >= 1, "run.snapshot", text,
                      f"comma-separated episode numbers >= 1 or every:K with K >= 1 (not "
                      f"{item!r}), e.g. '1,every:200'; empty: none")
             (every.append if head == "every" else listed.add)(int(number))
@@ -302,79 +320,29 @@ class AlgorithmConfig:
     """Settings every algorithm has; each algorithm's table adds its own."""
 
     section: ClassVar[str] = ""
-    hidden: tuple[int, ...] = _opt((128, 128), "hidden layer widths (softsign activations)")
-    lr: float = _opt(1e-4, "initial Adam learning rate eta0 (annealed by eq. 13 under ReF-ER)")
-    batch: int = _opt(256, "minibatch size B (global over all learners)")
-    gamma: float = _opt(0.995, "discount factor")
-    replay_size: int = _opt(2**18, "the algorithm's replay capacity N (replay.size 0 uses it)")
+    hidden: tuple[int, ...] = option((128, 128), "hidden layer widths (softsign activations)")
+    lr: float = option(1e-4, "initial Adam learning rate eta0 (annealed by eq. 13 under ReF-ER)")
+    batch: int = option(256, "minibatch size B (global over all learners)")
+    gamma: float = option(0.995, "discount factor")
+    replay_size: int = option(2**18, "the algorithm's replay capacity N (replay.size 0 uses it)")
 
     def __post_init__(self) -> None:
         name = self.section
-        _require(
+        require(
             len(self.hidden) > 0 and all(h > 0 for h in self.hidden),
             f"{name}.hidden", self.hidden, "a non-empty list of positive integers",
         )
-        _require(0 < self.lr < 1, f"{name}.lr", self.lr, "0 < lr < 1")
-        _require(self.batch > 0, f"{name}.batch", self.batch, "integers > 0")
-        _require(0 < self.gamma <= 1, f"{name}.gamma", self.gamma, "0 < gamma <= 1")
-        _require(self.replay_size >= 2, f"{name}.replay_size", self.replay_size,
+        require(0 < self.lr < 1, f"{name}.lr", self.lr, "0 < lr < 1")
+        require(self.batch > 0, f"{name}.batch", self.batch, "integers > 0")
+        require(0 < self.gamma <= 1, f"{name}.gamma", self.gamma, "0 < gamma <= 1")
+        require(self.replay_size >= 2, f"{name}.replay_size", self.replay_size,
                  "integers >= 2")
 
-
-@dataclass(frozen=True)
-class VRacerConfig(AlgorithmConfig):
-    """V-RACER network and optimiser (paper defaults, Sec. 5 and App. A)."""
-
-    section: ClassVar[str] = "vracer"
-    sigma_init: float = _opt(math.sqrt(0.2), "initial policy standard deviation")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _require(self.sigma_init > 0, "vracer.sigma_init", self.sigma_init, "values > 0")
-
-
-@dataclass(frozen=True)
-class DDPGConfig(AlgorithmConfig):
-    """DDPG (Lillicrap et al. 2016) with ReF-ER: the paper-era settings (spec, section DDPG)."""
-
-    section: ClassVar[str] = "ddpg"
-    lr: float = _opt(1e-5, "actor Adam learning rate (the critic's is critic_lr_factor x it)")
-    batch: int = _opt(128, "minibatch size B (global over all learners)")
-    replay_size: int = _opt(2**19, "the algorithm's replay capacity N (replay.size 0 uses it)")
-    critic_lr_factor: float = _opt(10.0, "critic learning rate / actor learning rate")
-    critic_l2: float = _opt(1e-4, "L2 weight decay of the critic")
-    tau: float = _opt(0.01, "Polyak rate of the target networks: w' <- (1 - tau) w' + tau w")
-    sigma: float = _opt(0.2, "std of the Gaussian behaviour policy N(m(s), sigma^2)")
-    exploration: Exploration = _opt(
-        Exploration.GAUSSIAN,
-        "behaviour noise: gaussian (stored as mu, needed by ReF-ER) or ou (Ornstein-Uhlenbeck, "
-        "theta 0.15, plain ER only)",
-        _choices(Exploration),
-    )
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _enum_field(self, "exploration", Exploration)
-        _require(self.critic_lr_factor > 0, "ddpg.critic_lr_factor", self.critic_lr_factor,
-                 "values > 0")
-        _require(self.critic_l2 >= 0, "ddpg.critic_l2", self.critic_l2, "values >= 0")
-        _require(0 < self.tau <= 1, "ddpg.tau", self.tau, "0 < tau <= 1")
-        _require(self.sigma > 0, "ddpg.sigma", self.sigma, "values > 0")
-
-
-@dataclass(frozen=True)
-class NAFConfig(AlgorithmConfig):
-    """NAF (Gu et al. 2016) with ReF-ER: the paper-era settings (spec, section NAF)."""
-
-    section: ClassVar[str] = "naf"
-    replay_size: int = _opt(2**19, "the algorithm's replay capacity N (replay.size 0 uses it)")
-    tau: float = _opt(0.01, "Polyak rate of the target network: w' <- (1 - tau) w' + tau w")
-    sigma: float = _opt(0.2, "std of the Gaussian behaviour policy N(m(s), sigma^2)")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _require(0 < self.tau <= 1, "naf.tau", self.tau, "0 < tau <= 1")
-        _require(self.sigma > 0, "naf.sigma", self.sigma, "values > 0")
+    @property
+    def exploration(self) -> Exploration:
+        """The behaviour noise of the algorithm's actors: the stored Gaussian (tables may
+        offer others as a field of the same name, e.g. Ornstein-Uhlenbeck noise)."""
+        return Exploration.GAUSSIAN
 
 
 @dataclass(frozen=True)
@@ -383,33 +351,33 @@ class ReferConfig:
 
     section: ClassVar[str] = "refer"
 
-    mode: ReferMode = _opt(
+    mode: ReferMode = option(
         ReferMode.REFER,
         "refer: rules 1 and 2; er: plain experience replay (no annealing either); refer1: "
         "rule 1 only; refer2: rule 2 only",
-        _choices(ReferMode),
+        choices(ReferMode),
     )
-    C: float = _opt(4.0, "c_max(t) = 1 + C / (1 + A t)  (eq. 13)")
-    D: float = _opt(0.1, "target fraction of far-policy samples in the replay memory (eq. 12)")
-    A: float = _opt(5e-7, "annealing rate of c_max and of the learning rate (eq. 13)")
-    beta_init: float = _opt(0.0, "initial penalty coefficient beta (0 as in the paper's code)")
-    beta_rate: float = _opt(
+    C: float = option(4.0, "c_max(t) = 1 + C / (1 + A t)  (eq. 13)")
+    D: float = option(0.1, "target fraction of far-policy samples in the replay memory (eq. 12)")
+    A: float = option(5e-7, "annealing rate of c_max and of the learning rate (eq. 13)")
+    beta_init: float = option(0.0, "initial penalty coefficient beta (0 as in the paper's code)")
+    beta_rate: float = option(
         0.0, "step size eta of the beta update (eq. 12); 0: the initial learning rate"
     )
-    kl_direction: KLDirection = _opt(
+    kl_direction: KLDirection = option(
         KLDirection.MU_PI,
         "mu_pi: penalise KL(mu || pi) as in eq. 11; pi_mu: KL(pi || mu) as the reference code",
-        _choices(KLDirection),
+        choices(KLDirection),
     )
 
     def __post_init__(self) -> None:
-        _enum_field(self, "mode", ReferMode)
-        _enum_field(self, "kl_direction", KLDirection)
-        _require(self.C > 0, "refer.C", self.C, "C > 0")
-        _require(0 < self.D < 1, "refer.D", self.D, "0 < D < 1")
-        _require(self.A >= 0, "refer.A", self.A, "A >= 0")
-        _require(0 <= self.beta_init <= 1, "refer.beta_init", self.beta_init, "0 <= beta <= 1")
-        _require(0 <= self.beta_rate < 1, "refer.beta_rate", self.beta_rate, "0 <= eta < 1")
+        enum_field(self, "mode", ReferMode)
+        enum_field(self, "kl_direction", KLDirection)
+        require(self.C > 0, "refer.C", self.C, "C > 0")
+        require(0 < self.D < 1, "refer.D", self.D, "0 < D < 1")
+        require(self.A >= 0, "refer.A", self.A, "A >= 0")
+        require(0 <= self.beta_init <= 1, "refer.beta_init", self.beta_init, "0 <= beta <= 1")
+        require(0 <= self.beta_rate < 1, "refer.beta_rate", self.beta_rate, "0 <= eta < 1")
 
 
 @dataclass(frozen=True)
@@ -418,46 +386,46 @@ class ReplayConfig:
 
     section: ClassVar[str] = "replay"
 
-    size: int = _opt(
+    size: int = option(
         0, "replay capacity N in stored states (FIFO forgetting beyond it); 0: the algorithm's "
         "replay_size (vracer 2^18, ddpg and naf 2^19)"
     )
-    learn_start: int = _opt(-1, "stored states before the first gradient step; -1: N / 2")
-    grad_ratio: float = _opt(1.0, "gradient steps per environment step once training runs")
-    stats_every: int = _opt(
+    learn_start: int = option(-1, "stored states before the first gradient step; -1: N / 2")
+    grad_ratio: float = option(1.0, "gradient steps per environment step once training runs")
+    stats_every: int = option(
         1000, "gradient steps between refreshes of the state and reward scaling from the RM"
     )
-    sampling: Sampling = _opt(
+    sampling: Sampling = option(
         Sampling.UNIFORM,
         "uniform, or per: proportional prioritized replay, p = (|delta| + eps)^alpha, with "
         "importance weights (1/(N P))^beta_IS / max applied to the loss",
-        _choices(Sampling),
+        choices(Sampling),
     )
-    per_alpha: float = _opt(0.6, "PER priority exponent alpha")
-    per_beta: float = _opt(
+    per_alpha: float = option(0.6, "PER priority exponent alpha")
+    per_beta: float = option(
         0.4, "PER importance-weight exponent beta_IS at the first gradient step, annealed "
         "linearly to 1 at the run's last one"
     )
-    per_eps: float = _opt(1e-6, "PER priority offset eps (no transition is never sampled)")
-    batch_scaling: BatchScaling = _opt(
+    per_eps: float = option(1e-6, "PER priority offset eps (no transition is never sampled)")
+    batch_scaling: BatchScaling = option(
         BatchScaling.FIXED,
         "fixed: the algorithm's batch B is global, B / L rows per learner; per-learner: B rows "
         "on each of the L learners (global batch L B) and the learning rate times sqrt(L)",
-        _choices(BatchScaling),
+        choices(BatchScaling),
     )
 
     def __post_init__(self) -> None:
-        _enum_field(self, "sampling", Sampling)
-        _enum_field(self, "batch_scaling", BatchScaling)
-        _require(self.size == 0 or self.size >= 2, "replay.size", self.size,
+        enum_field(self, "sampling", Sampling)
+        enum_field(self, "batch_scaling", BatchScaling)
+        require(self.size == 0 or self.size >= 2, "replay.size", self.size,
                  "0 (the algorithm's N) or integers >= 2")
-        _require(self.learn_start == -1 or self.learn_start > 0, "replay.learn_start",
+        require(self.learn_start == -1 or self.learn_start > 0, "replay.learn_start",
                  self.learn_start, "-1 or integers > 0")
-        _require(self.grad_ratio > 0, "replay.grad_ratio", self.grad_ratio, "values > 0")
-        _require(self.stats_every > 0, "replay.stats_every", self.stats_every, "integers > 0")
-        _require(self.per_alpha >= 0, "replay.per_alpha", self.per_alpha, "values >= 0")
-        _require(0 <= self.per_beta <= 1, "replay.per_beta", self.per_beta, "0 <= beta <= 1")
-        _require(self.per_eps > 0, "replay.per_eps", self.per_eps, "values > 0")
+        require(self.grad_ratio > 0, "replay.grad_ratio", self.grad_ratio, "values > 0")
+        require(self.stats_every > 0, "replay.stats_every", self.stats_every, "integers > 0")
+        require(self.per_alpha >= 0, "replay.per_alpha", self.per_alpha, "values >= 0")
+        require(0 <= self.per_beta <= 1, "replay.per_beta", self.per_beta, "0 <= beta <= 1")
+        require(self.per_eps > 0, "replay.per_eps", self.per_eps, "values > 0")
 
     @property
     def start(self) -> int:
@@ -467,12 +435,12 @@ class ReplayConfig:
 
 @dataclass(frozen=True)
 class Config:
-    """The whole resolved configuration of a run."""
+    """The whole resolved configuration of a run: the run, ReF-ER and replay tables, the
+    chosen algorithm's table (``run.algorithm``) and the environment's parameters."""
 
     run: RunConfig = field(default_factory=RunConfig)
-    vracer: VRacerConfig = field(default_factory=VRacerConfig)
-    ddpg: DDPGConfig = field(default_factory=DDPGConfig)
-    naf: NAFConfig = field(default_factory=NAFConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    """The table of ``run.algorithm`` (:func:`build_config` sets both)."""
     refer: ReferConfig = field(default_factory=ReferConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     env: dict[str, bool | int | float | str] = field(default_factory=dict)
@@ -480,62 +448,124 @@ class Config:
 
     def __post_init__(self) -> None:
         """Resolve ``replay.size = 0`` to the algorithm's N, then check the cross-table rules."""
+        name = self.algorithm.section
+        require(self.run.algorithm == name, "run.algorithm", self.run.algorithm,
+                 f"the name of the table given with it ({name!r})")
         if self.replay.size == 0:
             resolved = dataclasses.replace(self.replay, size=self.algorithm.replay_size)
             object.__setattr__(self, "replay", resolved)
-        _require(self.replay.learn_start <= self.replay.size, "replay.learn_start",
-                 self.replay.learn_start, f"-1 or 1..{self.replay.size} (the replay size)")
-        name = self.run.algorithm
+        require(self.replay.learn_start <= self.replay.size, "replay.learn_start",
+                self.replay.learn_start, f"-1 or 1..{self.replay.size} (the replay size)")
         per_learner = self.replay.batch_scaling is BatchScaling.PER_LEARNER
         global_batch = self.algorithm.batch * (self.run.learners if per_learner else 1)
-        _require(
+        require(
             global_batch <= self.replay.start,
             f"{name}.batch", self.algorithm.batch,
             f"at most the states stored when training starts ({self.replay.start})"
             + (f" over the {self.run.learners} learners of replay.batch_scaling = per-learner"
                if per_learner else ""),
         )
-        _require(
-            self.ddpg.exploration is Exploration.GAUSSIAN or self.refer.mode is ReferMode.ER
-            or name != "ddpg",
-            "ddpg.exploration", self.ddpg.exploration.value,
+        require(
+            self.algorithm.exploration is Exploration.GAUSSIAN
+            or self.refer.mode is ReferMode.ER,
+            f"{name}.exploration", str(self.algorithm.exploration),
             "gaussian with refer.mode refer, refer1 or refer2 (ReF-ER needs the Gaussian mu "
             "that is stored); ou only with refer.mode er",
         )
 
     @property
-    def algorithm(self) -> AlgorithmConfig:
-        """The table of the chosen algorithm (``run.algorithm``)."""
-        table: AlgorithmConfig = getattr(self, self.run.algorithm)
-        return table
+    def compiles(self) -> bool:
+        """Whether the learners compile their step: ``run.compile`` on, or auto with at
+        least COMPILE_AUTO_STEPS gradient steps owed, grad_ratio x (run.steps -
+        replay.start)."""
+        if self.run.compile is CompileMode.AUTO:
+            owed = self.replay.grad_ratio * (self.run.steps - self.replay.start)
+            return owed >= COMPILE_AUTO_STEPS
+        return self.run.compile is CompileMode.ON
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
-        """Nested plain dict (tuples as lists), the TOML layout."""
+        """Nested plain dict (tuples as lists), the TOML layout: ``run``, the algorithm's
+        table under its name, ``refer``, ``replay``, ``env``."""
         def plain(v: Any) -> Any:
             return list(v) if isinstance(v, tuple) else str(v) if isinstance(v, StrEnum) else v
 
-        tables = {
-            section.name: {
-                k: plain(v) for k, v in dataclasses.asdict(getattr(self, section.name)).items()
-            }
-            for section in dataclasses.fields(self) if section.name != "env"
-        }
-        return {**tables, "env": dict(self.env)}
+        tables = (self.run, self.algorithm, self.refer, self.replay)
+        return {**{t.section: {k: plain(v) for k, v in dataclasses.asdict(t).items()}
+                   for t in tables}, "env": dict(self.env)}
 
     def write_toml(self, path: Path) -> None:
         """Write the resolved config as TOML."""
         path.write_text(tomli_w.dumps(self.to_dict()))
 
 
-_SECTION_TYPES: dict[str, type] = {
-    "run": RunConfig, "vracer": VRacerConfig, "ddpg": DDPGConfig, "naf": NAFConfig,
-    "refer": ReferConfig, "replay": ReplayConfig,
-}
+FIXED_TABLES: dict[str, type] = {"run": RunConfig, "refer": ReferConfig, "replay": ReplayConfig}
+"""The tables every run has; the algorithms' tables come from :func:`algorithm_tables`."""
+
+ALGORITHM_PACKAGE = "hpc_refer.algorithms"
+"""The package whose modules are the built-in algorithms (imported by
+:func:`algorithm_tables`; importing it registers them)."""
+
+_TABLES: dict[str, type[AlgorithmConfig]] = {}
+_DEFAULT: list[str] = []
 
 
-def _coerce(section: str, key: str, raw: Any) -> Any:
-    """Convert a TOML or command-line value to the field's type, or raise ConfigError."""
-    cls = _SECTION_TYPES[section]
+def register_table(table: type[AlgorithmConfig], default: bool = False) -> None:
+    """Make ``table`` (an algorithm's config dataclass) the TOML table and flags
+    ``[table.section]``; ``default``: its algorithm is the one an empty ``run.algorithm``
+    names. Called by :func:`hpc_refer.algorithms.registry.register`."""
+    name = table.section
+    if not (dataclasses.is_dataclass(table) and issubclass(table, AlgorithmConfig)):
+        raise TypeError(f"algorithm table {table!r} is not a dataclass deriving from "
+                        "AlgorithmConfig")
+    if not name.isidentifier() or name in (*FIXED_TABLES, "env"):
+        raise ValueError(f"algorithm table section {name!r} is invalid: an identifier other "
+                         f"than {', '.join([*FIXED_TABLES, 'env'])}")
+    known = _TABLES.get(name)
+    if known is not None and known is not table:
+        raise ValueError(f"an algorithm table [{name}] is registered already")
+    if default and _DEFAULT and _DEFAULT[0] != name:
+        raise ValueError(f"[{name}] cannot be the default algorithm: {_DEFAULT[0]!r} is")
+    _TABLES[name] = table
+    if default and not _DEFAULT:
+        _DEFAULT.append(name)
+
+
+def load_plugins(plugins: Sequence[str] = ()) -> None:
+    """Import the built-in algorithm package and the modules of ``run.plugins`` (each
+    registers its algorithms on import); a module that cannot be imported is a ConfigError
+    naming it."""
+    importlib.import_module(ALGORITHM_PACKAGE)
+    for module in plugins:
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            raise ConfigError(f"run.plugins: module {module!r} cannot be imported ({err})"
+                              ) from None
+
+
+def algorithm_tables(plugins: Sequence[str] = ()) -> Mapping[str, type[AlgorithmConfig]]:
+    """Every registered algorithm's table by name, after :func:`load_plugins`."""
+    load_plugins(plugins)
+    return MappingProxyType(_TABLES)
+
+
+def table_types(plugins: Sequence[str] = ()) -> dict[str, type]:
+    """Every table's dataclass by section: run, refer, replay and the algorithms' tables."""
+    return {**FIXED_TABLES, **algorithm_tables(plugins)}
+
+
+def default_algorithm() -> str:
+    """The name of the algorithm an empty ``run.algorithm`` chooses."""
+    algorithm_tables()
+    if not _DEFAULT:
+        raise ConfigError("no default algorithm is registered")
+    return _DEFAULT[0]
+
+
+def coerce(cls: type, key: str, raw: Any) -> Any:
+    """Convert a TOML or command-line value to the type of field ``key`` of the table
+    ``cls``, or raise ConfigError naming ``section.key``."""
+    section = cls.section  # type: ignore[attr-defined]
     hints = typing.get_type_hints(cls)
     kind = hints[key]
     name = f"{section}.{key}"
@@ -563,6 +593,11 @@ def _coerce(section: str, key: str, raw: Any) -> Any:
         if kind == tuple[int, ...]:
             items = raw.split(",") if isinstance(raw, str) else list(raw)
             return tuple(_integer(x) for x in items)
+        if kind == tuple[str, ...]:
+            items = [x.strip() for x in raw.split(",")] if isinstance(raw, str) else list(raw)
+            if not all(isinstance(x, str) for x in items):
+                raise ValueError
+            return tuple(x for x in items if x)
     except (TypeError, ValueError, OverflowError):
         raise ConfigError(f"{name} = {raw!r} is not a valid {_type_name(kind)}") from None
     raise AssertionError(f"unhandled field type {kind} of {name}")
@@ -588,6 +623,8 @@ def _integer(raw: Any) -> int:
 def _type_name(kind: Any) -> str:
     if kind == tuple[int, ...]:
         return "list of integers (each integral, e.g. 128 or 1e3)"
+    if kind == tuple[str, ...]:
+        return "list of strings (comma-separated on the command line)"
     if kind is int:
         return "integer (an integral number such as 1000 or 1e3; not true/false)"
     if kind is float:
@@ -643,32 +680,48 @@ def env_flags(extras: list[str]) -> tuple[dict[str, bool | int | float | str], l
     return params, rest
 
 
-def build_config(overrides: dict[str, dict[str, Any]]) -> Config:
-    """Config from ``{section: {key: value}}`` over the defaults; unknown keys are errors."""
+def _table(cls: type, section: str, values: Any) -> Any:
+    """The table ``cls`` from ``values`` over its defaults (unknown keys are errors)."""
+    if not isinstance(values, dict):
+        raise ConfigError(f"[{section}] must be a table of key = value pairs")
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in values:
+        if key not in names:
+            raise ConfigError(
+                f"unknown config key {section}.{key}: allowed keys are {', '.join(names)}")
+    return cls(**{k: coerce(cls, k, v) for k, v in values.items()})
+
+
+def build_config(overrides: Mapping[str, Any]) -> Config:
+    """Config from ``{section: {key: value}}`` over the defaults; unknown keys are errors.
+
+    ``run`` is read first and its plugins imported (:func:`load_plugins`); ``run.algorithm``
+    (empty: the default algorithm) chooses the algorithm table. The tables of the other
+    registered algorithms, if given, are validated and left out of the result.
+    """
+    run = _table(RunConfig, "run", overrides.get("run", {}))
+    tables = algorithm_tables(run.plugins)
+    name = run.algorithm or default_algorithm()
+    require(name in tables, "run.algorithm", name, ", ".join(sorted(tables)))
+    run = dataclasses.replace(run, algorithm=name)
     sections: dict[str, Any] = {}
     for section, values in overrides.items():
         if section == "env":
             if not isinstance(values, dict):
                 raise ConfigError("[env] must be a table of key = value pairs")
             sections["env"] = env_table(values)
-            continue
-        if section not in _SECTION_TYPES:
+        elif section in FIXED_TABLES or section in tables:
+            if section != "run":
+                sections[section] = _table(table_types(run.plugins)[section], section,
+                                           values)
+        else:
             raise ConfigError(
                 f"unknown config section [{section}]: allowed are "
-                f"{', '.join([*_SECTION_TYPES, 'env'])}"
-            )
-        if not isinstance(values, dict):
-            raise ConfigError(f"[{section}] must be a table of key = value pairs")
-        names = [f.name for f in dataclasses.fields(_SECTION_TYPES[section])]
-        for key in values:
-            if key not in names:
-                raise ConfigError(
-                    f"unknown config key {section}.{key}: allowed keys are {', '.join(names)}"
-                )
-        sections[section] = _SECTION_TYPES[section](
-            **{k: _coerce(section, k, v) for k, v in values.items()}
-        )
-    return Config(**sections)
+                f"{', '.join([*FIXED_TABLES, 'env'])} and the algorithms' tables "
+                f"{', '.join(sorted(tables))}")
+    return Config(run=run, algorithm=sections.get(name, tables[name]()),
+                  refer=sections.get("refer", ReferConfig()),
+                  replay=sections.get("replay", ReplayConfig()), env=sections.get("env", {}))
 
 
 def load_toml(path: Path) -> dict[str, dict[str, Any]]:
@@ -688,13 +741,21 @@ def _flag(section: str, key: str) -> str:
     return f"--{name}" if section == "run" else f"--{section}.{name}"
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--config`` and one flag per config field, with the field's help and default."""
-    parser.add_argument("--config", type=Path, help="TOML file with [run], [vracer], ... tables")
-    for section, cls in _SECTION_TYPES.items():
+def add_arguments(parser: argparse.ArgumentParser, plugins: tuple[str, ...] = ()) -> None:
+    """Add ``--config`` and one flag per field of the run, ReF-ER and replay tables and of
+    every registered algorithm's table (after ``plugins`` are imported), with the field's
+    help and default; ``--algorithm`` lists the registered algorithms."""
+    tables = algorithm_tables(plugins)
+    parser.add_argument("--config", type=Path, help="TOML file with [run], [refer], "
+                        "[replay], [env] and algorithm tables ([" + "], [".join(tables) + "])")
+    names = tuple(sorted(tables))
+    for section, cls in table_types(plugins).items():
         group = parser.add_argument_group(f"[{section}]", cls.__doc__)
         for f in dataclasses.fields(cls):
             default = f.default if f.default is not dataclasses.MISSING else None
+            given = f.metadata.get("choices")
+            if (section, f.name) == ("run", "algorithm"):
+                default, given = default_algorithm(), names
             shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
             group.add_argument(
                 _flag(section, f.name),
@@ -702,8 +763,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 default=argparse.SUPPRESS,
                 metavar=f.name.upper(),
                 help=f"{f.metadata['help']} (default: {shown})",
-                choices=f.metadata.get("choices"),
+                choices=given,
             )
+
+
+def plugins_of(argv: list[str] | None) -> tuple[str, ...]:
+    """The ``run.plugins`` a command line names (``--plugins``, and the ``[run]`` table of
+    its ``--config`` file), before the full parser exists: their algorithms' flags must be
+    known to it."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--plugins", default="")
+    pre.add_argument("--config", type=Path)
+    known, _ = pre.parse_known_args(argv)
+    listed: list[str] = []
+    if known.config is not None and known.config.is_file():
+        run = load_toml(known.config).get("run", {})
+        if isinstance(run, dict) and "plugins" in run:
+            listed += list(coerce(RunConfig, "plugins", run["plugins"]))
+    listed += list(coerce(RunConfig, "plugins", known.plugins))
+    return tuple(dict.fromkeys(listed))
 
 
 ENV_HELP = """\

@@ -3,9 +3,11 @@
 The learner owns every piece of learning state that is not the algorithm's networks: the
 replay shard and all its maintenance (ingest of chunks with log mu, V and rho; refresh of the
 sampled rows after each step; V-tbc; the state and reward scaling; the far-policy count and
-its reduction over learners) and ReF-ER's beta, c_max and annealed learning rate (eqs. 12-13).
-The algorithm (:class:`~hpc_refer.algorithms.base.Algorithm`) only computes: one gradient
-step on a minibatch, and values / log-probabilities of stored rows.
+its reduction over learners), ReF-ER's beta, c_max and annealed learning rate (eqs. 12-13)
+with the one count of gradient steps t (``ReferState.t``), the reducer over the learners,
+and the gradient step it composes from the algorithm (:func:`make_step`: eager or compiled,
+with the gradient average). The algorithm (:class:`~hpc_refer.algorithms.base.Algorithm`)
+only computes: the minibatch loss, and values / log-probabilities of stored rows.
 
 Notes
 -----
@@ -33,6 +35,9 @@ import numpy as np
 import torch
 
 from hpc_refer.algorithms.base import Algorithm, ReferTerms, StepResult
+from hpc_refer.algorithms.compiled import CompiledOrEagerStep
+from hpc_refer.algorithms.step import EagerStep, Step
+from hpc_refer.collectives import Reducer, SerialReducer
 from hpc_refer.config import BatchScaling, Config, Sampling
 from hpc_refer.networks import gaussian_log_prob
 from hpc_refer.records import (
@@ -76,23 +81,38 @@ class FarCounts(NamedTuple):
         return cls(int(flat[0]), int(flat[1]))
 
 
+def shard_capacity(size: int, learners: int) -> int:
+    """States one learner's shard holds: N / L (at least 2)."""
+    return max(size // learners, 2)
+
+
 def per_beta_at(t: int, beta0: float, total: int) -> float:
     """PER's importance exponent beta_IS annealed linearly from beta0 to 1 over ``total``
     gradient steps (Schaul et al. 2016, Sec. 3.4)."""
     return beta0 + (1.0 - beta0) * min(1.0, t / max(total, 1))
 
 
-class Learner:
-    """One learner rank's state; ``algo.reducer`` spans the learners."""
+def make_step(algo: Algorithm, reducer: Reducer | None, compiled: bool) -> Step:
+    """The learners' gradient step of ``algo`` over ``reducer``: compiled (falling back to
+    eager where it cannot be built) or eager (``run.compile``, :attr:`Config.compiles`);
+    ``reducer`` None: one learner."""
+    return CompiledOrEagerStep(algo, reducer) if compiled else EagerStep(algo, reducer)
 
-    def __init__(self, algo: Algorithm, config: Config, seed: int) -> None:
+
+class Learner:
+    """One learner rank's state; ``reducer`` spans the learners (one learner: serial)."""
+
+    def __init__(self, algo: Algorithm, config: Config, seed: int,
+                 reducer: Reducer | None = None, compiled: bool | None = None) -> None:
+        """``compiled``: the kind of step (default: ``config.compiles``)."""
         self.algo = algo
         self.config = config
-        n_learners = algo.reducer.size
+        self.reducer: Reducer = reducer or SerialReducer()
+        n_learners = self.reducer.size
         replay = config.replay
         priorities = (PriorityConfig(replay.per_alpha, replay.per_eps)
                       if replay.sampling is Sampling.PER else None)
-        self.replay = ReplayShard(max(replay.size // n_learners, 2), algo.obs_dim,
+        self.replay = ReplayShard(shard_capacity(replay.size, n_learners), algo.obs_dim,
                                   algo.act_dim, config.algorithm.gamma, algo.retrace,
                                   priorities)
         per_learner = replay.batch_scaling is BatchScaling.PER_LEARNER
@@ -101,9 +121,15 @@ class Learner:
         self.lr_scale = math.sqrt(n_learners) if per_learner else 1.0
         """The learning rate's factor for the global batch (``replay.batch_scaling``)."""
         self.refer = ReferState.create(config.refer, config.algorithm.lr)
+        self.step = make_step(algo, self.reducer,
+                              config.compiles if compiled is None else compiled)
         self.rng = np.random.default_rng(seed)
-        self.grad_steps = 0
         self.start_env_steps: int | None = None
+
+    @property
+    def grad_steps(self) -> int:
+        """Gradient steps taken: ReF-ER's t (eq. 13), the one count of them."""
+        return self.refer.t
 
     @property
     def terms(self) -> ReferTerms:
@@ -145,7 +171,7 @@ class Learner:
         """Counts of log10(rho) of the stored transitions of all learners in the bins of
         :data:`RHO_EDGES` (one reduction)."""
         local = self.replay.rho_histogram(RHO_EDGES).astype(np.float64)
-        return self.algo.reducer.sum(local).astype(np.int64)
+        return self.reducer.sum(local).astype(np.int64)
 
     def steps_due(self, env_steps: int) -> int:
         """Gradient steps owed to reach grad_ratio * (env steps since training started)."""
@@ -157,7 +183,7 @@ class Learner:
     def far_counts(self) -> FarCounts:
         """Far-policy and stored transitions over all learners (one reduction)."""
         local = FarCounts(self.replay.n_far, self.replay.n_transitions)
-        return FarCounts.unpack(self.algo.reducer.sum(local.pack()))
+        return FarCounts.unpack(self.reducer.sum(local.pack()))
 
     def train_step(self) -> StepResult:
         """One gradient step, then the replay's and ReF-ER's updates that follow it.
@@ -167,14 +193,15 @@ class Learner:
         3. the sampled rows get the pre-step rho_k (and V_w(s_k)), the bootstrap states after
            them the new V_w, and their episodes' V-tbc is redone (eq. 8, one pass for both);
         4. PER priorities from the rows' errors;
-        5. beta by eq. 12 from the global far-policy fraction, t += 1 (eq. 13);
+        5. beta by eq. 12 from the global far-policy fraction, t += 1 (eq. 13: the count of
+           gradient steps);
         6. every ``stats_every`` steps, new state and reward scaling from the replay.
         """
         replay, c_max = self.replay, self.refer.c_max
         rows = replay.sample_rows(self.local_batch, self.rng)
         beta_is = per_beta_at(self.grad_steps, self.config.replay.per_beta,
                               int(self.config.replay.grad_ratio * self.config.run.steps))
-        result = self.algo.train_step(replay.batch(rows, beta_is), self.terms)
+        result = self.step(replay.batch(rows, beta_is), self.terms, self.grad_steps)
         stored, value, rho = rows, result.value, result.rho
         if replay.retrace:
             boot = replay.bootstrap_rows(rows)
@@ -185,7 +212,6 @@ class Learner:
         replay.refresh(stored, value, rho, c_max)
         replay.update_priorities(rows, result.error)
         self.refer.update(*self.far_counts())
-        self.grad_steps += 1
         if self.grad_steps % self.config.replay.stats_every == 0:
             self.refresh_scaling()
         return result
@@ -197,7 +223,7 @@ class Learner:
         gets the same scaling. V-tbc of the whole shard is recomputed with the new reward
         scale, and the far-policy count is recounted with the current c_max.
         """
-        sums = ScalingSums.unpack(self.algo.reducer.sum(self.replay.scaling_sums().pack()))
+        sums = ScalingSums.unpack(self.reducer.sum(self.replay.scaling_sums().pack()))
         mean, std, r_std = sums.moments()
         self.algo.set_input_scaling(mean, std)
         self.replay.reward_scale = 1.0 / r_std if r_std > 1e-8 else 1.0
@@ -210,7 +236,7 @@ class Learner:
         return {"algorithm": self.algo.checkpoint_state(),
                 "replay": self.replay.checkpoint_state(),
                 "refer": self.refer.checkpoint_state(),
-                "grad_steps": self.grad_steps, "start_env_steps": self.start_env_steps,
+                "start_env_steps": self.start_env_steps,
                 "local_batch": self.local_batch, "rng": numpy_rng_state(self.rng),
                 "torch_rng": torch_rng_state()}
 
@@ -220,7 +246,6 @@ class Learner:
         generator stay as built for this rank; :meth:`adopt` fills the shard."""
         self.algo.restore_state(tree["algorithm"])
         self.refer.restore_state(tree["refer"])
-        self.grad_steps = int(tree["grad_steps"])
         start = tree["start_env_steps"]
         self.start_env_steps = None if start is None else int(start)
         set_torch_rng_state(tree["torch_rng"])

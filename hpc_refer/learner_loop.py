@@ -239,7 +239,7 @@ class LearnerLoop:
                  meta: dict[str, Any] | None = None) -> None:
         self.config = config
         self.learner = learner
-        self.reducer = learner.algo.reducer
+        self.reducer = learner.reducer
         self.channel = channel
         self.run = run
         self.run_dir = run_dir
@@ -404,10 +404,7 @@ class LearnerLoop:
     def train_step(self) -> None:
         self.interval.add(self.learner.train_step().stats)
         if not self.step_logged and self.run is not None:
-            compiled = self.learner.algo.compiled_step
-            self.run.log("learner step: " + ("eager" if compiled is None else
-                                             f"compiled ({compiled.compile_seconds:.1f} s "
-                                             "to compile)"))
+            self.run.log(f"learner step: {self.learner.step.kind}")
             self.step_logged = True
         k = self.config.run.checksum_every
         if k and self.learner.grad_steps % k == 0 and not self.reducer.checksums_agree(

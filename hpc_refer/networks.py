@@ -151,6 +151,17 @@ class BehaviourPolicy(nn.Module):
         raise NotImplementedError
 
 
+def small_output_(trunk: nn.Sequential, scale: float = 0.1) -> None:
+    """Start the last layer of ``trunk`` small: its weights times ``scale`` and a zero bias,
+    so that every output (a policy mean, a value) starts near 0 (the reference code's
+    start)."""
+    last = trunk[-1]
+    assert isinstance(last, nn.Linear)
+    with torch.no_grad():
+        last.weight.mul_(scale)
+        last.bias.zero_()
+
+
 class GaussianPolicyValueNet(BehaviourPolicy):
     """V-RACER's single network: s -> (V_w(s), m_w(s), sigma_w).
 
@@ -164,11 +175,7 @@ class GaussianPolicyValueNet(BehaviourPolicy):
         self.act_dim = act_dim
         self.normalizer = Normalizer(obs_dim)
         self.trunk = mlp([obs_dim, *hidden, 1 + act_dim])
-        last = self.trunk[-1]
-        assert isinstance(last, nn.Linear)
-        with torch.no_grad():
-            last.weight.mul_(0.1)
-            last.bias.zero_()
+        small_output_(self.trunk)
         self.sigma_param = nn.Parameter(torch.full((act_dim,), _inverse_softplus(sigma_init)))
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

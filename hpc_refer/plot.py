@@ -25,7 +25,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from hpc_refer.algorithms import compiles
 from hpc_refer.config import build_config
 
 
@@ -124,7 +123,7 @@ def run_label(run_dir: Path) -> str:
     with (run_dir / "config.toml").open("rb") as f:
         cfg = tomllib.load(f)
     label = f"{cfg['run']['env']} {cfg['refer']['mode']}"
-    if "compile" in cfg["run"] and compiles(build_config(cfg)):
+    if "compile" in cfg["run"] and build_config(cfg).compiles:
         label += " compiled"
     return label
 

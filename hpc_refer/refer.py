@@ -5,10 +5,12 @@ small state object that carries beta across gradient steps. Any off-policy algor
 parameterised policy uses it the same way:
 
 1. compute the importance weights rho_k = pi_w(a_k|s_k) / mu_k(a_k|s_k) of its minibatch
-   (:func:`importance_ratio`), and the near/far mask (:func:`near_policy`);
+   (:func:`importance_ratio`), and the near/far mask (:func:`near_policy`, the rule of
+   :mod:`hpc_refer.near`);
 2. form its per-sample objective L_k (whose gradient is the algorithm's g_k) and the per-sample
-   penalty KL_k (eq. 11), and minimise :func:`refer_loss`, which is eq. 10 in loss form
-   together with Rule 1;
+   penalty KL_k (:func:`kl_penalty`, eq. 11), and minimise :func:`refer_loss`, which is eq.
+   10 in loss form together with Rule 1 (:func:`rule1_mask`: algorithms with several terms
+   mask each the same way);
 3. after the step, feed the replay memory's far-policy count to :meth:`ReferState.update`
    (eq. 12) and read the annealed c_max and learning rate (eq. 13).
 
@@ -24,7 +26,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from hpc_refer.config import ReferConfig, ReferMode
+from hpc_refer.config import KLDirection, ReferConfig, ReferMode
+from hpc_refer.near import NearBounds
+from hpc_refer.networks import gaussian_kl
 
 if TYPE_CHECKING:
     from hpc_refer.records import StateTree
@@ -37,10 +41,28 @@ def importance_ratio(log_pi: torch.Tensor, log_mu: torch.Tensor) -> torch.Tensor
     return torch.exp(torch.clamp(log_pi - log_mu, -LOG_RHO_CLIP, LOG_RHO_CLIP))
 
 
-def near_policy(rho: torch.Tensor, c_max: float | torch.Tensor) -> torch.Tensor:
-    """Near-policy test of Sec. 3: 1/c_max < rho < c_max (boolean mask, no gradient)."""
+def near_policy(rho: torch.Tensor, bounds: NearBounds) -> torch.Tensor:
+    """Near-policy test of Sec. 3: 1/c_max < rho < c_max (boolean mask, no gradient), with
+    the float32 thresholds of :class:`~hpc_refer.near.NearBounds` (floats, or 0-d tensors in
+    the compiled step)."""
     rho = rho.detach()
-    return (rho > 1.0 / c_max) & (rho < c_max)
+    return (rho > bounds.low) & (rho < bounds.high)
+
+
+def rule1_mask(near: torch.Tensor, mode: ReferMode, like: torch.Tensor) -> torch.Tensor:
+    """Rule 1 as a per-sample factor: 1[k near] when the mode applies it, else 1 (in the
+    dtype and shape of ``like``): far-policy samples then give no gradient of the term it
+    multiplies."""
+    return near.to(like.dtype) if mode.rule1 else torch.ones_like(like)
+
+
+def kl_penalty(mu_mean: torch.Tensor, mu_std: torch.Tensor, mean: torch.Tensor,
+               std: torch.Tensor, direction: KLDirection) -> torch.Tensor:
+    """Per-sample KL_k of eq. 11: KL(mu_k || pi_w(.|s_k)) (``mu_pi``, the paper's direction)
+    or KL(pi_w || mu_k) (``pi_mu``, the reference code's)."""
+    if direction is KLDirection.MU_PI:
+        return gaussian_kl(mu_mean, mu_std, mean, std)
+    return gaussian_kl(mean, std, mu_mean, mu_std)
 
 
 def c_max_at(t: int, C: float, A: float) -> float:
@@ -80,7 +102,7 @@ def refer_loss(
     -(1 - beta) g^D on far-policy ones. ``weight`` (prioritized replay's importance weights
     w_k) multiplies each sample's objective and penalty.
     """
-    keep = near.to(objective.dtype) if mode.rule1 else torch.ones_like(objective)
+    keep = rule1_mask(near, mode, objective)
     if mode.rule2:
         per_sample = beta * keep * objective + (1.0 - beta) * penalty
     else:

@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from hpc_refer.near import NearBounds, is_far
 from hpc_refer.replay_kernels import (
     HAS_ACTION,
     IN_USE,
@@ -284,9 +285,9 @@ class ReplayShard:
         return sum(a.nbytes for a in columns)
 
     def _far(self, rows: np.ndarray, c_max: float) -> int:
-        r = self.rho[rows]
+        """Far-policy transitions among ``rows`` (the rule of :mod:`hpc_refer.near`)."""
         acts = (self.flags[rows] & HAS_ACTION) != 0
-        return int(np.count_nonzero(acts & ((r <= 1.0 / c_max) | (r >= c_max))))
+        return int(np.count_nonzero(acts & is_far(self.rho[rows], NearBounds.of(c_max))))
 
     def rho_histogram(self, edges: np.ndarray) -> np.ndarray:
         """Counts of log10(rho) of the stored transitions (rows with an action) in the bins
@@ -448,11 +449,12 @@ class ReplayShard:
         rows = np.asarray(rows, np.int64)
         if rows.size == 0:
             return
+        bounds = NearBounds.of(c_max)
         starts, far = store_refreshed(
             rows, None if value is None else np.asarray(value),
-            None if rho is None else np.asarray(rho), np.float32(1.0 / c_max),
-            np.float32(c_max), self.value, self.rho, self.flags, self._stamp, self._new_mark(),
-            self.head, self.capacity)
+            None if rho is None else np.asarray(rho), np.float32(bounds.low),
+            np.float32(bounds.high), self.value, self.rho, self.flags, self._stamp,
+            self._new_mark(), self.head, self.capacity)
         self.n_far += far
         if self.retrace:
             self._backward(starts, False)

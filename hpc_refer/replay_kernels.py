@@ -82,8 +82,9 @@ def store_refreshed(rows, new_value, new_rho, far_lo, far_hi, value, rho, flags,
 
     ``new_value`` / ``new_rho`` may be None (left as stored). A row without action gets
     rho = 1. A transition is far-policy when rho <= ``far_lo`` (1 / c_max) or rho >=
-    ``far_hi`` (c_max), compared in float32. Duplicates are found with ``stamp = mark``; the
-    age of a row is (row - head) mod capacity, so newest first is decreasing age.
+    ``far_hi`` (c_max), compared in float32 (:class:`hpc_refer.near.NearBounds`).
+    Duplicates are found with ``stamp = mark``; the age of a row is (row - head) mod
+    capacity, so newest first is decreasing age.
     """
     n = rows.shape[0]
     distinct = np.empty(n, np.int64)

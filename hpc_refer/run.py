@@ -1,10 +1,10 @@
 """Entry point: ``[mpirun -n N] python -m hpc_refer.run [--config FILE] [--env ID] ...``.
 
-Trains V-RACER, DDPG or NAF (``--algorithm``) with ReF-ER (defaults: V-RACER on
-HalfCheetah-v5, the paper's hyper-parameters) and writes config, metrics and log to a run
-directory. Every flag is a config key (see ``--help``). Under mpirun the ranks split into
-learners and environment teams (``--learners``, ``--ranks-per-env``); one rank runs learner
-and actor in one process, through the same loop.
+Trains an off-policy algorithm (``--algorithm``: the registered ones, V-RACER by default)
+with ReF-ER (defaults: HalfCheetah-v5, the paper's hyper-parameters) and writes config,
+metrics and log to a run directory. Every flag is a config key (see ``--help``). Under mpirun
+the ranks split into learners and environment teams (``--learners``, ``--ranks-per-env``);
+one rank runs learner and actor in one process, through the same loop.
 """
 
 from __future__ import annotations
@@ -28,9 +28,12 @@ from hpc_refer.config import (
     Sampling,
     add_arguments,
     build_config,
+    coerce,
     config_from_args,
     load_toml,
     parse_command_line,
+    plugins_of,
+    table_types,
 )
 from hpc_refer.envs import (
     SolverSpec,
@@ -41,6 +44,7 @@ from hpc_refer.envs import (
     solver_params,
 )
 from hpc_refer.layout import Layout, LayoutError, compute_layout
+from hpc_refer.learner import shard_capacity
 from hpc_refer.metrics import RunDirectory, episode_columns, machine_info, new_run_dir
 from hpc_refer.parallel import Fabric, abort_job, app_count, world_rank_size
 from hpc_refer.replay import ReplayShard
@@ -49,10 +53,11 @@ from hpc_refer.supervision import STOP
 from hpc_refer.training import LearnerResult, run_role, set_threads
 
 DESCRIPTION = """\
-Train an off-policy agent (V-RACER, DDPG or NAF: --algorithm) with Remember-and-Forget
-Experience Replay (ReF-ER, Novati & Koumoutsakos, ICML 2019), plain or prioritized experience
-replay. Values come from the defaults below, then the TOML file given by --config ([run],
-[vracer], [ddpg], [naf], [refer], [replay] tables), then these flags.
+Train an off-policy agent (--algorithm: one of those listed below, each with its table of
+settings; --plugins adds algorithms of your own) with Remember-and-Forget Experience Replay
+(ReF-ER, Novati & Koumoutsakos, ICML 2019), plain or prioritized experience replay. Values come
+from the defaults below, then the TOML file given by --config ([run], [refer], [replay], [env]
+and the algorithms' tables), then these flags.
 Under mpirun, the world splits into --learners learner ranks and environment teams of
 --ranks-per-env ranks: world size = learners + teams x ranks-per-env."""
 
@@ -101,7 +106,8 @@ class Start(NamedTuple):
     """(obs_dim, act_dim) of the environment; None for an external solver."""
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(argv: list[str] | None) -> argparse.ArgumentParser:
+    """The command line's parser, with the flags of the algorithms of its plugins."""
     parser = argparse.ArgumentParser(
         prog="python -m hpc_refer.run", description=DESCRIPTION, epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -112,14 +118,13 @@ def _parser() -> argparse.ArgumentParser:
              "--steps (to go further) and " + ", ".join(sorted(
                  "--" + k.split(".", 1)[1].replace("_", "-") for k in RESTART_MAY_CHANGE
                  if k != "run.steps")) + " may be given")
-    add_arguments(parser)
+    add_arguments(parser, plugins_of(argv))
     return parser
 
 
 def parse_args(argv: list[str] | None) -> Config:
     """Parse the command line into a validated Config (raises ConfigError)."""
-    parser = _parser()
-    return config_from_args(parse_command_line(parser, argv))
+    return config_from_args(parse_command_line(_parser(argv), argv))
 
 
 def restart_config(run_dir: Path, args: argparse.Namespace) -> Config:
@@ -133,22 +138,27 @@ def restart_config(run_dir: Path, args: argparse.Namespace) -> Config:
     if not (run_dir / "config.toml").is_file():
         raise ConfigError(f"--restart {run_dir}: no config.toml there (not a run directory)")
     saved = load_toml(run_dir / "config.toml")
-    layers = {section: dict(values) for section, values in saved.items()}
-    given = config_from_args(args).to_dict()
     old = build_config(saved).to_dict()
-    for dest in vars(args):
+    layers = {section: dict(values) for section, values in old.items()}
+    types = table_types(old["run"]["plugins"])
+    for dest, raw in vars(args).items():
         if "." not in dest:
             continue
         section, key = dest.split(".", 1)
         name = f"{section}.{key}"
         if name == "run.run_dir":
             continue
-        if name not in RESTART_MAY_CHANGE and given[section][key] != old[section][key]:
+        if section not in old:
+            raise ConfigError(f"--restart: {name} is not a setting of this run (its "
+                              f"algorithm is {old['run']['algorithm']})")
+        value = coerce(types[section], key, raw)
+        shown = list(value) if isinstance(value, tuple) else value
+        if name not in RESTART_MAY_CHANGE and shown != old[section][key]:
             raise ConfigError(
                 f"--restart: {name} cannot change when a run resumes (checkpoint: "
-                f"{old[section][key]!r}, given: {given[section][key]!r}); allowed to change "
+                f"{old[section][key]!r}, given: {shown!r}); allowed to change "
                 f"are {', '.join(sorted(RESTART_MAY_CHANGE))}")
-        layers.setdefault(section, {})[key] = given[section][key]
+        layers[section][key] = value
     for key, value in getattr(args, "env_params", {}).items():
         if saved.get("env", {}).get(key) != value:
             raise ConfigError(
@@ -162,7 +172,7 @@ def restart_config(run_dir: Path, args: argparse.Namespace) -> Config:
 def _parse_quietly(argv: list[str] | None, rank: int) -> tuple[Config, Path | None]:
     """Parse on every rank; only rank 0 prints argparse's help or usage errors."""
     def parse() -> tuple[Config, Path | None]:
-        args = parse_command_line(_parser(), argv)
+        args = parse_command_line(_parser(argv), argv)
         if args.restart is not None:
             return restart_config(args.restart, args), args.restart
         return config_from_args(args), None
@@ -203,7 +213,7 @@ def available_memory() -> int | None:
 def replay_bytes(config: Config, dims: tuple[int, int], learners: int) -> int:
     """Bytes of one learner's replay shard (its N / L states: every column of
     :class:`~hpc_refer.replay.ReplayShard`, and the sum tree under prioritized replay)."""
-    capacity = max(config.replay.size // learners, 2)
+    capacity = shard_capacity(config.replay.size, learners)
     total = capacity * ReplayShard(1, dims[0], dims[1], 1.0).column_bytes
     if config.replay.sampling is Sampling.PER:
         total += 2 * (1 << (capacity - 1).bit_length()) * 8  # SumTree: float64 [2 P]
@@ -245,8 +255,8 @@ def load_resume(config: Config, run_dir: Path) -> Resume:
         raise checkpoint.CheckpointError(f"--restart {run_dir}: no complete checkpoint in "
                                          f"{run_dir / 'checkpoints'}")
     manifest = checkpoint.verify(path)
-    checkpoint.check_compatible(manifest["meta"]["config"], config.to_dict(),
-                                set(RESTART_MAY_CHANGE))
+    saved = build_config(manifest["meta"]["config"])  # in today's layout (new keys' defaults)
+    checkpoint.check_compatible(saved.to_dict(), config.to_dict(), set(RESTART_MAY_CHANGE))
     meta = manifest["meta"]
     dims = env_dims(SolverSpec.of(config))
     if dims is not None and tuple(dims) != (meta["obs_dim"], meta["act_dim"]):

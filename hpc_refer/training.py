@@ -16,8 +16,9 @@ import torch
 
 from hpc_refer import checkpoint
 from hpc_refer.actor import Actor
-from hpc_refer.algorithms import ALGORITHMS, make_algorithm
-from hpc_refer.config import Config, Exploration
+from hpc_refer.algorithms import algorithm_class, make_algorithm
+from hpc_refer.collectives import Reducer, SerialReducer
+from hpc_refer.config import Config
 from hpc_refer.envs import (
     SolverFailure,
     SolverSpec,
@@ -38,9 +39,7 @@ from hpc_refer.parallel import (
     ActorChannel,
     Fabric,
     LearnerChannel,
-    Reducer,
     Reply,
-    SerialReducer,
     Team,
 )
 from hpc_refer.resume import Resume, actor_part, part_attrs, restore_actor, restore_learner
@@ -60,20 +59,18 @@ def _agreed_dims(fabric: Fabric, mine: tuple[int, int] | None) -> tuple[int, int
 def make_learner(config: Config, obs_dim: int, act_dim: int, reducer: Reducer) -> Learner:
     """The learner of learner rank ``reducer.rank``: networks seeded alike on every learner,
     minibatch sampling seeded per learner."""
-    algo = make_algorithm(config, obs_dim, act_dim,
-                          role_seed(config.run.seed, SeedRole.NETWORKS), reducer)
-    return Learner(algo, config, role_seed(config.run.seed, SeedRole.SAMPLING, reducer.rank))
+    algo = make_algorithm(config, obs_dim, act_dim, role_seed(config.run.seed, SeedRole.NETWORKS))
+    return Learner(algo, config, role_seed(config.run.seed, SeedRole.SAMPLING, reducer.rank),
+                   reducer)
 
 
 def make_actor(config: Config, env: TeamDriver, index: int, source: int) -> Actor:
     """The actor of environment ``index`` with a fresh copy of the behaviour policy."""
-    cls = ALGORITHMS[config.run.algorithm]
+    cls = algorithm_class(config.run.algorithm)
     net: BehaviourPolicy = cls.behaviour_policy(env.obs_dim, env.act_dim, config.algorithm)
-    exploration = (config.ddpg.exploration if config.run.algorithm == "ddpg"
-                   else Exploration.GAUSSIAN)
     return Actor(env, net, config.run.action_bounds,
                  role_seed(config.run.seed, SeedRole.ACTOR, index), config.run.chunk_len,
-                 source=source, exploration=exploration,
+                 source=source, exploration=config.algorithm.exploration,
                  max_failures=config.run.max_env_failures)
 
 

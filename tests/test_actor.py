@@ -96,7 +96,7 @@ def test_a_fault_after_chunks_were_sent_truncates_the_episode_at_its_last_valid_
                   chunk_len=4)
     cfg = build_config({"vracer": {"hidden": [8], "batch": 16},
                         "replay": {"size": 256, "learn_start": 64}})
-    learner = Learner(VRacer(2, 1, cfg.vracer, cfg.refer, 0), cfg, 1)
+    learner = Learner(VRacer(2, 1, cfg.algorithm, cfg.refer, 0), cfg, 1)
     chunks, episodes = [], []
     for _ in range(11 + 9 + 20):
         chunk, episode = actor.step()
@@ -132,7 +132,7 @@ def test_a_fault_after_chunks_were_sent_truncates_the_episode_at_its_last_valid_
         # Truncation: V-tbc of the final state is its value, which Q-ret bootstraps from.
         assert replay.vtbc[final] == replay.value[final] != 0.0
         q_ret = replay.batch(np.array([chain[-2]])).q_ret[0]
-        assert q_ret == pytest.approx(replay.reward_scale * last + cfg.vracer.gamma
+        assert q_ret == pytest.approx(replay.reward_scale * last + cfg.algorithm.gamma
                                       * replay.value[final], rel=1e-6)
 
 

@@ -26,9 +26,9 @@ from hpc_refer import __version__, checkpoint
 from hpc_refer.algorithms import ALGORITHMS, make_algorithm
 from hpc_refer.algorithms.base import module_state, optimizer_tree
 from hpc_refer.checkpoint import CheckpointError
+from hpc_refer.collectives import SerialReducer
 from hpc_refer.config import build_config
 from hpc_refer.learner import Learner
-from hpc_refer.parallel import SerialReducer
 from hpc_refer.replay import (
     HAS_ACTION,
     IN_USE,
@@ -67,7 +67,7 @@ def config(algorithm: str = "vracer", **replay):
 def make(algorithm: str = "vracer", seed: int = 0, learners: int = 1, **replay) -> Learner:
     """A learner built as ``training.make_learner`` builds one, with seeds of our choice."""
     cfg = config(algorithm, **replay)
-    return Learner(make_algorithm(cfg, OBS, ACT, seed, Learners(learners)), cfg, seed + 100)
+    return Learner(make_algorithm(cfg, OBS, ACT, seed), cfg, seed + 100, Learners(learners))
 
 
 def chunks(seed: int, n: int, sources: tuple[int, ...] = (0, 1, 2)) -> list[Chunk]:
@@ -111,8 +111,9 @@ def assert_learners_equal(a: Learner, b: Learner) -> None:
     assert a.algo.checksum() == b.algo.checksum()
     for k in a.algo.modules:
         assert_trees_equal(module_state(a.algo.modules[k]), module_state(b.algo.modules[k]), k)
-    for k, (opt, _) in a.algo.optimizers.items():
-        assert_trees_equal(optimizer_tree(opt), optimizer_tree(b.algo.optimizers[k][0]), k)
+    for k, spec in a.algo.optimizers.items():
+        assert_trees_equal(optimizer_tree(spec.optimizer),
+                           optimizer_tree(b.algo.optimizers[k].optimizer), k)
     for name in ("obs", "act", "rew", "mu_mean", "mu_std", "log_mu", "value", "rho", "vtbc",
                  "prev", "next", "flags"):
         x, y = getattr(a.replay, name), getattr(b.replay, name)

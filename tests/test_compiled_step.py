@@ -13,10 +13,14 @@ import numpy as np
 import pytest
 import torch
 
-from hpc_refer.algorithms import compiles, make_algorithm
-from hpc_refer.algorithms.base import Algorithm, ReferTerms
+from hpc_refer.algorithms import ALGORITHMS, make_algorithm
+from hpc_refer.algorithms.base import Algorithm, ReferTerms, StepResult
 from hpc_refer.algorithms.compiled import failure_reason
+from hpc_refer.algorithms.ddpg import DDPG
+from hpc_refer.algorithms.step import Step
+from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.config import COMPILE_AUTO_STEPS, build_config
+from hpc_refer.learner import make_step
 from hpc_refer.networks import gaussian_log_prob
 from hpc_refer.replay import Batch
 
@@ -63,18 +67,30 @@ class OtherLearner:
         return values
 
 
-def pair(name: str, reducer_seed: int | None = None) -> tuple[Algorithm, Algorithm]:
-    """An eager and a compiled algorithm with the same networks (and reducers alike)."""
+class Trainee:
+    """An algorithm and its gradient step, counting the steps taken (t)."""
+
+    def __init__(self, algo: Algorithm, step: Step) -> None:
+        self.algo, self.step, self.t = algo, step, 0
+
+    def train_step(self, batch: Batch, terms: ReferTerms) -> StepResult:
+        out = self.step(batch, terms, self.t)
+        self.t += 1
+        return out
+
+
+def pair(name: str, reducer_seed: int | None = None) -> tuple[Trainee, Trainee]:
+    """An eager and a compiled step of algorithms with the same networks (and reducers
+    alike)."""
     config = build_config({"run": {"algorithm": name, "compile": "off"},
                            name: {"hidden": [16, 16], "batch": 32}})
-    algos = []
+    out = []
     for compiled in (False, True):
         reducer = None if reducer_seed is None else OtherLearner(reducer_seed)
-        algo = make_algorithm(config, OBS, ACT, seed=3, reducer=reducer)  # type: ignore[arg-type]
+        algo = make_algorithm(config, OBS, ACT, seed=3)
         algo.set_input_scaling(np.full(OBS, 0.1), np.full(OBS, 1.5))
-        algo.use_compiled_step(compiled)
-        algos.append(algo)
-    return algos[0], algos[1]
+        out.append(Trainee(algo, make_step(algo, reducer, compiled)))  # type: ignore[arg-type]
+    return out[0], out[1]
 
 
 def assert_same_state(eager: Algorithm, compiled: Algorithm) -> None:
@@ -82,8 +98,8 @@ def assert_same_state(eager: Algorithm, compiled: Algorithm) -> None:
         for (n, a), b in zip(module.state_dict().items(),
                              compiled.modules[k].state_dict().values(), strict=True):
             torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=f"{k}.{n}")
-    for k, (opt, _) in eager.optimizers.items():
-        sa, sb = opt.state_dict(), compiled.optimizers[k][0].state_dict()
+    for k, spec in eager.optimizers.items():
+        sa, sb = spec.optimizer.state_dict(), compiled.optimizers[k].optimizer.state_dict()
         assert sa["param_groups"] == sb["param_groups"], k
         assert sa["state"].keys() == sb["state"].keys(), k
         for i, s in sa["state"].items():
@@ -94,13 +110,13 @@ def assert_same_state(eager: Algorithm, compiled: Algorithm) -> None:
                                            msg=f"{k} state {i} {key}")
 
 
-def take_steps(eager: Algorithm, compiled: Algorithm, steps: int) -> None:
+def take_steps(eager: Trainee, compiled: Trainee, steps: int) -> None:
     for i in range(steps):
-        batch = make_batch(eager, 32, seed=i)
+        batch = make_batch(eager.algo, 32, seed=i)
         terms = ReferTerms(beta=0.9 - 0.1 * i, c_max=2.0 + 0.1 * i, lr_factor=1.0 - 0.05 * i)
         want = eager.train_step(batch, terms)
         got = compiled.train_step(batch, terms)
-        assert compiled.compiled_step is not None and compiled.compiled_step.compiled
+        assert compiled.step.compiled
         assert got.stats.keys() == want.stats.keys()
         for k in want.stats:
             assert got.stats[k] == pytest.approx(want.stats[k], rel=1e-5, abs=1e-6), k
@@ -112,10 +128,10 @@ def take_steps(eager: Algorithm, compiled: Algorithm, steps: int) -> None:
             assert got.value is None
         else:
             np.testing.assert_allclose(got.value, want.value, rtol=1e-5, atol=1e-6)
-    assert_same_state(eager, compiled)
+    assert_same_state(eager.algo, compiled.algo)
 
 
-@pytest.mark.parametrize("name", ["vracer", "ddpg", "naf"])
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_compiled_step_equals_eager_step(name: str) -> None:
     """Five steps with beta, c_max and the learning rate changing every step (no recompile
     is needed for new values): outputs, parameters (targets included) and Adam's state
@@ -127,37 +143,37 @@ def test_compiled_step_equals_eager_step(name: str) -> None:
 def test_compiled_step_of_several_learners_averages_gradients() -> None:
     """With L > 1 the step is two graphs around the reduction; the averaged gradient is the
     one Adam applies."""
-    eager, compiled = pair("vracer", reducer_seed=7)
+    eager, compiled = pair(VRacer.name, reducer_seed=7)
     take_steps(eager, compiled, 3)
-    alone, _ = pair("vracer")
-    batch = make_batch(alone, 32, seed=0)
+    alone, _ = pair(VRacer.name)
+    batch = make_batch(alone.algo, 32, seed=0)
     alone.train_step(batch, ReferTerms(0.9, 2.0, 1.0))
-    fresh, _ = pair("vracer", reducer_seed=7)
+    fresh, _ = pair(VRacer.name, reducer_seed=7)
     fresh.train_step(batch, ReferTerms(0.9, 2.0, 1.0))
-    differ = any(not torch.equal(a, b) for a, b in zip(alone.behaviour.state_dict().values(),
-                                                        fresh.behaviour.state_dict().values(),
-                                                        strict=True))
+    differ = any(not torch.equal(a, b) for a, b in zip(
+        alone.algo.behaviour.state_dict().values(), fresh.algo.behaviour.state_dict().values(),
+        strict=True))
     assert differ, "the other learner's gradient changes the step"
 
 
 def test_checkpoints_move_between_compiled_and_eager_steps() -> None:
     """The compiled step keeps torch's Adam state layout: its checkpoint continues eagerly,
     and an eager checkpoint continues compiled (two more steps each)."""
-    eager, compiled = pair("ddpg")
+    eager, compiled = pair(DDPG.name)
     take_steps(eager, compiled, 2)
-    to_eager, to_compiled = pair("ddpg")
-    to_eager.restore_state(compiled.checkpoint_state())
-    to_compiled.restore_state(eager.checkpoint_state())
+    to_eager, to_compiled = pair(DDPG.name)
+    to_eager.algo.restore_state(compiled.algo.checkpoint_state())
+    to_compiled.algo.restore_state(eager.algo.checkpoint_state())
     for i in range(2):
-        batch = make_batch(eager, 32, seed=9 + i)
+        batch = make_batch(eager.algo, 32, seed=9 + i)
         terms = ReferTerms(0.8, 2.5, 0.9)
         want = eager.train_step(batch, terms)
         for resumed in (to_eager, to_compiled):
             got = resumed.train_step(batch, terms)
             np.testing.assert_allclose(got.error, want.error, rtol=1e-5, atol=1e-6)
-    assert to_compiled.compiled_step is not None and to_compiled.compiled_step.compiled
-    assert_same_state(eager, to_eager)
-    assert_same_state(eager, to_compiled)
+    assert to_compiled.step.compiled
+    assert_same_state(eager.algo, to_eager.algo)
+    assert_same_state(eager.algo, to_compiled.algo)
 
 
 FALLBACK = """
@@ -165,17 +181,17 @@ import numpy as np
 from hpc_refer.algorithms import make_algorithm
 from hpc_refer.algorithms.base import ReferTerms
 from hpc_refer.config import build_config
+from hpc_refer.learner import make_step
 from test_compiled_step import OBS, ACT, make_batch
-config = build_config({"run": {"compile": "on"}, "vracer": {"hidden": [8], "batch": 16}})
-algo = make_algorithm(config, OBS, ACT, seed=1)
-ref = make_algorithm(build_config({"run": {"compile": "off"},
-                                   "vracer": {"hidden": [8], "batch": 16}}), OBS, ACT, seed=1)
+config = build_config({"vracer": {"hidden": [8], "batch": 16}})
+algo, ref = (make_algorithm(config, OBS, ACT, seed=1) for _ in range(2))
+step, eager = make_step(algo, None, True), make_step(ref, None, False)
 for i in range(2):
     batch = make_batch(ref, 16, seed=i)
-    a = algo.train_step(batch, ReferTerms(0.9, 2.0, 1.0))
-    b = ref.train_step(batch, ReferTerms(0.9, 2.0, 1.0))
+    a = step(batch, ReferTerms(0.9, 2.0, 1.0), i)
+    b = eager(batch, ReferTerms(0.9, 2.0, 1.0), i)
     assert np.array_equal(a.rho, b.rho) and a.stats == b.stats
-assert algo.compiled_step is None
+assert not step.compiled and step.kind == "eager"
 print("eager results")
 """
 
@@ -200,12 +216,14 @@ import torch
 from hpc_refer.algorithms import make_algorithm
 from hpc_refer.algorithms.base import ReferTerms
 from hpc_refer.config import build_config
+from hpc_refer.learner import make_step
 from test_compiled_step import OBS, ACT, make_batch
 torch.set_num_threads(1)  # as in a run: the graph for one thread
-config = build_config({"run": {"compile": "on"}, "vracer": {"hidden": [8], "batch": 16}})
+config = build_config({"vracer": {"hidden": [8], "batch": 16}})
 algo = make_algorithm(config, OBS, ACT, seed=1)
-algo.train_step(make_batch(algo, 16, seed=0), ReferTerms(0.9, 2.0, 1.0))
-assert algo.compiled_step is not None and algo.compiled_step.compiled
+step = make_step(algo, None, True)
+step(make_batch(algo, 16, seed=0), ReferTerms(0.9, 2.0, 1.0), 0)
+assert step.compiled
 print("compiled")
 """
 
@@ -247,7 +265,7 @@ def test_run_compile_decides_whether_learners_compile(mode: str, steps: int,
                                                       want: bool) -> None:
     config = build_config({"run": {"compile": mode, "steps": steps},
                            "replay": {"size": 2000, "learn_start": 1000}})
-    assert compiles(config) is want
+    assert config.compiles is want
     edge = build_config({"run": {"compile": "auto", "steps": COMPILE_AUTO_STEPS + 1000},
                          "replay": {"size": 2000, "learn_start": 1000}})
-    assert compiles(edge), "grad_ratio x (steps - replay start) = COMPILE_AUTO_STEPS compiles"
+    assert edge.compiles, "grad_ratio x (steps - replay start) = COMPILE_AUTO_STEPS compiles"

@@ -37,8 +37,10 @@ def test_unknown_keys_in_toml_name_the_allowed_ones(in_tmp, capsys):
     assert "unknown config key refer.cmax: allowed keys are mode, C, D, A" in err
     (in_tmp / "d.toml").write_text("[optimizer]\nlr = 3\n")
     assert main(["--config", "d.toml"]) == 2
-    assert ("unknown config section [optimizer]: allowed are run, vracer, ddpg, naf"
-            in capsys.readouterr().err)
+    from hpc_refer.algorithms import ALGORITHMS
+
+    assert ("unknown config section [optimizer]: allowed are run, refer, replay, env and the "
+            f"algorithms' tables {', '.join(sorted(ALGORITHMS))}" in capsys.readouterr().err)
 
 
 def test_mode_choices_are_listed(in_tmp, capsys):
@@ -54,7 +56,7 @@ def test_toml_then_flags_override_defaults(tmp_path):
     path = tmp_path / "c.toml"
     path.write_text("[run]\nsteps = 500\nseed = 4\n[vracer]\nhidden = [32, 16]\n")
     cfg = build_config(load_toml(path))
-    assert cfg.run.steps == 500 and cfg.run.seed == 4 and cfg.vracer.hidden == (32, 16)
+    assert cfg.run.steps == 500 and cfg.run.seed == 4 and cfg.algorithm.hidden == (32, 16)
     assert cfg.run.env == "HalfCheetah-v5"
     with pytest.raises(ConfigError, match=r"run\.seed"):
         build_config({"run": {"seed": 1.5}})
@@ -71,9 +73,11 @@ def test_existing_run_dir_is_never_overwritten(in_tmp, capsys):
 
 def test_every_algorithm_has_a_table_and_a_class():
     from hpc_refer.algorithms import ALGORITHMS
-    from hpc_refer.config import ALGORITHM_NAMES, Config
+    from hpc_refer.config import algorithm_tables
 
-    assert tuple(ALGORITHMS) == ALGORITHM_NAMES
+    assert set(ALGORITHMS) == set(algorithm_tables()) and ALGORITHMS
     for name, cls in ALGORITHMS.items():
-        table = getattr(Config(), name)
-        assert table.section == name and cls.name == name
+        config = build_config({"run": {"algorithm": name}})
+        assert cls.name == name and cls.Config is algorithm_tables()[name]
+        assert type(config.algorithm) is cls.Config and config.algorithm.section == name
+        assert set(config.to_dict()) == {"run", name, "refer", "replay", "env"}

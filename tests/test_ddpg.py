@@ -16,11 +16,12 @@ from hpc_refer.algorithms import ALGORITHMS, make_algorithm
 from hpc_refer.algorithms.base import ReferTerms, TensorBatch
 from hpc_refer.algorithms.ddpg import (
     DDPG,
+    DDPGConfig,
     actor_loss,
-    critic_loss,
-    td_target,
 )
-from hpc_refer.config import ConfigError, DDPGConfig, ReferConfig, build_config
+from hpc_refer.algorithms.shared import squared_td_loss, td_target
+from hpc_refer.algorithms.step import EagerStep
+from hpc_refer.config import ConfigError, ReferConfig, build_config
 from hpc_refer.learner import Learner
 from hpc_refer.networks import flat_state, gaussian_log_prob
 from hpc_refer.refer import importance_ratio
@@ -48,7 +49,7 @@ def make_batch(algo: DDPG, n: int = 4, far: tuple[int, ...] = (), seed: int = 0,
     rng = np.random.default_rng(seed)
     f32 = np.float32
     obs = rng.standard_normal((n, OBS)).astype(f32)
-    sigma = algo.ddpg.sigma
+    sigma = algo.config.sigma
     with torch.no_grad():
         mean = algo.actor(torch.from_numpy(obs)).numpy()
     mu_mean = (mean + offset * sigma * rng.standard_normal((n, ACT))).astype(f32)
@@ -101,7 +102,7 @@ def test_loss_functions_by_hand():
     torch.testing.assert_close(y, torch.tensor([1.0 + 0.9 * 3.0, -0.5, 2.0 - 0.9]))
     assert not y.requires_grad, "y_k is held fixed"
     q = torch.tensor([1.0, 0.5, 0.0], requires_grad=True)
-    l_q = critic_loss(y, q)
+    l_q = squared_td_loss(y, q)
     torch.testing.assert_close(l_q.detach(), torch.tensor([0.5 * 2.7**2, 0.5, 0.5 * 1.1**2]))
     l_q.sum().backward()
     torch.testing.assert_close(q.grad, -(y - q.detach()))  # grad L_Q = -(y - Q) dQ
@@ -112,9 +113,17 @@ def test_loss_functions_by_hand():
     torch.testing.assert_close(q_pi.grad, -torch.ones(2))
 
 
+def test_config_defaults_are_the_paper_eras():
+    cfg = build_config({"run": {"algorithm": DDPG.name}})
+    assert isinstance(cfg.algorithm, DDPGConfig)
+    assert cfg.replay.size == 2**19 and cfg.replay.start == 2**18
+    assert (cfg.algorithm.batch, cfg.algorithm.lr, cfg.algorithm.critic_lr_factor,
+            cfg.algorithm.critic_l2, cfg.algorithm.tau) == (128, 1e-5, 10.0, 1e-4, 0.01)
+
+
 def test_networks_behaviour_and_evaluate():
     algo = make_algo()
-    assert ALGORITHMS["ddpg"] is DDPG and not DDPG.retrace
+    assert ALGORITHMS[DDPG.name] is DDPG and not DDPG.retrace
     assert set(algo.modules) == {"actor", "critic", "target_actor", "target_critic"}
     obs = torch.randn(5, OBS) * 10
     mean, std = algo.behaviour.policy(obs)
@@ -126,7 +135,7 @@ def test_networks_behaviour_and_evaluate():
         assert pre_tanh.min() > 1.0
         torch.testing.assert_close(big(obs), torch.tanh(pre_tanh))
     torch.testing.assert_close(std, torch.full((ACT,), 0.2))
-    actor = DDPG.behaviour_policy(OBS, ACT, algo.ddpg)
+    actor = DDPG.behaviour_policy(OBS, ACT, algo.config)
     assert flat_state(actor).size == algo.policy_params().size
     act = torch.randn(5, ACT)
     value, log_pi = algo.evaluate(obs.numpy(), act.numpy())
@@ -134,7 +143,9 @@ def test_networks_behaviour_and_evaluate():
     torch.testing.assert_close(torch.from_numpy(log_pi),
                                Normal(mean.detach(), 0.2).log_prob(act).sum(-1))
     # The critic's and the actor's learning rates and the critic's L2.
-    (a_opt, a_lr), (c_opt, c_lr) = algo.optimizers["actor"], algo.optimizers["critic"]
+    (a_opt, a_lr, a_every), (c_opt, c_lr, c_every) = (algo.optimizers["actor"],
+                                                      algo.optimizers["critic"])
+    assert a_every == c_every == 1, "both step on every gradient step"
     assert a_lr == 1e-5 and c_lr == pytest.approx(1e-4)
     assert c_opt.param_groups[0]["weight_decay"] == 1e-4
     assert a_opt.param_groups[0]["weight_decay"] == 0
@@ -227,7 +238,7 @@ def test_actor_loss_gives_no_gradient_to_the_critic():
     batch = make_batch(algo)
     _, g_critic = grads(algo, batch, terms())
     q = algo.critic(obs, torch.from_numpy(batch.act))
-    l_q = critic_loss(algo.targets(TensorBatch.of(batch)), q).mean()
+    l_q = squared_td_loss(algo.targets(TensorBatch.of(batch)), q).mean()
     torch.testing.assert_close(g_critic, param_grad(l_q, algo.critic))
 
 
@@ -238,7 +249,7 @@ def test_polyak_update_after_one_step():
     perturb_targets(algo)
     old = {name: [p.detach().clone() for p in algo.modules[name].parameters()]
            for name in ("target_actor", "target_critic")}
-    algo.train_step(make_batch(algo), terms(0.5))
+    EagerStep(algo)(make_batch(algo), terms(0.5), 0)
     for target, online in (("target_actor", "actor"), ("target_critic", "critic")):
         for p_old, p_new, p_online in zip(old[target], algo.modules[target].parameters(),
                                           algo.modules[online].parameters(), strict=True):
@@ -257,7 +268,7 @@ def test_target_y_uses_the_target_networks():
         online_next = algo.critic(nxt, algo.actor(nxt))
     assert (q_next - online_next).abs().min() > 1e-3, "the networks differ"
     y = torch.from_numpy(batch.rew) + 0.9 * (1 - torch.from_numpy(batch.done)) * q_next
-    result = algo.train_step(batch, terms(0.5))
+    result = EagerStep(algo)(batch, terms(0.5), 0)
     assert result.value is None
     np.testing.assert_allclose(result.error, (y - q).numpy(), rtol=1e-5, atol=1e-6)
     assert result.error[-1] == pytest.approx(batch.rew[-1] - q[-1].item(), rel=1e-5), "done"
@@ -284,8 +295,8 @@ def test_per_weight_multiplies_every_per_sample_loss(mode):
 
 @pytest.mark.parametrize("sampling", ["uniform", "per"])
 def test_learner_stores_chunks_and_refreshes_rho_from_the_pre_step_actor(sampling):
-    cfg = build_config({"run": {"algorithm": "ddpg"}, "ddpg": {"hidden": [16, 16], "batch": 16,
-                                                               "lr": 1e-3},
+    cfg = build_config({"run": {"algorithm": DDPG.name},
+                        DDPG.name: {"hidden": [16, 16], "batch": 16, "lr": 1e-3},
                         "replay": {"size": 256, "learn_start": 64, "sampling": sampling}})
     algo = make_algorithm(cfg, OBS, ACT, seed=1)
     assert isinstance(algo, DDPG)
@@ -305,13 +316,13 @@ def test_learner_stores_chunks_and_refreshes_rho_from_the_pre_step_actor(samplin
     np.testing.assert_allclose(replay.rho[:20], 1.0, rtol=1e-5)  # stored with pi = mu
     learner.update_start(replay.size, 0)
     sampled: list[tuple[np.ndarray, torch.nn.Module]] = []
-    step = algo.train_step
+    step = learner.step
 
-    def spy(batch, t):
+    def spy(batch, terms, t):
         sampled.append((batch.rows, copy.deepcopy(algo.actor)))
-        return step(batch, t)
+        return step(batch, terms, t)
 
-    algo.train_step = spy  # type: ignore[method-assign]
+    learner.step = spy  # type: ignore[assignment]
     for _ in range(5):
         result = learner.train_step()
         rows_k, pre = sampled[-1]
@@ -332,15 +343,15 @@ def test_learner_stores_chunks_and_refreshes_rho_from_the_pre_step_actor(samplin
 
 def test_ou_exploration_trains_with_plain_er_and_is_refused_with_refer(in_tmp):
     small = {"hidden": [16, 16], "batch": 32, "lr": 1e-4}
-    cfg = build_config({"run": {"algorithm": "ddpg", "env": "InvertedPendulum-v5",
+    cfg = build_config({"run": {"algorithm": DDPG.name, "env": "InvertedPendulum-v5",
                                 "steps": 400, "log_every": 200},
-                        "ddpg": {**small, "exploration": "ou"}, "refer": {"mode": "er"},
+                        DDPG.name: {**small, "exploration": "ou"}, "refer": {"mode": "er"},
                         "replay": {"size": 1000, "learn_start": 200}})
     result = train_local(cfg, None)
     assert result.env_steps >= 400 and result.episodes
     assert result.learner.grad_steps > 100
     with pytest.raises(ConfigError, match=r"ddpg\.exploration"):
-        build_config({"run": {"algorithm": "ddpg"}, "ddpg": {"exploration": "ou"},
+        build_config({"run": {"algorithm": DDPG.name}, DDPG.name: {"exploration": "ou"},
                       "refer": {"mode": "refer"}})
 
 
@@ -356,9 +367,9 @@ def test_ddpg_refer_learns_inverted_pendulum(in_tmp):
     (the seed used here); seed 1: 7.8 -> 95.1, 46 s; seeds 2 and 3: 9.1 -> 180.1 and
     8.8 -> 586.9 (61 s each with two runs sharing the cores)."""
     cfg = build_config({
-        "run": {"algorithm": "ddpg", "env": "InvertedPendulum-v5", "steps": 8000, "seed": 0,
+        "run": {"algorithm": DDPG.name, "env": "InvertedPendulum-v5", "steps": 8000, "seed": 0,
                 "log_every": 1000},
-        "ddpg": {"lr": 1e-4},
+        DDPG.name: {"lr": 1e-4},
         "refer": {"mode": "refer", "beta_init": 1.0},
         "replay": {"size": 8192, "learn_start": 1000},
     })

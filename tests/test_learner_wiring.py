@@ -17,7 +17,8 @@ import torch
 
 from hpc_refer.actor import Actor
 from hpc_refer.algorithms import ALGORITHMS
-from hpc_refer.algorithms.base import kl_penalty
+from hpc_refer.algorithms.step import EagerStep
+from hpc_refer.collectives import SerialReducer
 from hpc_refer.config import (
     ActionBounds,
     ConfigError,
@@ -30,8 +31,7 @@ from hpc_refer.envs import TeamDriver
 from hpc_refer.envs.diffusion import Diffusion1D
 from hpc_refer.learner import Learner
 from hpc_refer.networks import Normalizer, gaussian_kl, gaussian_log_prob
-from hpc_refer.parallel import SerialReducer
-from hpc_refer.refer import beta_update, importance_ratio
+from hpc_refer.refer import beta_update, importance_ratio, kl_penalty
 from hpc_refer.replay import HAS_ACTION, TERMINAL, TERMINATED, TRUNCATED, Chunk
 from hpc_refer.training import make_learner
 
@@ -117,13 +117,13 @@ def test_annealed_learning_rate_reaches_every_optimizer(algorithm, mode):
     ReF-ER; plain ER keeps eta0_i. c_max = 1 + C / (1 + A t) in both."""
     learner = make(algorithm, refer={"A": 0.25, "mode": mode.value})
     fill(learner)
-    initial = {k: lr0 for k, (_, lr0) in learner.algo.optimizers.items()}
+    initial = {k: spec.lr0 for k, spec in learner.algo.optimizers.items()}
     for t in range(5):
         assert learner.refer.c_max == pytest.approx(1 + 4.0 / (1 + 0.25 * t))
         learner.train_step()
         factor = 1 / (1 + 0.25 * t) if mode is ReferMode.REFER else 1.0
-        for k, (opt, _) in learner.algo.optimizers.items():
-            for group in opt.param_groups:
+        for k, spec in learner.algo.optimizers.items():
+            for group in spec.optimizer.param_groups:
                 assert group["lr"] == pytest.approx(initial[k] * factor), k
 
 
@@ -178,7 +178,7 @@ def test_vracer_sampled_rows_get_v_and_their_episodes_v_tbc(monkeypatch):
         f = replay.flags[k]
         if f & HAS_ACTION and (f & TERMINAL or replay.next[k] >= 0):
             nxt = 0.0 if f & TERMINAL else vtbc[replay.next[k]]
-            q = scale * replay.rew[k] + learner.config.vracer.gamma * nxt
+            q = scale * replay.rew[k] + learner.config.algorithm.gamma * nxt
             vtbc[k] = replay.value[k] + min(1.0, replay.rho[k]) * (q - replay.value[k])
         else:
             vtbc[k] = replay.value[k]
@@ -188,7 +188,7 @@ def test_vracer_sampled_rows_get_v_and_their_episodes_v_tbc(monkeypatch):
     q_ret = replay.batch(rows).q_ret
     succ = replay.next[rows]
     term = (replay.flags[rows] & TERMINAL) != 0
-    want = scale * replay.rew[rows] + learner.config.vracer.gamma * np.where(
+    want = scale * replay.rew[rows] + learner.config.algorithm.gamma * np.where(
         term, 0.0, replay.vtbc[np.maximum(succ, 0)])
     np.testing.assert_allclose(q_ret, want, rtol=1e-6)
     batch = replay.batch(rows)
@@ -296,8 +296,8 @@ class HalfOfTwoLearners:
 
 
 def _flat_grads(algo) -> np.ndarray:
-    return np.concatenate([p.grad.reshape(-1).numpy() for opt, _ in algo.optimizers.values()
-                           for g in opt.param_groups for p in g["params"]])
+    return np.concatenate([p.grad.reshape(-1).numpy() for spec in algo.optimizers.values()
+                           for g in spec.optimizer.param_groups for p in g["params"]])
 
 
 @pytest.mark.parametrize("algorithm", ALGOS)
@@ -309,21 +309,21 @@ def test_gradients_are_averaged_over_learners_in_one_flat_vector(algorithm):
     replay = learner.replay
     rows = replay.sample_rows(32, np.random.default_rng(0))
     # Learning rate 0: the optimizers' steps leave the weights as they are.
-    learner.algo.optimizers = {k: (opt, 0.0) for k, (opt, _) in learner.algo.optimizers.items()}
+    learner.algo.optimizers = {k: spec._replace(lr0=0.0)
+                               for k, spec in learner.algo.optimizers.items()}
     twin = copy.deepcopy(learner.algo)
-    learner.algo.train_step(replay.batch(rows), learner.terms)
+    EagerStep(learner.algo)(replay.batch(rows), learner.terms, 0)
     full = _flat_grads(learner.algo)
-    twin.train_step(replay.batch(rows[16:]), learner.terms)
+    EagerStep(twin)(replay.batch(rows[16:]), learner.terms, 0)
     other = _flat_grads(twin)
     reducer = HalfOfTwoLearners()
     reducer.other = other
-    twin.reducer = reducer  # type: ignore[assignment]
-    twin.train_step(replay.batch(rows[:16]), learner.terms)
+    EagerStep(twin, reducer)(replay.batch(rows[:16]), learner.terms, 0)  # type: ignore[arg-type]
     np.testing.assert_allclose(_flat_grads(twin), full, rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.parametrize("algorithm", ALGOS)
-def test_state_dict_round_trip_and_checksum(algorithm):
+def test_checkpoint_state_round_trip_and_checksum(algorithm):
     """An algorithm's state (networks, targets, optimizers) restores another instance so that
     both take the same next step; the checksum tells different weights apart."""
     learner = make(algorithm)
@@ -332,13 +332,14 @@ def test_state_dict_round_trip_and_checksum(algorithm):
         learner.train_step()
     other = make(algorithm).algo
     assert other.checksum() != learner.algo.checksum()
-    other.load_state_dict(copy.deepcopy(learner.algo.state_dict()))
+    tree = learner.algo.checkpoint_state()
+    other.restore_state(copy.deepcopy(tree))
     assert other.checksum() == learner.algo.checksum()
-    assert set(learner.algo.state_dict()) == {f"module/{k}" for k in learner.algo.modules} | {
-        f"optimizer/{k}" for k in learner.algo.optimizers}
+    assert set(tree["modules"]) == set(learner.algo.modules)
+    assert set(tree["optimizers"]) == set(learner.algo.optimizers)
     batch = learner.replay.batch(learner.replay.sample_rows(16, np.random.default_rng(1)))
-    a = learner.algo.train_step(batch, learner.terms)
-    b = other.train_step(batch, learner.terms)
+    a = EagerStep(learner.algo)(batch, learner.terms, 3)
+    b = EagerStep(other)(batch, learner.terms, 3)
     assert a.stats == b.stats
     assert other.checksum() == learner.algo.checksum()
 
@@ -363,10 +364,10 @@ def test_vracer_minibatch_loss_is_eq_10_over_eqs_5_and_9_and_its_error_is_q_ret_
         objective = (policy_loss(rho, t["q_ret"], value, gaussian_log_prob(t["act"], mean, std))
                      + value_loss(rho, t["q_ret"], value))
         kl = gaussian_kl(t["mu_mean"], t["mu_std"], mean, std)
-        want = refer_loss(objective, kl, near_policy(rho, terms.c_max), terms.beta,
+        want = refer_loss(objective, kl, near_policy(rho, terms.bounds), terms.beta,
                           ReferMode.REFER, t["weight"])
     assert loss.item() == pytest.approx(want.item(), rel=1e-5)
-    result = algo.train_step(batch, terms)
+    result = EagerStep(algo)(batch, terms, 0)
     assert batch.q_ret is not None
     np.testing.assert_allclose(result.error, batch.q_ret - value.numpy(), rtol=1e-5, atol=1e-6)
 
@@ -381,7 +382,7 @@ def test_steps_due_counts_from_the_start_of_training():
     assert learner.start_env_steps == 1_000
     assert learner.steps_due(1_000) == 0
     assert learner.steps_due(1_301) == 150
-    learner.grad_steps = 100
+    learner.refer.t = 100  # the gradient steps taken
     assert learner.steps_due(1_301) == 50
     assert learner.steps_due(900) == 0
 

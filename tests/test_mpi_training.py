@@ -18,6 +18,7 @@ import hpc_refer.local_channel as local_channel
 import hpc_refer.parallel as parallel
 import hpc_refer.training as training
 from hpc_refer.algorithms import ALGORITHMS
+from hpc_refer.collectives import SerialReducer
 from hpc_refer.config import build_config
 from hpc_refer.layout import Role, compute_layout
 from hpc_refer.learner import Learner
@@ -99,7 +100,7 @@ def test_every_sent_step_is_stored_once_and_shards_equal_one_replay(tmp_path, mo
     # Shards together hold exactly what one replay fed the same chunks holds.
     all_chunks = [c for part in COMM.allgather(chunks) for c in part]
     single = ReplayShard(config.replay.size, learners[0]["obs_dim"], learners[0]["act_dim"],
-                         config.vracer.gamma)
+                         config.algorithm.gamma)
     for c in all_chunks:
         single.add(c, 5.0)
     together = np.concatenate([r["rows"] for r in learners])
@@ -186,17 +187,17 @@ def test_two_learners_average_to_the_full_batch_gradient(algorithm):
                             algorithm: {"hidden": [16, 16], "batch": 32},
                             "replay": {"size": 256 * reducer.size, "learn_start": 64}})
         learner = make_learner(cfg, 3, 2, reducer)
-        learner.algo.optimizers = {k: (opt, 0.0)  # lr 0: the weights stay as they are
-                                   for k, (opt, _) in learner.algo.optimizers.items()}
+        learner.algo.optimizers = {k: spec._replace(lr0=0.0)  # lr 0: the weights stay
+                                   for k, spec in learner.algo.optimizers.items()}
         store_episodes(learner, np.random.default_rng(0))
         return learner
 
     def gradients(learner, rows):
-        learner.algo.train_step(learner.replay.batch(rows), learner.terms)
-        return [p.grad.clone() for opt, _ in learner.algo.optimizers.values()
-                for group in opt.param_groups for p in group["params"]]
+        learner.step(learner.replay.batch(rows), learner.terms, 0)
+        return [p.grad.clone() for spec in learner.algo.optimizers.values()
+                for group in spec.optimizer.param_groups for p in group["params"]]
 
-    learner_1 = filled(parallel.SerialReducer())
+    learner_1 = filled(SerialReducer())
     rows = learner_1.replay.sample_rows(32, rng)
     full = gradients(learner_1, rows)
     learner_2 = filled(parallel.MpiReducer(comm))
@@ -226,7 +227,7 @@ def test_two_compiled_learners_take_the_eager_step():
         return out
 
     eager, compiled = learner("off"), learner("on")
-    assert compiled.algo.compiled_step is not None and compiled.algo.compiled_step.compiled
+    assert compiled.step.compiled
     for a, b in zip(eager.algo.net.state_dict().values(),
                     compiled.algo.net.state_dict().values(), strict=True):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)

@@ -11,12 +11,13 @@ import pytest
 import torch
 
 from hpc_refer.algorithms import ALGORITHMS
-from hpc_refer.algorithms.base import ReferTerms, kl_penalty
-from hpc_refer.algorithms.naf import NAF, NAFNet, lower_triangular, naf_q
-from hpc_refer.config import NAFConfig, ReferConfig, build_config
+from hpc_refer.algorithms.base import ReferTerms
+from hpc_refer.algorithms.naf import NAF, NAFConfig, NAFNet, lower_triangular, naf_q
+from hpc_refer.algorithms.step import EagerStep
+from hpc_refer.config import ReferConfig, build_config
 from hpc_refer.learner import Learner
 from hpc_refer.networks import gaussian_log_prob, load_flat_state
-from hpc_refer.refer import importance_ratio
+from hpc_refer.refer import importance_ratio, kl_penalty
 from hpc_refer.replay import TERMINATED, TRUNCATED, Batch, Chunk
 from hpc_refer.training import train_local
 
@@ -74,8 +75,15 @@ def grads(algo: NAF, loss: torch.Tensor) -> list[torch.Tensor]:
     return [p.grad.clone() for p in algo.net.parameters()]
 
 
+def test_config_defaults_are_the_paper_eras():
+    cfg = build_config({"run": {"algorithm": NAF.name}})
+    assert isinstance(cfg.algorithm, NAFConfig)
+    assert cfg.replay.size == 2**19 and cfg.replay.start == 2**18
+    assert (cfg.algorithm.batch, cfg.algorithm.lr, cfg.algorithm.tau) == (256, 1e-4, 0.01)
+
+
 def test_registry_behaviour_and_evaluate():
-    assert ALGORITHMS["naf"] is NAF and NAF.retrace is False
+    assert ALGORITHMS[NAF.name] is NAF and NAF.retrace is False
     algo = make_naf()
     perturb(algo.net)
     assert algo.behaviour is algo.net and algo.modules["target"] is not algo.net
@@ -142,7 +150,7 @@ def test_td_loss_by_hand_uses_the_target_network():
     np.testing.assert_allclose(error.numpy(), y - q, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(loss.item(), np.mean(0.5 * (y - q) ** 2), rtol=1e-5)
     np.testing.assert_allclose(stats["loss_q"].mean().item(), loss.item(), rtol=1e-6)
-    result = algo.train_step(batch, ReferTerms(1.0, 2.0, 1.0))
+    result = EagerStep(algo)(batch, ReferTerms(1.0, 2.0, 1.0), 0)
     assert result.value is None
     np.testing.assert_allclose(result.error, y - q, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(result.stats["loss_q"], loss.item(), rtol=1e-5)
@@ -222,7 +230,7 @@ def test_polyak_update_after_a_step():
     perturb(algo.target, seed=5)
     old_target = [p.detach().clone() for p in algo.target.parameters()]
     old_online = [p.detach().clone() for p in algo.net.parameters()]
-    algo.train_step(make_batch(algo, [False] * 4), ReferTerms(0.5, 2.0, 1.0))
+    EagerStep(algo)(make_batch(algo, [False] * 4), ReferTerms(0.5, 2.0, 1.0), 0)
     for t_old, o_old, t_new, o_new in zip(old_target, old_online, algo.target.parameters(),
                                           algo.net.parameters(), strict=True):
         assert not torch.equal(o_old, o_new), "the online network took a step"
@@ -251,10 +259,10 @@ def test_per_weight_multiplies_each_sample_loss(mode):
 
 
 def test_learner_stores_steps_and_keeps_pre_step_rho():
-    cfg = build_config({"run": {"algorithm": "naf"},
-                        "naf": {"hidden": [16, 16], "batch": 16, "lr": 1e-2},
+    cfg = build_config({"run": {"algorithm": NAF.name},
+                        NAF.name: {"hidden": [16, 16], "batch": 16, "lr": 1e-2},
                         "replay": {"size": 256, "learn_start": 64}})
-    learner = Learner(NAF(OBS, ACT, cfg.naf, cfg.refer, 0), cfg, 1)
+    learner = Learner(NAF(OBS, ACT, cfg.algorithm, cfg.refer, 0), cfg, 1)
     algo = learner.algo
     assert isinstance(algo, NAF)
     rng = np.random.default_rng(0)
@@ -269,13 +277,13 @@ def test_learner_stores_steps_and_keeps_pre_step_rho():
     assert learner.replay.n_transitions == 120
     learner.update_start(learner.replay.size, 0)
     seen: dict[str, object] = {}
-    step = algo.train_step
+    step = learner.step
 
-    def spy(batch, terms):
+    def spy(batch, terms, t):
         seen["rows"], seen["net"] = batch.rows.copy(), copy.deepcopy(algo.net)
-        return step(batch, terms)
+        return step(batch, terms, t)
 
-    algo.train_step = spy  # type: ignore[method-assign]
+    learner.step = spy  # type: ignore[assignment]
     replay = learner.replay
 
     def rho_of(net, rows):
@@ -308,9 +316,9 @@ def test_naf_refer_learns_inverted_pendulum(in_tmp):
     sharing 2 busy CPU cores). 5,000 steps gave 229, 211, 77, 231; the defaults lr 1e-4 and
     beta_init 0 reached only ~40 after 10,000 steps.
     """
-    cfg = build_config({"run": {"env": "InvertedPendulum-v5", "algorithm": "naf",
+    cfg = build_config({"run": {"env": "InvertedPendulum-v5", "algorithm": NAF.name,
                                 "steps": 6000, "seed": 0, "log_every": 1000},
-                        "naf": {"lr": 1e-3}, "refer": {"mode": "refer", "beta_init": 1.0},
+                        NAF.name: {"lr": 1e-3}, "refer": {"mode": "refer", "beta_init": 1.0},
                         "replay": {"size": 8192, "learn_start": 1000}})
     result = train_local(cfg, None)
     rets = np.array([e.ret for e in result.episodes])

@@ -10,9 +10,9 @@ import torch
 
 from hpc_refer.algorithms import ALGORITHMS
 from hpc_refer.algorithms.base import ReferTerms
+from hpc_refer.collectives import SerialReducer
 from hpc_refer.config import build_config
 from hpc_refer.learner import Learner, per_beta_at
-from hpc_refer.parallel import SerialReducer
 from hpc_refer.replay import (
     HAS_ACTION,
     OPEN,

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
 from hpc_refer.config import ReferConfig, ReferMode
+from hpc_refer.near import NearBounds, is_far
 from hpc_refer.refer import (
     ReferState,
     beta_update,
@@ -17,12 +19,40 @@ from hpc_refer.refer import (
     near_policy,
     refer_loss,
 )
+from hpc_refer.replay import TRUNCATED, Chunk, ReplayShard
 
 
 def test_near_policy_is_strict_interval():
     rho = torch.tensor([0.2, 0.25, 0.2500001, 1.0, 3.9999, 4.0, 9.0])
-    near = near_policy(rho, c_max=4.0)
+    near = near_policy(rho, NearBounds.of(4.0))
     assert near.tolist() == [False, False, True, True, True, False, False]
+
+
+@pytest.mark.parametrize("c_max", [3.0, 3.3, 4.999, 7.0])
+def test_one_near_policy_rule_for_the_loss_the_replay_and_its_kernels(c_max):
+    """rho exactly at the float32 thresholds (and one float32 step inside them): the loss's
+    mask in torch, eager and with the bounds as 0-d tensors (compiled step), is the
+    complement of the replay's far test in numpy, and the far-policy count the replay keeps
+    incrementally (numba kernel at each refresh) equals its recount."""
+    bounds = NearBounds.of(c_max)
+    lo, hi = np.float32(bounds.low), np.float32(bounds.high)
+    rho = np.array([lo, np.nextafter(lo, np.float32(1)), 1.0, np.nextafter(hi, np.float32(0)),
+                    hi], np.float32)
+    near = near_policy(torch.from_numpy(rho), bounds).numpy()
+    tensor_bounds = NearBounds(torch.tensor(bounds.low), torch.tensor(bounds.high))
+    near_0d = near_policy(torch.from_numpy(rho), tensor_bounds).numpy()  # type: ignore[arg-type]
+    far = is_far(rho, bounds)
+    assert near.tolist() == near_0d.tolist() == [False, True, True, True, False]
+    assert (~far).tolist() == near.tolist()
+    shard = ReplayShard(16, 1, 1, 0.9)
+    n = rho.size
+    chunk = Chunk(np.zeros((n + 1, 1), np.float32), np.zeros((n, 1), np.float32),
+                  np.zeros(n, np.float32), np.zeros((n, 1), np.float32),
+                  np.ones((n, 1), np.float32), TRUNCATED)
+    rows = shard.add(chunk, c_max)
+    shard.refresh(rows[:n], np.zeros(n, np.float32), rho, c_max)
+    assert shard.n_far == int(far.sum()) == 2
+    assert shard.recount_far(c_max) == 2
 
 
 def test_importance_ratio_is_clipped_at_exp7():

@@ -48,12 +48,12 @@ def test_float_key_refuses_a_boolean_in_toml(tmp_path):
         build_config(load_toml(path))
     path.write_text("[vracer]\nlr = 1e-3\nsigma_init = 1\n")
     cfg = build_config(load_toml(path))
-    assert cfg.vracer.lr == 1e-3 and cfg.vracer.sigma_init == 1.0
+    assert cfg.algorithm.lr == 1e-3 and cfg.algorithm.sigma_init == 1.0
 
 
 def test_list_of_integers_takes_the_same_rule():
-    assert build_config({"vracer": {"hidden": [64, 3.2e1]}}).vracer.hidden == (64, 32)
-    assert parse_args(["--vracer.hidden", "1e2,50"]).vracer.hidden == (100, 50)
+    assert build_config({"vracer": {"hidden": [64, 3.2e1]}}).algorithm.hidden == (64, 32)
+    assert parse_args(["--vracer.hidden", "1e2,50"]).algorithm.hidden == (100, 50)
     with pytest.raises(ConfigError, match=r"^vracer\.hidden = "):
         build_config({"vracer": {"hidden": [64, True]}})
     with pytest.raises(ConfigError, match=r"^vracer\.hidden = "):

@@ -9,18 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from hpc_refer.algorithms.base import ReferTerms, kl_penalty
-from hpc_refer.algorithms.vracer import VRacer, policy_loss, value_loss
-from hpc_refer.config import (
-    KLDirection,
-    ReferConfig,
-    ReplayConfig,
-    VRacerConfig,
-    build_config,
-)
+from hpc_refer.algorithms.base import ReferTerms
+from hpc_refer.algorithms.vracer import VRacer, VRacerConfig, policy_loss, value_loss
+from hpc_refer.config import KLDirection, ReferConfig, ReplayConfig, build_config
 from hpc_refer.learner import Learner
 from hpc_refer.networks import Softsign, gaussian_kl, gaussian_log_prob
-from hpc_refer.refer import importance_ratio
+from hpc_refer.refer import importance_ratio, kl_penalty
 from hpc_refer.replay import TERMINATED, TRUNCATED, Batch, Chunk
 
 torch.set_default_dtype(torch.float32)
@@ -117,9 +111,9 @@ def test_far_sample_gives_no_gradient_through_the_network(mode):
 
 
 def train_losses(seed: int, steps: int = 30) -> list[float]:
-    cfg = build_config({"vracer": {"hidden": [16, 16], "batch": 16},
+    cfg = build_config({VRacer.name: {"hidden": [16, 16], "batch": 16},
                         "replay": {"size": 256, "learn_start": 64}})
-    learner = Learner(VRacer(3, 2, cfg.vracer, cfg.refer, seed), cfg, seed + 1)
+    learner = Learner(VRacer(3, 2, cfg.algorithm, cfg.refer, seed), cfg, seed + 1)
     rng = np.random.default_rng(seed)
     for e in range(6):
         n = 20
@@ -145,15 +139,10 @@ def test_same_seed_same_losses():
 
 def test_config_defaults_are_the_papers():
     cfg = build_config({})
-    assert cfg.vracer.hidden == (128, 128) and cfg.vracer.lr == 1e-4
-    assert cfg.vracer.batch == 256 and cfg.vracer.gamma == 0.995
+    assert cfg.run.algorithm == VRacer.name and isinstance(cfg.algorithm, VRacerConfig)
+    assert cfg.algorithm.hidden == (128, 128) and cfg.algorithm.lr == 1e-4
+    assert cfg.algorithm.batch == 256 and cfg.algorithm.gamma == 0.995
     assert cfg.replay.size == 2**18 and cfg.replay.start == 2**17
-    ddpg = build_config({"run": {"algorithm": "ddpg"}})
-    naf = build_config({"run": {"algorithm": "naf"}})
-    assert ddpg.replay.size == naf.replay.size == 2**19 and ddpg.replay.start == 2**18
-    assert (ddpg.ddpg.batch, ddpg.ddpg.lr, ddpg.ddpg.critic_lr_factor, ddpg.ddpg.critic_l2,
-            ddpg.ddpg.tau) == (128, 1e-5, 10.0, 1e-4, 0.01)
-    assert (naf.naf.batch, naf.naf.lr, naf.naf.tau) == (256, 1e-4, 0.01)
     assert (cfg.refer.C, cfg.refer.D, cfg.refer.A) == (4.0, 0.1, 5e-7)
     assert ReplayConfig(size=100, learn_start=10).start == 10
 

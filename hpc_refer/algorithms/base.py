@@ -1,40 +1,43 @@
 """The algorithm contract: what a learner asks of an off-policy algorithm.
 
 The :class:`~hpc_refer.learner.Learner` owns the replay shard, every replay-maintenance step
-(ingest, refresh of sampled rows, V-tbc, scaling statistics, far counts and their reductions)
-and the ReF-ER state (beta, c_max, the annealed learning rate). An algorithm owns its
-networks, optimizers and losses and answers the learner through :class:`Algorithm`:
+(ingest, refresh of sampled rows, V-tbc, scaling statistics, far counts and their reductions),
+the ReF-ER state (beta, c_max, the annealed learning rate), the reducer over the learners and
+the gradient step it composes from the algorithm (:mod:`hpc_refer.algorithms.step`, eager or
+compiled). An algorithm owns its networks, optimizers and losses and answers the learner
+through :class:`Algorithm`:
 
 ====================== ==================================================================
+``name``, ``Config``   its registry name and its config table (a subclass of
+                       :class:`~hpc_refer.config.AlgorithmConfig` whose ``section`` is the
+                       name): :func:`~hpc_refer.algorithms.registry.register` makes both
+                       known
 ``behaviour_policy``   a fresh copy of the module actors sample from: ``policy(s)`` returns
                        the mean and std of the Gaussian behaviour mu(.|s) (class method)
 ``policy_params``      the learner's behaviour module as one flat vector, for the actors
 ``loss_terms``         the minibatch loss of a :class:`TensorBatch` at the step's beta and
                        c_max, with its diagnostics (:class:`Losses`): the algorithm's maths,
                        a pure function of its modules' parameters
-``after_step``         what follows each optimizer step (target networks' Polyak update)
-``train_step``         one gradient step on a :class:`~hpc_refer.replay.Batch`, given the
-                       step's :class:`ReferTerms` (base class: eager autograd and Adam, or
-                       the same step compiled, :mod:`hpc_refer.algorithms.compiled`); returns
-                       a :class:`StepResult`: named statistics, and per sampled row rho_k,
-                       V_w(s_k) (or None) and the error that prioritized replay ranks rows by
+``optimizers``         name -> :class:`OptimizerSpec`: the optimizer, its initial learning
+                       rate and every how many gradient steps it steps (1: every step; 2: a
+                       delayed actor, as TD3's)
+``after_step``         what follows each gradient step t (target networks' Polyak update)
 ``evaluate``           V_w(s) (or None) and log pi_w(a|s) of stored rows (ingest, refresh)
 ``values``             V_w(s) of rows without action (bootstrap states of V-tbc)
 ``set_input_scaling``  the state normalisation computed by the learner from the replay
-``state_dict``         named tensors of networks and optimizers
-``checkpoint_state``   the same as a :data:`~hpc_refer.records.StateTree` of numpy arrays
-                       and plain scalars (HDF5 checkpoints; ``restore_state`` inverts it)
+``checkpoint_state``   networks and optimizers as a :data:`~hpc_refer.records.StateTree` of
+                       numpy arrays and plain scalars (HDF5 checkpoints; ``restore_state``
+                       inverts it)
 ====================== ==================================================================
 
-Algorithms never import mpi4py and never write replay arrays: gradients are averaged over
-learners through the :class:`~hpc_refer.parallel.Reducer` they receive. Adding an algorithm
-means one new module with a subclass of :class:`Algorithm` and one line in
-:data:`hpc_refer.algorithms.ALGORITHMS`.
+Algorithms never import mpi4py nor know the other learners, and never write replay arrays.
+Adding an algorithm means one new module: a subclass of :class:`Algorithm` with its table,
+decorated with :func:`~hpc_refer.algorithms.registry.register` (in this package, or in a
+module of ``run.plugins``).
 """
 
 from __future__ import annotations
 
-import logging
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
@@ -42,22 +45,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from hpc_refer.config import AlgorithmConfig, KLDirection, ReferConfig
-from hpc_refer.networks import (
-    BehaviourPolicy,
-    Normalizer,
-    flat_state,
-    gaussian_kl,
-    gaussian_log_prob,
-)
-from hpc_refer.parallel import Reducer, SerialReducer
+from hpc_refer.config import AlgorithmConfig, ReferConfig
+from hpc_refer.near import NearBounds
+from hpc_refer.networks import BehaviourPolicy, Normalizer, flat_state, gaussian_log_prob
 from hpc_refer.replay import Batch
 
 if TYPE_CHECKING:
-    from hpc_refer.algorithms.compiled import CompiledStep
     from hpc_refer.records import StateTree
-
-LOG = logging.getLogger(__name__)
 
 
 class ReferTerms(NamedTuple):
@@ -69,6 +63,12 @@ class ReferTerms(NamedTuple):
     """Near-policy bound of eq. 13."""
     lr_factor: float
     """eta(t) / eta0 of eq. 13 (1 with plain ER): every optimizer's learning rate is scaled."""
+
+    @property
+    def bounds(self) -> NearBounds:
+        """The near-policy interval of ``c_max`` (the float32 thresholds of
+        :mod:`hpc_refer.near`)."""
+        return NearBounds.of(self.c_max)
 
 
 class TensorBatch(NamedTuple):
@@ -123,31 +123,14 @@ class StepResult(NamedTuple):
     """The sample's error (TD error or Q-ret - V) that prioritized replay ranks it by."""
 
 
-def kl_penalty(mu_mean: torch.Tensor, mu_std: torch.Tensor, mean: torch.Tensor,
-               std: torch.Tensor, direction: KLDirection) -> torch.Tensor:
-    """Per-sample KL_k of eq. 11: KL(mu_k || pi_w(.|s_k)) (``mu_pi``, the paper's direction)
-    or KL(pi_w || mu_k) (``pi_mu``, the reference code's)."""
-    if direction is KLDirection.MU_PI:
-        return gaussian_kl(mu_mean, mu_std, mean, std)
-    return gaussian_kl(mean, std, mu_mean, mu_std)
+class OptimizerSpec(NamedTuple):
+    """One of an algorithm's optimizers, as the gradient step uses it."""
 
-
-def minibatch_means(stats: dict[str, torch.Tensor]) -> dict[str, float]:
-    """The mean of each per-sample diagnostic over the minibatch (one host synchronisation);
-    0-d values (means already, as the compiled step returns them) are taken as they are."""
-    with torch.no_grad():
-        values = torch.stack([x.detach().float().mean() if x.dim() else x
-                              for x in stats.values()]).tolist()
-    return dict(zip(stats, values, strict=True))
-
-
-def polyak_(target: nn.Module, source: nn.Module, tau: float) -> None:
-    """Target network update w' <- (1 - tau) w' + tau w (parameters; buffers are copied)."""
-    with torch.no_grad():
-        for p_target, p_source in zip(target.parameters(), source.parameters(), strict=True):
-            p_target.lerp_(p_source, tau)
-        for b_target, b_source in zip(target.buffers(), source.buffers(), strict=True):
-            b_target.copy_(b_source)
+    optimizer: torch.optim.Optimizer
+    lr0: float
+    """Initial learning rate (scaled by ReF-ER's eta(t) / eta0, eq. 13)."""
+    every: int = 1
+    """It steps at the gradient steps t with t % every == 0 (1: every step)."""
 
 
 def module_state(module: nn.Module) -> dict[str, np.ndarray]:
@@ -220,32 +203,30 @@ def optimizer_state_dict(tree: StateTree, template: dict[str, Any]) -> dict[str,
 
 
 class Algorithm(ABC):
-    """Base of V-RACER, DDPG and NAF: the contract above plus what they share (gradient
-    averaging over learners, learning-rate scaling, input scaling, state and checksum).
+    """Base of the algorithms: the contract above plus what they share (input scaling,
+    state and checksum).
 
     Subclasses create their modules and optimizers in ``__init__`` and list them in
-    ``modules`` and ``optimizers`` (name -> object): the base class derives the state dict,
-    the checksum and the normalisers from them.
+    ``modules`` and ``optimizers`` (name -> object): the base class derives the checkpoint
+    state, the checksum and the normalisers from them.
     """
 
     name: ClassVar[str]
+    Config: ClassVar[type[AlgorithmConfig]]
+    """The algorithm's config table (``section`` = ``name``)."""
     retrace: ClassVar[bool] = False
     """Whether the learner keeps V-tbc and Q-ret (eq. 8) for this algorithm."""
 
     def __init__(self, obs_dim: int, act_dim: int, config: AlgorithmConfig,
-                 refer: ReferConfig, seed: int, reducer: Reducer | None = None) -> None:
+                 refer: ReferConfig, seed: int) -> None:
         """Subclasses call this first (it seeds torch with ``seed``), then build networks."""
         torch.manual_seed(seed)
         self.obs_dim = obs_dim
         self.act_dim = act_dim
         self.config = config
         self.refer_config = refer
-        self.reducer: Reducer = reducer or SerialReducer()
         self.modules: dict[str, nn.Module] = {}
-        self.optimizers: dict[str, tuple[torch.optim.Optimizer, float]] = {}
-        """name -> (optimizer, initial learning rate)."""
-        self._flat_grad: np.ndarray | None = None
-        self._compiled: CompiledStep | None = None
+        self.optimizers: dict[str, OptimizerSpec] = {}
 
     @classmethod
     @abstractmethod
@@ -260,57 +241,17 @@ class Algorithm(ABC):
 
     @abstractmethod
     def loss_terms(self, batch: TensorBatch, beta: float | torch.Tensor,
-                   c_max: float | torch.Tensor) -> Losses:
-        """The minibatch loss at ReF-ER's ``beta`` and ``c_max`` (floats, or 0-d tensors in
-        the compiled step) and its diagnostics; torch operations only, no host
-        synchronisation, no branch on tensor values."""
+                   bounds: NearBounds) -> Losses:
+        """The minibatch loss at ReF-ER's ``beta`` and near-policy ``bounds`` (1/c_max,
+        c_max: floats, or 0-d tensors in the compiled step) and its diagnostics; torch
+        operations only, no host synchronisation, no branch on tensor values."""
 
     def losses(self, batch: Batch, terms: ReferTerms) -> Losses:
         """:meth:`loss_terms` of a numpy minibatch at this step's terms."""
-        return self.loss_terms(TensorBatch.of(batch), terms.beta, terms.c_max)
+        return self.loss_terms(TensorBatch.of(batch), terms.beta, terms.bounds)
 
-    def after_step(self) -> None:  # noqa: B027 (a hook: most algorithms have nothing to do)
-        """Work after each optimizer step (none here; target networks in DDPG and NAF)."""
-
-    def use_compiled_step(self, enabled: bool) -> None:
-        """Take gradient steps through :class:`~hpc_refer.algorithms.compiled.CompiledStep`
-        (compiled on the first step) or, with ``enabled`` False, eagerly."""
-        from hpc_refer.algorithms.compiled import CompiledStep
-
-        self._compiled = CompiledStep(self) if enabled else None
-
-    @property
-    def compiled_step(self) -> CompiledStep | None:
-        """The compiled step in use, or None (eager)."""
-        return self._compiled
-
-    def train_step(self, batch: Batch, terms: ReferTerms) -> StepResult:
-        """One gradient step on ``batch`` (all learners take it together): the compiled step
-        if enabled and available, else autograd on :meth:`losses` and :meth:`apply_gradients`;
-        then :meth:`after_step`. A compiled step that cannot be built falls back to the eager
-        one with one log line."""
-        if self._compiled is not None:
-            from hpc_refer.algorithms.compiled import CompileUnavailableError
-
-            try:
-                means, rho, value, error = self._compiled(TensorBatch.of(batch), terms)
-            except CompileUnavailableError as err:
-                LOG.warning("%s: compiled learner step unavailable (%s); using the eager "
-                            "step", self.name, err)
-                self._compiled = None
-            else:
-                self.after_step()
-                return self._result(minibatch_means(means), rho, value, error)
-        out = self.losses(batch, terms)
-        self.apply_gradients(out.loss, terms)
-        self.after_step()
-        return self._result(minibatch_means(out.stats), out.rho, out.value, out.error)
-
-    @staticmethod
-    def _result(stats: dict[str, float], rho: torch.Tensor, value: torch.Tensor | None,
-                error: torch.Tensor) -> StepResult:
-        return StepResult(stats, rho.numpy(), None if value is None else value.numpy(),
-                          error.numpy())
+    def after_step(self, t: int) -> None:  # noqa: B027 (a hook: most algorithms have none)
+        """Work after gradient step ``t`` (none here; target networks in DDPG and NAF)."""
 
     @torch.no_grad()
     def evaluate(self, obs: np.ndarray, act: np.ndarray
@@ -335,19 +276,6 @@ class Algorithm(ABC):
                 if isinstance(m, Normalizer):
                     m.set_stats(mean, std)
 
-    def state_dict(self) -> dict[str, Any]:
-        """Every module's and optimizer's state, by name (tensors and plain numbers)."""
-        out: dict[str, Any] = {f"module/{k}": m.state_dict() for k, m in self.modules.items()}
-        out.update({f"optimizer/{k}": o.state_dict() for k, (o, _) in self.optimizers.items()})
-        return out
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Inverse of :meth:`state_dict`."""
-        for k, m in self.modules.items():
-            m.load_state_dict(state[f"module/{k}"])
-        for k, (o, _) in self.optimizers.items():
-            o.load_state_dict(state[f"optimizer/{k}"])
-
     def checkpoint_state(self) -> StateTree:
         """The algorithm's whole state: ``name``, ``obs_dim``, ``act_dim``, ``behaviour``
         (the name of the module actors receive), ``modules/<name>/<tensor>`` (every network,
@@ -357,7 +285,8 @@ class Algorithm(ABC):
         return {"name": self.name, "obs_dim": self.obs_dim, "act_dim": self.act_dim,
                 "behaviour": behaviour,
                 "modules": {k: module_state(m) for k, m in self.modules.items()},
-                "optimizers": {k: optimizer_tree(o) for k, (o, _) in self.optimizers.items()}}
+                "optimizers": {k: optimizer_tree(o.optimizer)
+                               for k, o in self.optimizers.items()}}
 
     def restore_state(self, tree: StateTree) -> None:
         """Inverse of :meth:`checkpoint_state`: subsequent steps are bit for bit those the
@@ -375,9 +304,10 @@ class Algorithm(ABC):
                 m.load_state_dict(tensors)
             except RuntimeError as err:
                 raise ValueError(f"module {k} does not match the checkpoint: {err}") from None
-        for k, (o, _) in self.optimizers.items():
+        for k, spec in self.optimizers.items():
             if k not in tree["optimizers"]:
                 raise ValueError(f"optimizer {k} is missing from the checkpoint")
+            o = spec.optimizer
             try:
                 o.load_state_dict(optimizer_state_dict(tree["optimizers"][k], o.state_dict()))
             except ValueError as err:
@@ -386,32 +316,3 @@ class Algorithm(ABC):
     def checksum(self) -> float:
         """Sum of every module's parameters and buffers (float64), to compare learners."""
         return float(sum(flat_state(m).astype(np.float64).sum() for m in self.modules.values()))
-
-    def apply_gradients(self, loss: torch.Tensor, terms: ReferTerms) -> None:
-        """Backward, average the gradients over learners, scale the learning rates by
-        ``terms.lr_factor`` (eq. 13) and take every optimizer's step."""
-        for opt, _ in self.optimizers.values():
-            opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.reducer.size > 1:
-            self.average_gradients_([p.grad for opt, _ in self.optimizers.values()
-                                     for g in opt.param_groups for p in g["params"]
-                                     if p.grad is not None])
-        for opt, lr0 in self.optimizers.values():
-            for group in opt.param_groups:
-                group["lr"] = lr0 * terms.lr_factor
-            opt.step()
-
-    def average_gradients_(self, grads: list[torch.Tensor]) -> None:
-        """Average ``grads`` in place over all learners with one reduction of one flat
-        vector."""
-        size = sum(g.numel() for g in grads)
-        if self._flat_grad is None or self._flat_grad.size != size:
-            self._flat_grad = np.zeros(size, np.float32)
-        flat = torch.from_numpy(self._flat_grad)
-        torch.cat([g.reshape(-1) for g in grads], out=flat)
-        self.reducer.average_(self._flat_grad)
-        offset = 0
-        for g in grads:
-            g.copy_(flat[offset : offset + g.numel()].view_as(g))
-            offset += g.numel()

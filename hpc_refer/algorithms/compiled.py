@@ -6,7 +6,7 @@ time in torch's per-operation overhead (dispatch, autograd bookkeeping, one kern
 elementwise operation of the losses, Adam's parameter loop) than in its nine small matrix
 products. Here the step is written functionally,
 
-    g, aux = grad_w L(w; batch, beta, c_max)        (torch.func.grad over the algorithm's
+    g, aux = grad_w L(w; batch, beta, bounds)       (torch.func.grad over the algorithm's
                                                      own :meth:`Algorithm.loss_terms`)
     w <- Adam(w, g)                                  (:func:`adam_`)
 
@@ -18,10 +18,14 @@ one (autograd and ``torch.optim.Adam``) to float32 round-off (tests/test_compile
 
 Adam's moments and step counts stay in the algorithm's ``torch.optim.Adam`` objects, in the
 layout torch's fused Adam uses, so checkpoints are the same whichever path wrote them. beta,
-c_max and Adam's bias-corrected step terms (which carry the annealed learning rate) enter as
+the near-policy bounds of c_max (:class:`~hpc_refer.near.NearBounds`, computed on the host as
+everywhere) and Adam's bias-corrected step terms (which carry the annealed learning rate) enter as
 0-d tensors (a new value is not a new graph). With several learners the step is two graphs,
-the gradient and Adam, with the gradients averaged between them through the algorithm's
-reducer (MPI stays outside the graph).
+the gradient and Adam, with the gradients averaged between them through the learners'
+reducer (MPI stays outside the graph). Optimizers with a schedule (``OptimizerSpec.every``
+> 1) give one more graph: the step of the gradient steps on which they rest. Where the graph
+cannot be built, :class:`CompiledOrEagerStep` takes the eager step from then on, with one log
+line.
 """
 
 from __future__ import annotations
@@ -32,17 +36,25 @@ import math
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 from torch.func import functional_call, grad
 
-from hpc_refer.algorithms.base import Algorithm, Losses, ReferTerms, TensorBatch
+from hpc_refer.algorithms.base import Algorithm, Losses, ReferTerms, StepResult, TensorBatch
+from hpc_refer.algorithms.step import (
+    EagerStep,
+    GradientAverage,
+    due,
+    minibatch_means,
+    step_result,
+)
+from hpc_refer.collectives import Reducer, SerialReducer
+from hpc_refer.near import NearBounds
+from hpc_refer.replay import Batch
 
-StepOutput = tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor | None, torch.Tensor]
-"""Per-step results: the diagnostics' minibatch means, rho_k, V_w(s_k) (or None), the
-error."""
+LOG = logging.getLogger(__name__)
 
 Aux = dict[str, Any]
 """The loss's auxiliary outputs inside the graph: ``stats`` (name -> minibatch mean),
@@ -84,9 +96,9 @@ class _LossModule(nn.Module):
         self.parts = nn.ModuleDict(algo.modules)
         self.loss_terms = algo.loss_terms
 
-    def forward(self, batch: TensorBatch, beta: torch.Tensor, c_max: torch.Tensor
+    def forward(self, batch: TensorBatch, beta: torch.Tensor, bounds: NearBounds
                 ) -> tuple[torch.Tensor, Aux]:
-        out: Losses = self.loss_terms(batch, beta, c_max)
+        out: Losses = self.loss_terms(batch, beta, bounds)
         aux = {"stats": {k: v.detach().float().mean() for k, v in out.stats.items()},
                "rho": out.rho, "error": out.error}
         if out.value is not None:  # torch.func's auxiliary outputs are tensors only
@@ -163,17 +175,21 @@ class CompiledStep:
     parameter changed.
     """
 
-    def __init__(self, algo: Algorithm) -> None:
+    def __init__(self, algo: Algorithm, reducer: Reducer | None = None) -> None:
         self.algo = algo
+        self.average = GradientAverage(reducer or SerialReducer())
         self.root = _LossModule(algo)
         names = {id(p): n for n, p in self.root.named_parameters()}
-        self.groups = [_Group(opt, lr0, names) for opt, lr0 in algo.optimizers.values()]
+        self.groups = [_Group(spec.optimizer, spec.lr0, names)
+                       for spec in algo.optimizers.values()]
         self.params = {n: p.detach() for g in self.groups
                        for n, p in zip(g.names, g.params, strict=True)}
         """Aliases of the parameters outside autograd (Adam updates them in place; loading a
         state dict copies into the same storage)."""
         self.beta = torch.zeros(())
-        self.c_max = torch.zeros(())
+        self._low, self._high = torch.zeros(()), torch.zeros(())
+        self.bounds = NearBounds(cast(float, self._low), cast(float, self._high))
+        """1/c_max and c_max of the step, as 0-d float32 tensors (values change, graphs not)."""
         self.compiled = False
         self.compile_seconds = 0.0
         self._grad = grad(self._loss, has_aux=True)
@@ -187,55 +203,67 @@ class CompiledStep:
         self._adam = torch.compile(self._adam_all, dynamic=False, options=options)
 
     def _loss(self, params: dict[str, torch.Tensor], batch: TensorBatch, beta: torch.Tensor,
-              c_max: torch.Tensor) -> tuple[torch.Tensor, Aux]:
-        out: tuple[torch.Tensor, Aux] = functional_call(self.root, params, (batch, beta, c_max))
+              bounds: NearBounds) -> tuple[torch.Tensor, Aux]:
+        out: tuple[torch.Tensor, Aux] = functional_call(self.root, params, (batch, beta, bounds))
         return out
 
     def _gradients(self, params: dict[str, torch.Tensor], batch: TensorBatch,
-                   beta: torch.Tensor, c_max: torch.Tensor
+                   beta: torch.Tensor, bounds: NearBounds
                    ) -> tuple[dict[str, torch.Tensor], Aux]:
-        grads, aux = self._grad(params, batch, beta, c_max)
+        grads, aux = self._grad(params, batch, beta, bounds)
         return grads, aux
 
     def _adam_all(self, params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor],
                   states: list[tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]],
-                  terms: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        for group, (m, v, t), (step_size, bias2_sqrt) in zip(self.groups, states, terms,
-                                                             strict=True):
-            adam_([params[n] for n in group.names], [grads[n] for n in group.names], m, v, t,
-                  step_size, bias2_sqrt, group.betas, group.eps, group.weight_decay)
+                  terms: list[tuple[torch.Tensor, torch.Tensor]], now: tuple[bool, ...]
+                  ) -> None:
+        for group, (m, v, t), (step_size, bias2_sqrt), stepping in zip(
+                self.groups, states, terms, now, strict=True):
+            if stepping:  # a Python constant: one graph per schedule pattern
+                adam_([params[n] for n in group.names], [grads[n] for n in group.names], m,
+                      v, t, step_size, bias2_sqrt, group.betas, group.eps,
+                      group.weight_decay)
 
     def _fused_step(self, params: dict[str, torch.Tensor], batch: TensorBatch,
-                    beta: torch.Tensor, c_max: torch.Tensor,
+                    beta: torch.Tensor, bounds: NearBounds,
                     states: list[tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]],
-                    terms: list[tuple[torch.Tensor, torch.Tensor]]) -> Aux:
-        grads, aux = self._gradients(params, batch, beta, c_max)
-        self._adam_all(params, grads, states, terms)
+                    terms: list[tuple[torch.Tensor, torch.Tensor]], now: tuple[bool, ...]
+                    ) -> Aux:
+        grads, aux = self._gradients(params, batch, beta, bounds)
+        self._adam_all(params, grads, states, terms, now)
         return aux
 
-    def __call__(self, batch: TensorBatch, terms: ReferTerms) -> StepOutput:
-        """One step: the eager path's ``losses`` + ``apply_gradients``, compiled."""
+    def __call__(self, batch: Batch, terms: ReferTerms, t: int) -> StepResult:
+        """Gradient step ``t``: the eager step's ``losses``, backward, average and Adam of
+        the optimizers due (:func:`~hpc_refer.algorithms.step.due`), compiled."""
         self.beta.fill_(terms.beta)
-        self.c_max.fill_(terms.c_max)
+        bounds = terms.bounds
+        self._low.fill_(bounds.low)
+        self._high.fill_(bounds.high)
         params = self.params
+        tensors = TensorBatch.of(batch)
+        now = due(self.algo, t)
         states = [g.state() for g in self.groups]
-        for g, (_, _, step) in zip(self.groups, states, strict=True):
-            g.set_step_terms(g.lr0 * terms.lr_factor, step)
+        for g, (_, _, step), stepping in zip(self.groups, states, now, strict=True):
+            if stepping:
+                g.set_step_terms(g.lr0 * terms.lr_factor, step)
         adam_terms = [(g.step_size, g.bias2_sqrt) for g in self.groups]
         start = time.perf_counter()
         try:
-            if self.algo.reducer.size == 1:
-                aux = self._run(self._fused, params, batch, self.beta, self.c_max, states,
-                                adam_terms)
+            if self.average.reducer.size == 1:
+                aux = self._run(self._fused, params, tensors, self.beta, self.bounds, states,
+                                adam_terms, now)
             else:
-                grads, aux = self._run(self._grads, params, batch, self.beta, self.c_max)
-                self.algo.average_gradients_(list(grads.values()))
-                self._run(self._adam, params, grads, states, adam_terms)
+                grads, aux = self._run(self._grads, params, tensors, self.beta, self.bounds)
+                self.average(list(grads.values()))
+                self._run(self._adam, params, grads, states, adam_terms, now)
         finally:
             if not self.compiled:
                 self.compile_seconds = time.perf_counter() - start
         self.compiled = True
-        return aux["stats"], aux["rho"], aux.get("value"), aux["error"]
+        self.algo.after_step(t)
+        return step_result(minibatch_means(aux["stats"]), aux["rho"], aux.get("value"),
+                           aux["error"])
 
     def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Call a compiled function; before the first success, a failure is
@@ -300,3 +328,39 @@ def _quiet_compiler() -> Iterator[None]:
 class CompileUnavailableError(RuntimeError):
     """``torch.compile`` could not build the step here (the reason is the message)."""
 
+
+class CompiledOrEagerStep:
+    """The compiled step; if it cannot be built here, the eager step from then on (one log
+    line naming the reason)."""
+
+    def __init__(self, algo: Algorithm, reducer: Reducer | None = None) -> None:
+        self.algo = algo
+        self._compiled: CompiledStep | None = CompiledStep(algo, reducer)
+        self._eager = EagerStep(algo, reducer)
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the steps run compiled (False before the first and after a fallback)."""
+        return self._compiled is not None and self._compiled.compiled
+
+    @property
+    def compile_seconds(self) -> float:
+        """Seconds the compiling first call took (0 after a fallback)."""
+        return 0.0 if self._compiled is None else self._compiled.compile_seconds
+
+    @property
+    def kind(self) -> str:
+        """``compiled (S s to compile)``, or ``eager`` after a fallback."""
+        if self._compiled is None:
+            return "eager"
+        return f"compiled ({self.compile_seconds:.1f} s to compile)"
+
+    def __call__(self, batch: Batch, terms: ReferTerms, t: int) -> StepResult:
+        if self._compiled is not None:
+            try:
+                return self._compiled(batch, terms, t)
+            except CompileUnavailableError as err:
+                LOG.warning("%s: compiled learner step unavailable (%s); using the eager "
+                            "step", self.algo.name, err)
+                self._compiled = None
+        return self._eager(batch, terms, t)

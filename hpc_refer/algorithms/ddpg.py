@@ -27,39 +27,65 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call
 
-from hpc_refer.algorithms.base import Algorithm, Losses, TensorBatch, kl_penalty, polyak_
-from hpc_refer.config import AlgorithmConfig, DDPGConfig, ReferConfig
+from hpc_refer.algorithms.base import Algorithm, Losses, OptimizerSpec, TensorBatch
+from hpc_refer.algorithms.registry import register
+from hpc_refer.algorithms.shared import polyak_, squared_td_loss, td_target
+from hpc_refer.config import (
+    AlgorithmConfig,
+    Exploration,
+    ReferConfig,
+    choices,
+    enum_field,
+    option,
+    require,
+)
+from hpc_refer.near import NearBounds
 from hpc_refer.networks import (
     BehaviourPolicy,
     Normalizer,
     NumpyMLP,
     gaussian_log_prob,
     mlp,
+    small_output_,
 )
-from hpc_refer.parallel import Reducer
-from hpc_refer.refer import importance_ratio, near_policy, refer_loss
+from hpc_refer.refer import importance_ratio, kl_penalty, near_policy, refer_loss, rule1_mask
 
 
-def td_target(rew: torch.Tensor, done: torch.Tensor, gamma: float,
-              q_next: torch.Tensor) -> torch.Tensor:
-    """y_k = r_{k+1} + gamma (1 - done_k) Q_target(s_{k+1}, m_target(s_{k+1})) (eq. 2).
+@dataclass(frozen=True)
+class DDPGConfig(AlgorithmConfig):
+    """DDPG (Lillicrap et al. 2016) with ReF-ER: the paper-era settings (spec, section DDPG)."""
 
-    ``q_next`` is the target critic at the target actor's action; y_k is a constant (no
-    gradient). ``rew`` is already reward-scaled.
-    """
-    return (rew + gamma * (1.0 - done) * q_next).detach()
+    section: ClassVar[str] = "ddpg"
+    lr: float = option(1e-5, "actor Adam learning rate (the critic's is critic_lr_factor x it)")
+    batch: int = option(128, "minibatch size B (global over all learners)")
+    replay_size: int = option(2**19, "the algorithm's replay capacity N (replay.size 0 uses it)")
+    critic_lr_factor: float = option(10.0, "critic learning rate / actor learning rate")
+    critic_l2: float = option(1e-4, "L2 weight decay of the critic")
+    tau: float = option(0.01, "Polyak rate of the target networks: w' <- (1 - tau) w' + tau w")
+    sigma: float = option(0.2, "std of the Gaussian behaviour policy N(m(s), sigma^2)")
+    exploration: Exploration = option(
+        Exploration.GAUSSIAN,
+        "behaviour noise: gaussian (stored as mu, needed by ReF-ER) or ou (Ornstein-Uhlenbeck, "
+        "theta 0.15, plain ER only)",
+        choices(Exploration),
+    )
 
-
-def critic_loss(y: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """Per-sample L_Q,k = 1/2 (y_k - Q_w'(s_k, a_k))^2 with y_k held fixed (eq. 2), so
-    grad L_Q,k = -(y_k - Q_w'(s_k, a_k)) grad Q_w'."""
-    return 0.5 * (y.detach() - q).pow(2)
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        enum_field(self, "exploration", Exploration)
+        require(self.critic_lr_factor > 0, "ddpg.critic_lr_factor", self.critic_lr_factor,
+                 "values > 0")
+        require(self.critic_l2 >= 0, "ddpg.critic_l2", self.critic_l2, "values >= 0")
+        require(0 < self.tau <= 1, "ddpg.tau", self.tau, "0 < tau <= 1")
+        require(self.sigma > 0, "ddpg.sigma", self.sigma, "values > 0")
 
 
 def actor_loss(q_pi: torch.Tensor) -> torch.Tensor:
@@ -86,11 +112,7 @@ class DeterministicActor(BehaviourPolicy):
         super().__init__()
         self.normalizer = Normalizer(obs_dim)
         self.trunk = mlp([obs_dim, *hidden, act_dim])
-        last = self.trunk[-1]
-        assert isinstance(last, nn.Linear)
-        with torch.no_grad():
-            last.weight.mul_(0.1)
-            last.bias.zero_()
+        small_output_(self.trunk)
         self.register_buffer("sigma", torch.full((act_dim,), float(sigma)))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -121,6 +143,7 @@ class Critic(nn.Module):
         return self.trunk(torch.cat([self.normalizer(obs), act], dim=-1))[..., 0]
 
 
+@register
 class DDPG(Algorithm):
     """DDPG with ReF-ER: actor, critic, their Polyak targets, and two Adam optimizers.
 
@@ -133,12 +156,13 @@ class DDPG(Algorithm):
     """
 
     name = "ddpg"
+    Config = DDPGConfig
     retrace = False
 
     def __init__(self, obs_dim: int, act_dim: int, config: DDPGConfig, refer: ReferConfig,
-                 seed: int, reducer: Reducer | None = None) -> None:
-        super().__init__(obs_dim, act_dim, config, refer, seed, reducer)
-        self.ddpg = config
+                 seed: int) -> None:
+        super().__init__(obs_dim, act_dim, config, refer, seed)
+        self.config: DDPGConfig = config
         self.actor = DeterministicActor(obs_dim, act_dim, config.hidden, config.sigma)
         self.critic = Critic(obs_dim, act_dim, config.hidden)
         self.target_actor = copy.deepcopy(self.actor).requires_grad_(False)
@@ -150,7 +174,8 @@ class DDPG(Algorithm):
                                       weight_decay=config.critic_l2, foreach=False, fused=True)
         self.modules = {"actor": self.actor, "critic": self.critic,
                         "target_actor": self.target_actor, "target_critic": self.target_critic}
-        self.optimizers = {"actor": (actor_opt, config.lr), "critic": (critic_opt, critic_lr)}
+        self.optimizers = {"actor": OptimizerSpec(actor_opt, config.lr),
+                           "critic": OptimizerSpec(critic_opt, critic_lr)}
 
     @classmethod
     def behaviour_policy(cls, obs_dim: int, act_dim: int,
@@ -170,12 +195,13 @@ class DDPG(Algorithm):
 
     @torch.no_grad()
     def targets(self, batch: TensorBatch) -> torch.Tensor:
-        """y_k of eq. 2 from the target networks."""
+        """y_k = r_{k+1} + gamma (1 - done_k) Q_target(s_{k+1}, m_target(s_{k+1})) (eq. 2,
+        the target networks)."""
         q_next = self.target_critic(batch.next_obs, self.target_actor(batch.next_obs))
-        return td_target(batch.rew, batch.done, self.ddpg.gamma, q_next)
+        return td_target(batch.rew, batch.done, self.config.gamma, q_next)
 
     def loss_terms(self, batch: TensorBatch, beta: float | torch.Tensor,
-                   c_max: float | torch.Tensor) -> Losses:
+                   bounds: NearBounds) -> Losses:
         """ReF-ER loss of a minibatch, its diagnostics, rho_k and the TD errors y_k - Q (both
         detached, before the step)."""
         obs, act, weight = batch.obs, batch.act, batch.weight
@@ -185,17 +211,17 @@ class DDPG(Algorithm):
         mean = self.actor(obs)
         sigma = self.actor.sigma
         rho = importance_ratio(gaussian_log_prob(act, mean, sigma), batch.log_mu).detach()
-        near = near_policy(rho, c_max)
-        l_q = critic_loss(y, q)
+        near = near_policy(rho, bounds)
+        l_q = squared_td_loss(y, q)
         l_mu = actor_loss(self.q_of_policy(obs, mean))
         kl = kl_penalty(batch.mu_mean, batch.mu_std, mean, sigma, self.refer_config.kl_direction)
-        keep = near.to(l_q.dtype) if mode.rule1 else torch.ones_like(l_q)
+        keep = rule1_mask(near, mode, l_q)
         loss = refer_loss(l_mu, kl, near, beta, mode, weight) + (keep * weight * l_q).mean()
         stats = {"loss_q": l_q, "loss_mu": l_mu, "kl": kl, "near_fraction": near,
                  "q": q}
         return Losses(loss, stats, rho, None, (y - q).detach())
 
-    def after_step(self) -> None:
+    def after_step(self, t: int) -> None:
         """The targets follow: w' <- (1 - tau) w' + tau w for the actor and the critic."""
-        polyak_(self.target_actor, self.actor, self.ddpg.tau)
-        polyak_(self.target_critic, self.critic, self.ddpg.tau)
+        polyak_(self.target_actor, self.actor, self.config.tau)
+        polyak_(self.target_critic, self.critic, self.config.tau)

@@ -24,22 +24,41 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
-from torch import nn
 
-from hpc_refer.algorithms.base import Algorithm, Losses, TensorBatch, kl_penalty, polyak_
-from hpc_refer.config import AlgorithmConfig, NAFConfig, ReferConfig
+from hpc_refer.algorithms.base import Algorithm, Losses, OptimizerSpec, TensorBatch
+from hpc_refer.algorithms.registry import register
+from hpc_refer.algorithms.shared import polyak_, squared_td_loss, td_target
+from hpc_refer.config import AlgorithmConfig, ReferConfig, option, require
+from hpc_refer.near import NearBounds
 from hpc_refer.networks import (
     BehaviourPolicy,
     Normalizer,
     NumpyMLP,
     gaussian_log_prob,
     mlp,
+    small_output_,
 )
-from hpc_refer.parallel import Reducer
-from hpc_refer.refer import importance_ratio, near_policy
+from hpc_refer.refer import importance_ratio, kl_penalty, near_policy, rule1_mask
+
+
+@dataclass(frozen=True)
+class NAFConfig(AlgorithmConfig):
+    """NAF (Gu et al. 2016) with ReF-ER: the paper-era settings (spec, section NAF)."""
+
+    section: ClassVar[str] = "naf"
+    replay_size: int = option(2**19, "the algorithm's replay capacity N (replay.size 0 uses it)")
+    tau: float = option(0.01, "Polyak rate of the target network: w' <- (1 - tau) w' + tau w")
+    sigma: float = option(0.2, "std of the Gaussian behaviour policy N(m(s), sigma^2)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(0 < self.tau <= 1, "naf.tau", self.tau, "0 < tau <= 1")
+        require(self.sigma > 0, "naf.sigma", self.sigma, "values > 0")
 
 
 def lower_triangular(entries: torch.Tensor, act_dim: int) -> torch.Tensor:
@@ -66,17 +85,6 @@ def naf_q(value: torch.Tensor, mean: torch.Tensor, tril: torch.Tensor,
     """
     z = torch.einsum("bij,bi->bj", tril, act - mean)
     return value - 0.5 * z.pow(2).sum(-1)
-
-
-def td_target(rew: torch.Tensor, done: torch.Tensor, next_value: torch.Tensor,
-              gamma: float) -> torch.Tensor:
-    """y_k = r_{k+1} + gamma (1 - done_k) V_w'(s_{k+1}) (target network w', no gradient)."""
-    return rew + gamma * (1.0 - done) * next_value.detach()
-
-
-def q_loss(target: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """Per-sample Q-learning loss L_Q,k = 1/2 (y_k - Q_w(s_k, a_k))^2, y_k held fixed."""
-    return 0.5 * (target.detach() - q).pow(2)
 
 
 def beta_scaled(mean: torch.Tensor, beta: float | torch.Tensor) -> torch.Tensor:
@@ -129,11 +137,7 @@ class NAFNet(BehaviourPolicy):
         self.act_dim = act_dim
         self.normalizer = Normalizer(obs_dim)
         self.trunk = mlp([obs_dim, *hidden, 1 + act_dim + act_dim * (act_dim + 1) // 2])
-        last = self.trunk[-1]
-        assert isinstance(last, nn.Linear)
-        with torch.no_grad():
-            last.weight.mul_(0.1)
-            last.bias.zero_()
+        small_output_(self.trunk)
         self.register_buffer("sigma", torch.full((act_dim,), float(sigma)))
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -155,15 +159,17 @@ class NAFNet(BehaviourPolicy):
         return lambda obs: (np.tanh(forward(obs)[1 : 1 + a]), sigma)
 
 
+@register
 class NAF(Algorithm):
     """NAF: one network (V, m, L), its Polyak-averaged target copy, Adam, ReF-ER's step."""
 
     name = "naf"
+    Config = NAFConfig
     retrace = False
 
     def __init__(self, obs_dim: int, act_dim: int, config: NAFConfig, refer: ReferConfig,
-                 seed: int, reducer: Reducer | None = None) -> None:
-        super().__init__(obs_dim, act_dim, config, refer, seed, reducer)
+                 seed: int) -> None:
+        super().__init__(obs_dim, act_dim, config, refer, seed)
         self.config: NAFConfig = config
         self.net = NAFNet(obs_dim, act_dim, config.hidden, config.sigma)
         self.target = copy.deepcopy(self.net)
@@ -171,7 +177,7 @@ class NAF(Algorithm):
         optimizer = torch.optim.Adam(self.net.parameters(), lr=config.lr, foreach=False,
                                      fused=True)
         self.modules = {"net": self.net, "target": self.target}
-        self.optimizers = {"adam": (optimizer, config.lr)}
+        self.optimizers = {"adam": OptimizerSpec(optimizer, config.lr)}
 
     @classmethod
     def behaviour_policy(cls, obs_dim: int, act_dim: int,
@@ -184,7 +190,7 @@ class NAF(Algorithm):
         return self.net
 
     def loss_terms(self, batch: TensorBatch, beta: float | torch.Tensor,
-                   c_max: float | torch.Tensor) -> Losses:
+                   bounds: NearBounds) -> Losses:
         """ReF-ER loss of a minibatch (:func:`naf_refer_loss`), its diagnostics, rho_k and the
         pre-step TD error y_k - Q_w(s_k, a_k) (detached)."""
         act = batch.act
@@ -194,13 +200,13 @@ class NAF(Algorithm):
         value, mean, tril = self.net(batch.obs)
         sigma = self.net.sigma
         rho = importance_ratio(gaussian_log_prob(act, mean.detach(), sigma), batch.log_mu)
-        near = near_policy(rho, c_max)
-        keep = near.to(value.dtype) if mode.rule1 else torch.ones_like(value)
+        near = near_policy(rho, bounds)
+        keep = rule1_mask(near, mode, value)
         with torch.no_grad():
-            y = td_target(batch.rew, batch.done, self.target(batch.next_obs)[0],
-                          self.config.gamma)
+            y = td_target(batch.rew, batch.done, self.config.gamma,
+                          self.target(batch.next_obs)[0])
         q = naf_q(value, beta_scaled(mean, beta), tril, act)
-        l_q = q_loss(y, q)
+        l_q = squared_td_loss(y, q)
         kl = (kl_penalty(batch.mu_mean, batch.mu_std, mean, sigma,
                          self.refer_config.kl_direction) if mode.rule2 else None)
         loss = naf_refer_loss(l_q, kl, keep, beta, batch.weight)
@@ -210,6 +216,6 @@ class NAF(Algorithm):
         stats["near_fraction"] = near
         return Losses(loss, stats, rho.detach(), None, (y - q).detach())
 
-    def after_step(self) -> None:
+    def after_step(self, t: int) -> None:
         """The target follows: w' <- (1 - tau) w' + tau w."""
         polyak_(self.target, self.net, self.config.tau)

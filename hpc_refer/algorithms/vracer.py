@@ -17,19 +17,36 @@ rho and their episodes' V-tbc are recomputed backward (eq. 8), see :mod:`hpc_ref
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
 import numpy as np
 import torch
 
-from hpc_refer.algorithms.base import Algorithm, Losses, TensorBatch, kl_penalty
-from hpc_refer.config import AlgorithmConfig, ReferConfig, VRacerConfig
+from hpc_refer.algorithms.base import Algorithm, Losses, OptimizerSpec, TensorBatch
+from hpc_refer.algorithms.registry import register
+from hpc_refer.config import AlgorithmConfig, ReferConfig, option, require
+from hpc_refer.near import NearBounds
 from hpc_refer.networks import (
     BehaviourPolicy,
     GaussianPolicyValueNet,
     NumpyMLP,
     gaussian_log_prob,
 )
-from hpc_refer.parallel import Reducer
-from hpc_refer.refer import importance_ratio, near_policy, refer_loss
+from hpc_refer.refer import importance_ratio, kl_penalty, near_policy, refer_loss
+
+
+@dataclass(frozen=True)
+class VRacerConfig(AlgorithmConfig):
+    """V-RACER network and optimiser (paper defaults, Sec. 5 and App. A)."""
+
+    section: ClassVar[str] = "vracer"
+    sigma_init: float = option(math.sqrt(0.2), "initial policy standard deviation")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.sigma_init > 0, "vracer.sigma_init", self.sigma_init, "values > 0")
 
 
 def policy_loss(
@@ -52,27 +69,29 @@ def value_loss(rho: torch.Tensor, q_ret: torch.Tensor, value: torch.Tensor) -> t
     return 0.5 * (v_tbc - value).pow(2)
 
 
+@register(default=True)
 class VRacer(Algorithm):
     """V-RACER: one network for V_w, m_w and sigma_w, Adam, and its ReF-ER gradient step.
 
     Notes
     -----
-    With L learners, each takes ``batch / L`` rows of its own shard; the gradients are
-    averaged through the reducer (one allreduce of one flat vector per step), so all learners
-    take identical steps.
+    With L learners, each takes ``batch / L`` rows of its own shard; the learner's step
+    averages the gradients (one allreduce of one flat vector per step), so all learners take
+    identical steps.
     """
 
     name = "vracer"
+    Config = VRacerConfig
     retrace = True
 
     def __init__(self, obs_dim: int, act_dim: int, config: VRacerConfig, refer: ReferConfig,
-                 seed: int, reducer: Reducer | None = None) -> None:
-        super().__init__(obs_dim, act_dim, config, refer, seed, reducer)
+                 seed: int) -> None:
+        super().__init__(obs_dim, act_dim, config, refer, seed)
         self.net = GaussianPolicyValueNet(obs_dim, act_dim, config.hidden, config.sigma_init)
         optimizer = torch.optim.Adam(self.net.parameters(), lr=config.lr, foreach=False,
                                      fused=True)
         self.modules = {"net": self.net}
-        self.optimizers = {"adam": (optimizer, config.lr)}
+        self.optimizers = {"adam": OptimizerSpec(optimizer, config.lr)}
         self._numpy_net: tuple[int, NumpyMLP] | None = None
 
     @classmethod
@@ -86,7 +105,7 @@ class VRacer(Algorithm):
         return self.net
 
     def loss_terms(self, batch: TensorBatch, beta: float | torch.Tensor,
-                   c_max: float | torch.Tensor) -> Losses:
+                   bounds: NearBounds) -> Losses:
         """ReF-ER loss of a minibatch (eq. 10 over eqs. 5 and 9), its diagnostics, V_w(s_k),
         rho_k and the error Q-ret_k - V_w(s_k) (detached)."""
         assert batch.q_ret is not None, "V-RACER needs Q-ret: a replay with retrace"
@@ -94,7 +113,7 @@ class VRacer(Algorithm):
         value, mean, std = self.net(batch.obs)
         log_pi = gaussian_log_prob(batch.act, mean, std)
         rho = importance_ratio(log_pi, batch.log_mu)
-        near = near_policy(rho, c_max)
+        near = near_policy(rho, bounds)
         l_pi = policy_loss(rho, q_ret, value, log_pi)
         l_v = value_loss(rho, q_ret, value)
         kl = kl_penalty(batch.mu_mean, batch.mu_std, mean, std, self.refer_config.kl_direction)

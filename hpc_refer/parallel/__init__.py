@@ -14,8 +14,6 @@ from hpc_refer.parallel.channels import ActorChannel, Fabric, LearnerChannel, Re
 from hpc_refer.parallel.solver_link import SolverLink
 from hpc_refer.parallel.world import (
     MpiReducer,
-    Reducer,
-    SerialReducer,
     Team,
     TeamCommand,
     abort_job,
@@ -27,6 +25,6 @@ from hpc_refer.parallel.world import (
     world_team,
 )
 
-__all__ = ["ActorChannel", "Fabric", "LearnerChannel", "MpiReducer", "Reducer", "Reply",
-           "SerialReducer", "SolverLink", "Team", "TeamCommand", "abort_job", "app_count",
+__all__ = ["ActorChannel", "Fabric", "LearnerChannel", "MpiReducer", "Reply", "SolverLink", "Team",
+           "TeamCommand", "abort_job", "app_count",
            "barrier", "bcast_object", "gather_object", "world_rank_size", "world_team"]

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from hpc_refer.collectives import Reducer, SerialReducer
 from hpc_refer.parallel.world import (
     TAG_CHECKPOINT,
     TAG_CUT,
@@ -22,8 +23,6 @@ from hpc_refer.parallel.world import (
     TAG_STOP,
     TAG_STUCK,
     MpiReducer,
-    Reducer,
-    SerialReducer,
     _app_comm,
     _mpi,
 )

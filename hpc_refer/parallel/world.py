@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 from functools import cache
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -87,47 +87,6 @@ def world_team() -> Team:
 def barrier() -> None:
     """Synchronise all ranks of hpc_refer's communicator."""
     _app_comm().Barrier()
-
-
-class Reducer(Protocol):
-    """Reductions over the learners, as algorithms see them (serial or MPI)."""
-
-    size: int
-    rank: int
-
-    def average_(self, flat: np.ndarray) -> None: ...
-
-    def sum(self, values: np.ndarray) -> np.ndarray: ...
-
-    def gather(self, obj: Any) -> list[Any] | None: ...
-
-    def checksums_agree(self, checksum: float) -> bool: ...
-
-
-class SerialReducer:
-    """The reductions of one learner alone (L = 1): every operation is the identity.
-
-    The MPI learner communicator offers the same methods; algorithms take either as a
-    constructor argument and never import mpi4py.
-    """
-
-    size = 1
-    rank = 0
-
-    def average_(self, flat: np.ndarray) -> None:
-        """Average ``flat`` in place over all learners."""
-
-    def sum(self, values: np.ndarray) -> np.ndarray:
-        """Element-wise sum of ``values`` over all learners."""
-        return values
-
-    def gather(self, obj: Any) -> list[Any] | None:
-        """Every learner's ``obj``, as a list on learner 0 (None on the others)."""
-        return [obj]
-
-    def checksums_agree(self, checksum: float) -> bool:
-        """True when every learner reports the same checksum of its weights."""
-        return True
 
 
 class MpiReducer:
