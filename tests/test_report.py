@@ -12,13 +12,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from interval_records import interval_record
 
 from hpc_refer.config import build_config
 from hpc_refer.envs import TeamDriver
 from hpc_refer.envs.ks import HORIZON, KuramotoSivashinsky, N
-from hpc_refer.learner import RHO_EDGES
 from hpc_refer.metrics import RunDirectory, machine_info
 from hpc_refer.report import Run, main, render
+from hpc_refer.schema import RHO_EDGES
 from hpc_refer.series import StepSeries
 
 SECTIONS = ("Runs", "Learning curve", "ReF-ER", "Importance weights rho", "Losses",
@@ -50,11 +51,11 @@ def fake_run(path: Path, seed: int, *, steps: int = 4000, faults: int = 0,
                     100, (float(rng.uniform(0.5, 0.8)),) if metric else ())
         hist = np.zeros(len(RHO_EDGES) - 1, int)
         hist[18:22] = rng.integers(10, 100, 4)
-        run.interval({"env_step": step, "grad_step": step // 2, "env_steps_per_s": 500.0,
-                      "grad_steps_per_s": 250.0, "beta": step / steps, "c_max": 5 - step / steps,
-                      "lr": 1e-4, "far_fraction": 0.05, "stored": step, "reward_scale": 1.0,
-                      "solver_faults": faults * step // steps, "rho_hist": hist.tolist(),
-                      "loss_pi": 1.0 / step, "loss_v": 2.0 / step, "kl": 0.01})
+        run.interval(interval_record(
+            step, grad_step=step // 2, env_steps_per_s=500.0, grad_steps_per_s=250.0,
+            learner_busy=0.9, beta=step / steps, c_max=5 - step / steps, far_fraction=0.05,
+            solver_faults=faults * step // steps, rho_hist=tuple(hist.tolist()),
+            stats={"loss_pi": 1.0 / step, "loss_v": 2.0 / step, "kl": 0.01}))
     run.log("env 0 (KuramotoSivashinsky) fault: step: state has shape (7,), expected (8,)")
     run.record_machine(machine_info(3, 1, 2, 1, 1))
     run.set_state("finished")
@@ -170,12 +171,53 @@ def test_the_report_is_rewritten_every_report_every_steps(tmp_path):
     report = tmp_path / "r" / "report.html"
     shown = []
     for step in range(200, 1001, 200):
-        run.interval({"env_step": step, "grad_step": 0, "env_steps_per_s": 1.0,
-                      "grad_steps_per_s": 0.0, "beta": 0.0, "c_max": 5.0, "lr": 1e-4,
-                      "far_fraction": 0.0, "stored": step, "reward_scale": 1.0,
-                      "solver_faults": 0, "rho_hist": []})
+        run.interval(interval_record(step))
         text = report.read_text() if report.exists() else ""
         shown.append(re.search(r"<td>(\d+) / 2000</td>", text).group(1) if text else None)
     assert shown == [None, "400", "400", "800", "800"]
     run.close()  # and once more at the end
     assert "<td>1000 / 2000</td>" in report.read_text()
+
+
+def section(page: str, heading: str) -> str:
+    """The HTML of one section of a report page."""
+    return page.split(f"<h2>{heading}</h2>", 1)[1].split("</section>", 1)[0]
+
+
+def test_the_losses_panel_draws_every_statistic_of_the_algorithm(tmp_path):
+    """The records' ``stats``, whatever the algorithm names them (DDPG: q and near_fraction
+    beside its losses): one panel each, one line per run over the records that hold it."""
+    config = build_config({"run": {"env": "Pendulum-v1", "algorithm": "ddpg"}})
+    run = RunDirectory(tmp_path / "r", config, quiet=True)
+    names = ("loss_mu", "loss_q", "near_fraction", "q")
+    for step in (100, 200, 300):  # no gradient step in the first interval: no statistics
+        stats = {n: k / step for k, n in enumerate(names, 1)} if step > 100 else {}
+        run.interval(interval_record(step, stats=stats))
+    run.close()
+    losses = section(render([Run(tmp_path / "r")]), "Losses")
+    assert figures(losses) == [len(names) * 2]
+    for name in names:
+        assert f">{name}</text>" in losses, name  # its panel's title
+    # a run without gradient steps says so
+    config = build_config({"run": {"env": "Pendulum-v1"}})
+    run = RunDirectory(tmp_path / "none", config, quiet=True)
+    run.interval(interval_record(100))
+    run.close()
+    losses = section(render([Run(tmp_path / "none")]), "Losses")
+    assert figures(losses) == [] and "no statistics of the algorithm" in losses
+
+
+@pytest.mark.parametrize("name", ["schema1", "schema1_ddpg"])
+def test_an_old_run_directory_is_reported(name, tmp_path):
+    """The run directories of tests/fixtures (written at 2299f67: train.jsonl without
+    ``compiled``) are reported with their statistics, and labelled without ``compiled``."""
+    fixture = Path(__file__).resolve().parent / "fixtures" / name
+    out = tmp_path / "report.html"
+    assert main([str(fixture), "--out", str(out)]) == 0
+    page = out.read_text()
+    assert "<title>hpc_refer report: Pendulum-v1 " in page and " compiled" not in page
+    losses = section(page, "Losses")
+    stats = ("kl", "loss_pi", "loss_v", "near_fraction") if name == "schema1" else (
+        "kl", "loss_mu", "loss_q", "near_fraction", "q")
+    assert figures(losses) == [2 * len(stats)]  # two records, each with every statistic
+    assert all(f">{s}</text>" in losses for s in stats)

@@ -1,6 +1,7 @@
 """The run-file schema (issue 23, points 3 and 6): one module names the run directory's files
 and the fields of their records; the interval record of ``train.jsonl`` is typed and reads
-the lines today's and earlier runs wrote."""
+the lines today's and earlier runs wrote; the tools that read run files (report, plot)
+import neither torch nor numba, nor anything above them."""
 
 from __future__ import annotations
 
@@ -9,10 +10,22 @@ import math
 from pathlib import Path
 
 import pytest
+from mpi_launch import run_snippet
 
 from hpc_refer.schema import RHO_EDGES, TRAIN_FILE, IntervalRecord, read_intervals
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+HEAVY = ("torch", "numba", "mpi4py", "hpc_refer.learner", "hpc_refer.algorithms")
+"""What the report and the plot must not import: the learning stack and MPI."""
+
+
+def test_report_and_plot_import_neither_torch_nor_numba():
+    out = run_snippet("import sys\n"
+                      "import hpc_refer.plot, hpc_refer.report, hpc_refer.schema\n"
+                      f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n")
+    assert out.strip().splitlines()[-1] == "[]", out
+
 
 def record(**stats: float) -> IntervalRecord:
     return IntervalRecord(env_step=600, grad_step=400, env_steps_per_s=275.0,
