@@ -1,7 +1,11 @@
 """The run directory: resolved config, metrics, log and progress lines.
 
 The files and what each record holds are named in :mod:`hpc_refer.schema` (its docstring is
-the layout of ``runs/<name>/``); :class:`RunDirectory` writes them.
+the layout of ``runs/<name>/``). :class:`RunDirectory` writes them; its creator hands it what
+lies above this module: the solver's episode metric names (the extra columns of
+episodes.csv, :func:`hpc_refer.envs.episode_columns`) and the writer of report.html (the run
+report, :mod:`hpc_refer.report`), so the run directory imports neither the environments nor
+the report.
 
 A resumed run (``--restart``) appends to the same files. Rows written after the checkpoint it
 resumes from (a run killed between checkpoints) would be written again by the resumed run: they
@@ -20,13 +24,13 @@ import re
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
-from hpc_refer.config import Config, ConfigError, Sampling
-from hpc_refer.envs import episode_metric_names
+from hpc_refer.config import Config, Sampling
 from hpc_refer.schema import (
     CONFIG_FILE,
     EPISODE_FIELDS,
@@ -44,15 +48,9 @@ from hpc_refer.schema import (
     IntervalRecord,
 )
 
-
-def episode_columns(env_id: str) -> tuple[str, ...]:
-    """The columns of ``episodes.csv``: the fixed ones, then the solver's episode metrics."""
-    names = episode_metric_names(env_id)
-    clash = sorted(set(names) & set(EPISODE_FIELDS))
-    if clash:
-        raise ConfigError(f"{env_id}.episode_metrics = {names!r} is invalid: the names "
-                          f"{', '.join(EPISODE_FIELDS)} are taken by episodes.csv")
-    return EPISODE_FIELDS + names
+ReportWriter = Callable[[Path], object]
+"""Writes the report of the run directory it is given to ``RUN_DIR/report.html``
+(:func:`hpc_refer.report.write_run_report`)."""
 
 
 def default_run_name(config: Config) -> str:
@@ -87,18 +85,26 @@ def new_run_dir(config: Config, root: Path = Path("runs")) -> Path:
 class RunDirectory:
     """Writes the run's files; created only after the whole configuration was validated.
 
+    ``episode_metrics``: the names of the solver's episode metrics (the columns of
+    episodes.csv and eval.csv after :data:`~hpc_refer.schema.EPISODE_FIELDS`, validated by
+    :func:`hpc_refer.envs.episode_columns`); every episode then brings one value of each.
     ``resume``: the lengths of the metric files at the checkpoint a resumed run continues
     from (:meth:`offsets` of the run that wrote it) and that checkpoint's step; the files are
-    then continued, not rewritten.
+    then continued, not rewritten. ``report``: what writes report.html, needed when
+    ``run.report_every`` > 0 (ValueError otherwise).
     """
 
-    def __init__(self, path: Path, config: Config, quiet: bool = False,
-                 resume: tuple[dict[str, int], int] | None = None) -> None:
+    def __init__(self, path: Path, config: Config, episode_metrics: tuple[str, ...] = (),
+                 quiet: bool = False, resume: tuple[dict[str, int], int] | None = None,
+                 report: ReportWriter | None = None) -> None:
+        if config.run.report_every and report is None:
+            raise ValueError(f"run.report_every = {config.run.report_every} needs a report "
+                             "writer (RunDirectory(..., report=...))")
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
         config.write_toml(path / CONFIG_FILE)
-        columns = episode_columns(config.run.env)
-        self._metric_names = columns[len(EPISODE_FIELDS):]
+        columns = EPISODE_FIELDS + tuple(episode_metrics)
+        self._metric_names = tuple(episode_metrics)
         self.metric = self._metric_names[0] if self._metric_names else None
         """The first episode metric, shown in the progress line."""
         with_eval = config.run.eval_every > 0 or (path / EVAL_FILE).exists()
@@ -123,6 +129,7 @@ class RunDirectory:
         self.recent_metric: deque[float] = deque(maxlen=20)
         self._board = (_event_writer(path / TENSORBOARD_DIR) if config.run.tensorboard
                        else None)
+        self._report = report
         self._report_every = config.run.report_every
         self._next_report = self._report_every
         self.training_start: tuple[float, int] | None = None
@@ -182,7 +189,10 @@ class RunDirectory:
 
     def _row(self, env_step: int, rank: int, ret: float, length: int,
              values: tuple[float, ...]) -> tuple[object, ...]:
-        """An episode's row of episodes.csv or eval.csv."""
+        """An episode's row of episodes.csv or eval.csv (one value per episode metric)."""
+        if len(values) != len(self._metric_names):
+            raise ValueError(f"an episode with {len(values)} metric values, but the run "
+                             f"directory's episode metrics are {self._metric_names}")
         return (env_step, rank, f"{ret:.6g}", length, f"{self.wall():.3f}",
                 *(f"{v:.6g}" for v in values))
 
@@ -241,15 +251,15 @@ class RunDirectory:
             self.write_report()
 
     def write_report(self) -> None:
-        """Rewrite ``report.html`` from the files written so far; a failure is logged, never
-        raised (the report must not stop a run)."""
-        from hpc_refer.report import write_report
-
+        """Rewrite ``report.html`` from the files written so far (nothing without a report
+        writer); a failure is logged, never raised (the report must not stop a run)."""
+        if self._report is None:
+            return
         for f in (self._episodes, self._eval):
             if f is not None:
                 f.flush()
         try:
-            write_report([self.path], self.path / REPORT_FILE)
+            self._report(self.path)
         except Exception as err:  # any error of drawing or writing: the run goes on
             self.log(f"{REPORT_FILE} not written: {type(err).__name__}: {err}")
 

@@ -530,6 +530,12 @@ def write_report(run_dirs: list[Path], out: Path, window: int | None = None) -> 
     return out
 
 
+def write_run_report(run_dir: Path) -> Path:
+    """The report of one run to ``run_dir/report.html`` (what ``run.report_every`` refreshes
+    during a run)."""
+    return write_report([run_dir], run_dir / REPORT_FILE)
+
+
 def group_runs(run_dirs: list[Path]) -> dict[str, list[Path]]:
     """Run directories by setting (:func:`~hpc_refer.plot.run_label`), in the given order."""
     groups: dict[str, list[Path]] = defaultdict(list)

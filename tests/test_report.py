@@ -18,7 +18,7 @@ from hpc_refer.config import build_config
 from hpc_refer.envs import TeamDriver
 from hpc_refer.envs.ks import HORIZON, KuramotoSivashinsky, N
 from hpc_refer.metrics import RunDirectory, machine_info
-from hpc_refer.report import Run, main, render
+from hpc_refer.report import Run, main, render, write_run_report
 from hpc_refer.schema import RHO_EDGES
 from hpc_refer.series import StepSeries
 
@@ -44,7 +44,7 @@ def fake_run(path: Path, seed: int, *, steps: int = 4000, faults: int = 0,
     """A run directory as a KS run writes it: config, episodes, interval records with the
     rho histogram, a log line about a fault, a field of environment 0, machine.json."""
     config = build_config({"run": {"env": "KS", "seed": seed, "steps": steps}})
-    run = RunDirectory(path, config, quiet=True)
+    run = RunDirectory(path, config, ("energy",) if metric else (), quiet=True)
     rng = np.random.default_rng(seed)
     for step in range(200, steps + 1, 200):
         run.episode(step, 1 + step // 200 % 2, float(-1 + step / steps + rng.normal(0, 0.1)),
@@ -95,7 +95,7 @@ def test_a_report_shows_every_section_with_data(tmp_path):
 
 def test_missing_data_is_named_not_drawn_empty(tmp_path):
     config = build_config({"run": {"env": "KS"}})
-    RunDirectory(tmp_path / "r", config, quiet=True).close()
+    RunDirectory(tmp_path / "r", config, ("energy",), quiet=True).close()
     page = render([Run(tmp_path / "r")])
     assert figures(page) == []
     for absent in ("No episode has ended yet", "No interval record yet", "no step metrics",
@@ -167,7 +167,8 @@ def test_report_every_is_validated(value, tmp_path):
 
 def test_the_report_is_rewritten_every_report_every_steps(tmp_path):
     config = build_config({"run": {"env": "KS", "steps": 2000, "report_every": 400}})
-    run = RunDirectory(tmp_path / "r", config, quiet=True)
+    run = RunDirectory(tmp_path / "r", config, ("energy",), quiet=True,
+                       report=write_run_report)
     report = tmp_path / "r" / "report.html"
     shown = []
     for step in range(200, 1001, 200):
@@ -177,6 +178,23 @@ def test_the_report_is_rewritten_every_report_every_steps(tmp_path):
     assert shown == [None, "400", "400", "800", "800"]
     run.close()  # and once more at the end
     assert "<td>1000 / 2000</td>" in report.read_text()
+
+
+def test_report_every_needs_a_report_writer(tmp_path):
+    config = build_config({"run": {"env": "KS", "report_every": 400}})
+    with pytest.raises(ValueError, match="report writer"):
+        RunDirectory(tmp_path / "r", config, ("energy",), quiet=True)
+    assert not (tmp_path / "r").exists()
+
+
+def test_an_episode_brings_one_value_per_episode_metric(tmp_path):
+    run = RunDirectory(tmp_path / "r", build_config({"run": {"env": "KS"}}), ("energy",),
+                       quiet=True)
+    run.episode(100, 1, -1.0, 100, (0.7,))
+    with pytest.raises(ValueError, match=r"2 metric values.*\('energy',\)"):
+        run.episode(200, 1, -1.0, 100, (0.7, 0.1))
+    run.close()
+    assert (tmp_path / "r" / "episodes.csv").read_text().splitlines()[0].endswith(",energy")
 
 
 def section(page: str, heading: str) -> str:

@@ -1,7 +1,8 @@
 """The run-file schema (issue 23, points 3 and 6): one module names the run directory's files
 and the fields of their records; the interval record of ``train.jsonl`` is typed and reads
 the lines today's and earlier runs wrote; the tools that read run files (report, plot)
-import neither torch nor numba, nor anything above them."""
+import neither torch nor numba, nor anything above them, and the run directory's writer
+(metrics) neither the environments nor the report."""
 
 from __future__ import annotations
 
@@ -24,6 +25,15 @@ def test_report_and_plot_import_neither_torch_nor_numba():
     out = run_snippet("import sys\n"
                       "import hpc_refer.plot, hpc_refer.report, hpc_refer.schema\n"
                       f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n")
+    assert out.strip().splitlines()[-1] == "[]", out
+
+
+def test_the_run_directory_imports_neither_the_environments_nor_the_report():
+    """Its creator hands RunDirectory the episode metric names and the report writer."""
+    above = ("hpc_refer.envs", "hpc_refer.report", "hpc_refer.plot", "matplotlib", *HEAVY)
+    out = run_snippet("import sys\n"
+                      "import hpc_refer.metrics\n"
+                      f"print(sorted(m for m in {above!r} if m in sys.modules))\n")
     assert out.strip().splitlines()[-1] == "[]", out
 
 
