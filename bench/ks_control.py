@@ -30,6 +30,7 @@ from common import RESULTS, write
 
 import hpc_refer.envs.ks as ks
 from hpc_refer.config import build_config, load_toml
+from hpc_refer.envs import episode_metric_names
 from hpc_refer.metrics import RunDirectory
 from hpc_refer.networks import GaussianPolicyValueNet
 from hpc_refer.training import set_threads, train_local
@@ -46,7 +47,7 @@ def train(steps: int, seed: int, run_dir: Path) -> tuple[GaussianPolicyValueNet,
     layers["run"].update(steps=steps, seed=seed, log_every=max(steps // 10, 1))
     config = build_config(layers)
     set_threads(config)
-    run = RunDirectory(run_dir, config)
+    run = RunDirectory(run_dir, config, episode_metric_names(config.run.env))
     start = time.perf_counter()
     try:
         learner = train_local(config, run).learner

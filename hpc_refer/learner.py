@@ -57,11 +57,7 @@ from hpc_refer.replay import (
     ScalingSums,
     StoredEpisode,
 )
-
-RHO_EDGES = np.linspace(-2.0, 2.0, 41)
-"""Bin edges of log10(rho) in the interval records' ``rho_hist`` (0.01 to 100 in 40 bins;
-rarer values are counted in the end bins): far-policy samples lie beyond log10 c_max on
-either side of 0."""
+from hpc_refer.schema import RHO_EDGES
 
 ADOPTED_SOURCE = -1
 """The source under which :meth:`Learner.adopt` stores episodes (no actor uses it)."""

@@ -71,7 +71,6 @@ from hpc_refer.metrics import RunDirectory
 from hpc_refer.records import (
     EpisodeRecord,
     Incoming,
-    IntervalRecord,
     LoggedEpisode,
     MessageKind,
     StateTree,
@@ -80,6 +79,7 @@ from hpc_refer.records import (
 )
 from hpc_refer.replay import ChunkEnd
 from hpc_refer.resume import part_attrs
+from hpc_refer.schema import IntervalRecord
 from hpc_refer.supervision import STOP
 
 
@@ -104,29 +104,29 @@ class IntervalStats:
 
     def record(self, learner: Learner, env_steps: int, faults: int) -> IntervalRecord:
         """The interval's metrics; far-policy fraction and ``rho_hist`` (counts of log10 rho
-        of the stored transitions in the bins of :data:`~hpc_refer.learner.RHO_EDGES`) from
+        of the stored transitions in the bins of :data:`~hpc_refer.schema.RHO_EDGES`) from
         the global counts (collectives over learners); ``faults``: solver faults of all
         actors so far."""
         dt = max(time.perf_counter() - self.t0, 1e-9)
         refer = learner.refer
         n_far, n_stored = learner.far_counts()
-        out: IntervalRecord = {
-            "env_step": env_steps,
-            "grad_step": learner.grad_steps,
-            "env_steps_per_s": (env_steps - self.env0) / dt,
-            "grad_steps_per_s": (learner.grad_steps - self.grad0) / dt,
-            "learner_busy": 1.0 - self.idle / dt,
-            "beta": refer.beta,
-            "c_max": refer.c_max,
-            "lr": refer.learning_rate,
-            "far_fraction": n_far / max(n_stored, 1),
-            "stored": n_stored,
-            "reward_scale": learner.replay.reward_scale,
-            "solver_faults": faults,
-            "rho_hist": learner.rho_histogram().tolist(),
-        }
-        out.update({k: v / self.count for k, v in self.sums.items()} if self.count else {})
-        return out
+        return IntervalRecord(
+            env_step=env_steps,
+            grad_step=learner.grad_steps,
+            env_steps_per_s=(env_steps - self.env0) / dt,
+            grad_steps_per_s=(learner.grad_steps - self.grad0) / dt,
+            learner_busy=1.0 - self.idle / dt,
+            beta=refer.beta,
+            c_max=refer.c_max,
+            lr=refer.learning_rate,
+            far_fraction=n_far / max(n_stored, 1),
+            stored=n_stored,
+            reward_scale=learner.replay.reward_scale,
+            solver_faults=faults,
+            rho_hist=tuple(learner.rho_histogram().tolist()),
+            compiled=learner.step.compiled,
+            stats={k: v / self.count for k, v in self.sums.items()} if self.count else {},
+        )
 
     def checkpoint_state(self) -> StateTree:
         """The sums and counts (not the wall clock: rates restart with the resumed run)."""

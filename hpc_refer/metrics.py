@@ -1,26 +1,11 @@
 """The run directory: resolved config, metrics, log and progress lines.
 
-Layout of ``runs/<name>/``::
-
-    config.toml       the resolved configuration (defaults < TOML file < flags)
-    episodes.csv      env_step, rank, return, length, wall_s, then the solver's episode
-                      metrics (e.g. KS: energy): one line per finished episode
-    train.jsonl       one JSON object per interval of ``run.log_every`` environment steps
-    eval.csv          evaluation episodes of the mean policy (``run.eval_every`` > 0):
-                      env_step, rank, return, length, wall_s, then the episode metrics
-    log.txt           the progress lines and messages of rank 0
-    state.txt         running, preempted (stopped by a signal: resume it), finished or failed
-    machine.json      one entry per start of the run: host, CPU, cores, library versions,
-                      world size and rank layout
-    report.html       with ``run.report_every``: the run report (python -m hpc_refer.report)
-    fields/           env-<k>.npz: the last episode's field of environment k, for solvers
-                      that provide ``episode_field()`` (KS: u(x, t))
-    series/           env-<k>.h5: environment k's ``step_metrics`` per step
-                      (:mod:`hpc_refer.series`)
-    policy.h5         the latest policy (``python -m hpc_refer.evaluate RUN_DIR``)
-    tensorboard/      with ``run.tensorboard``: the train.jsonl scalars (``train/<key>``) and
-                      each episode's return, length and metrics (``episode/<name>``), by step
-    checkpoints/      step-<env step>/ with one HDF5 part per rank and manifest.json
+The files and what each record holds are named in :mod:`hpc_refer.schema` (its docstring is
+the layout of ``runs/<name>/``). :class:`RunDirectory` writes them; its creator hands it what
+lies above this module: the solver's episode metric names (the extra columns of
+episodes.csv, :func:`hpc_refer.envs.episode_columns`) and the writer of report.html (the run
+report, :mod:`hpc_refer.report`), so the run directory imports neither the environments nor
+the report.
 
 A resumed run (``--restart``) appends to the same files. Rows written after the checkpoint it
 resumes from (a run killed between checkpoints) would be written again by the resumed run: they
@@ -39,25 +24,33 @@ import re
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
-from hpc_refer.config import Config, ConfigError, Sampling
-from hpc_refer.envs import episode_metric_names
+from hpc_refer.config import Config, Sampling
+from hpc_refer.schema import (
+    CONFIG_FILE,
+    EPISODE_FIELDS,
+    EPISODES_FILE,
+    EVAL_FILE,
+    LOG_FILE,
+    MACHINE_FILE,
+    METRIC_FILES,
+    REPORT_FILE,
+    RHO_EDGES,
+    STATE_FILE,
+    STATES,
+    TENSORBOARD_DIR,
+    TRAIN_FILE,
+    IntervalRecord,
+)
 
-EPISODE_FIELDS = ("env_step", "rank", "return", "length", "wall_s")
-
-
-def episode_columns(env_id: str) -> tuple[str, ...]:
-    """The columns of ``episodes.csv``: the fixed ones, then the solver's episode metrics."""
-    names = episode_metric_names(env_id)
-    clash = sorted(set(names) & set(EPISODE_FIELDS))
-    if clash:
-        raise ConfigError(f"{env_id}.episode_metrics = {names!r} is invalid: the names "
-                          f"{', '.join(EPISODE_FIELDS)} are taken by episodes.csv")
-    return EPISODE_FIELDS + names
+ReportWriter = Callable[[Path], object]
+"""Writes the report of the run directory it is given to ``RUN_DIR/report.html``
+(:func:`hpc_refer.report.write_run_report`)."""
 
 
 def default_run_name(config: Config) -> str:
@@ -89,49 +82,54 @@ def new_run_dir(config: Config, root: Path = Path("runs")) -> Path:
     return path
 
 
-METRIC_FILES = ("episodes.csv", "train.jsonl", "eval.csv")
-"""The files a checkpoint records the length of (see :meth:`RunDirectory.offsets`)."""
-STATES = ("running", "preempted", "finished", "failed")
-
-
 class RunDirectory:
     """Writes the run's files; created only after the whole configuration was validated.
 
+    ``episode_metrics``: the names of the solver's episode metrics (the columns of
+    episodes.csv and eval.csv after :data:`~hpc_refer.schema.EPISODE_FIELDS`, validated by
+    :func:`hpc_refer.envs.episode_columns`); every episode then brings one value of each.
     ``resume``: the lengths of the metric files at the checkpoint a resumed run continues
     from (:meth:`offsets` of the run that wrote it) and that checkpoint's step; the files are
-    then continued, not rewritten.
+    then continued, not rewritten. ``report``: what writes report.html, needed when
+    ``run.report_every`` > 0 (ValueError otherwise).
     """
 
-    def __init__(self, path: Path, config: Config, quiet: bool = False,
-                 resume: tuple[dict[str, int], int] | None = None) -> None:
+    def __init__(self, path: Path, config: Config, episode_metrics: tuple[str, ...] = (),
+                 quiet: bool = False, resume: tuple[dict[str, int], int] | None = None,
+                 report: ReportWriter | None = None) -> None:
+        if config.run.report_every and report is None:
+            raise ValueError(f"run.report_every = {config.run.report_every} needs a report "
+                             "writer (RunDirectory(..., report=...))")
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
-        config.write_toml(path / "config.toml")
-        columns = episode_columns(config.run.env)
-        self._metric_names = columns[len(EPISODE_FIELDS):]
+        config.write_toml(path / CONFIG_FILE)
+        columns = EPISODE_FIELDS + tuple(episode_metrics)
+        self._metric_names = tuple(episode_metrics)
         self.metric = self._metric_names[0] if self._metric_names else None
         """The first episode metric, shown in the progress line."""
-        with_eval = config.run.eval_every > 0 or (path / "eval.csv").exists()
+        with_eval = config.run.eval_every > 0 or (path / EVAL_FILE).exists()
         if resume is not None:
             offsets, step = resume
             for name in METRIC_FILES:
                 self._cut_after(name, offsets.get(name, 0), step)
         mode = "a" if resume is not None else "w"
-        self._episodes = (path / "episodes.csv").open(mode, newline="")
+        self._episodes = (path / EPISODES_FILE).open(mode, newline="")
         self._episode_writer = csv.writer(self._episodes)
-        self._eval = (path / "eval.csv").open(mode, newline="") if with_eval else None
+        self._eval = (path / EVAL_FILE).open(mode, newline="") if with_eval else None
         self._eval_writer = csv.writer(self._eval) if self._eval is not None else None
         if resume is None:
             self._episode_writer.writerow(columns)
             if self._eval_writer is not None:
                 self._eval_writer.writerow(columns)
-        self._train = (path / "train.jsonl").open(mode)
-        self._log = (path / "log.txt").open(mode)
+        self._train = (path / TRAIN_FILE).open(mode)
+        self._log = (path / LOG_FILE).open(mode)
         self._out: TextIO | None = None if quiet else sys.stdout
         self.t0 = time.perf_counter()
         self.recent: deque[float] = deque(maxlen=20)
         self.recent_metric: deque[float] = deque(maxlen=20)
-        self._board = _event_writer(path / "tensorboard") if config.run.tensorboard else None
+        self._board = (_event_writer(path / TENSORBOARD_DIR) if config.run.tensorboard
+                       else None)
+        self._report = report
         self._report_every = config.run.report_every
         self._next_report = self._report_every
         self.training_start: tuple[float, int] | None = None
@@ -155,8 +153,8 @@ class RunDirectory:
     def offsets(self) -> dict[str, int]:
         """The byte length of each metric file, everything written so far flushed."""
         out = {}
-        for name, f in (("episodes.csv", self._episodes), ("train.jsonl", self._train),
-                        ("eval.csv", self._eval)):
+        for name, f in zip(METRIC_FILES, (self._episodes, self._train, self._eval),
+                           strict=True):
             if f is not None:
                 f.flush()
                 out[name] = f.tell()
@@ -165,34 +163,44 @@ class RunDirectory:
     def record_machine(self, info: dict[str, Any]) -> None:
         """Append ``info`` (:func:`machine_info`) to ``machine.json`` (a list: one entry per
         start of the run, the first and every resume), by an atomic rename."""
-        path = self.path / "machine.json"
+        path = self.path / MACHINE_FILE
         entries = json.loads(path.read_text()) if path.exists() else []
-        tmp = path.with_name("machine.json.tmp")
+        tmp = path.with_name(MACHINE_FILE + ".tmp")
         tmp.write_text(json.dumps([*entries, info], indent=1) + "\n")
         tmp.replace(path)
 
     def set_state(self, state: str) -> None:
         """Write ``state.txt`` (one of :data:`STATES`) by an atomic rename."""
         assert state in STATES
-        tmp = self.path / "state.txt.tmp"
+        tmp = self.path / (STATE_FILE + ".tmp")
         tmp.write_text(state + "\n")
-        tmp.replace(self.path / "state.txt")
+        tmp.replace(self.path / STATE_FILE)
 
     def evaluation(self, env_step: int, rank: int, ret: float, length: int,
                    values: tuple[float, ...] = ()) -> None:
         """One evaluation episode (the round asked for at ``env_step``) in eval.csv."""
         if self._eval_writer is None:
             return
-        self._eval_writer.writerow((env_step, rank, f"{ret:.6g}", length, f"{self.wall():.3f}",
-                                    *(f"{v:.6g}" for v in values)))
+        self._eval_writer.writerow(self._row(env_step, rank, ret, length, values))
 
     def wall(self) -> float:
+        """Seconds since this run directory was opened (this start of the run)."""
         return time.perf_counter() - self.t0
+
+    def _row(self, env_step: int, rank: int, ret: float, length: int,
+             values: tuple[float, ...]) -> tuple[object, ...]:
+        """An episode's row of episodes.csv or eval.csv (one value per episode metric)."""
+        if len(values) != len(self._metric_names):
+            raise ValueError(f"an episode with {len(values)} metric values, but the run "
+                             f"directory's episode metrics are {self._metric_names}")
+        return (env_step, rank, f"{ret:.6g}", length, f"{self.wall():.3f}",
+                *(f"{v:.6g}" for v in values))
 
     def episode(self, env_step: int, rank: int, ret: float, length: int,
                 values: tuple[float, ...] = ()) -> None:
-        self._episode_writer.writerow((env_step, rank, f"{ret:.6g}", length, f"{self.wall():.3f}",
-                                       *(f"{v:.6g}" for v in values)))
+        """A finished training episode: a row of episodes.csv, the progress line's means and
+        (with ``run.tensorboard``) the ``episode/<name>`` scalars."""
+        self._episode_writer.writerow(self._row(env_step, rank, ret, length, values))
         self.recent.append(ret)
         if values:
             self.recent_metric.append(values[0])
@@ -202,7 +210,7 @@ class RunDirectory:
             for name, value in zip(self._metric_names, values, strict=True):
                 self._board.add_scalar(f"episode/{name}", value, env_step)
 
-    def progress(self, record: dict[str, Any], total: int) -> str:
+    def progress(self, record: IntervalRecord, total: int) -> str:
         """The progress line of an interval record (means over the last 20 episodes); the
         ETA uses the speed since training started (the first record with gradient steps),
         the interval's speed before that and at that record."""
@@ -210,50 +218,50 @@ class RunDirectory:
         metric = None
         if self.metric is not None and self.recent_metric:
             metric = (self.metric, sum(self.recent_metric) / len(self.recent_metric))
-        step, rate = int(record["env_step"]), float(record["env_steps_per_s"])
+        step, rate = record.env_step, record.env_steps_per_s
         eta_rate = rate
-        if int(record.get("grad_step", 0)) > 0:
+        if record.grad_step > 0:
             now = self.wall()
             if self.training_start is None:
                 self.training_start = (now, step)
             wall0, step0 = self.training_start
             if now > wall0 and step > step0:
                 eta_rate = (step - step0) / (now - wall0)
-        return progress_line(step, total, rate, recent, float(record["beta"]),
-                             float(record["far_fraction"]), float(record["c_max"]), metric,
-                             eta_rate)
+        return progress_line(step, total, rate, recent, record.beta, record.far_fraction,
+                             record.c_max, metric, eta_rate)
 
-    def interval(self, record: dict[str, Any]) -> None:
-        self._train.write(json.dumps(record) + "\n")
+    def interval(self, record: IntervalRecord) -> None:
+        """An interval record: a line of train.jsonl (and TensorBoard's ``train/<key>``
+        scalars and ``train/rho_hist`` histogram); the episode files are flushed with it, and
+        report.html rewritten when ``run.report_every`` steps have passed."""
+        self._train.write(record.to_json() + "\n")
         self._train.flush()
+        step = record.env_step
         if self._board is not None:
-            step = int(record["env_step"])
-            for key, value in record.items():
-                if isinstance(value, list):
-                    _add_histogram(self._board, f"train/{key}", value, step)
-                elif key != "env_step":
+            for key, value in record.scalars().items():
+                if key != "env_step":
                     self._board.add_scalar(f"train/{key}", value, step)
+            _add_histogram(self._board, "train/rho_hist", record.rho_hist, step)
             self._board.flush()
         self._episodes.flush()
         if self._eval is not None:
             self._eval.flush()
-        if self._report_every and int(record["env_step"]) >= self._next_report:
-            self._next_report = (int(record["env_step"]) // self._report_every + 1
-                                 ) * self._report_every
+        if self._report_every and step >= self._next_report:
+            self._next_report = (step // self._report_every + 1) * self._report_every
             self.write_report()
 
     def write_report(self) -> None:
-        """Rewrite ``report.html`` from the files written so far; a failure is logged, never
-        raised (the report must not stop a run)."""
-        from hpc_refer.report import write_report
-
+        """Rewrite ``report.html`` from the files written so far (nothing without a report
+        writer); a failure is logged, never raised (the report must not stop a run)."""
+        if self._report is None:
+            return
         for f in (self._episodes, self._eval):
             if f is not None:
                 f.flush()
         try:
-            write_report([self.path], self.path / "report.html")
+            self._report(self.path)
         except Exception as err:  # any error of drawing or writing: the run goes on
-            self.log(f"report.html not written: {type(err).__name__}: {err}")
+            self.log(f"{REPORT_FILE} not written: {type(err).__name__}: {err}")
 
     def log(self, line: str) -> None:
         self._log.write(line + "\n")
@@ -304,11 +312,9 @@ def _event_writer(logdir: Path) -> Any:
     return SummaryWriter(log_dir=str(logdir))
 
 
-def _add_histogram(board: Any, tag: str, counts: list[int], step: int) -> None:
-    """Bin counts over :data:`~hpc_refer.learner.RHO_EDGES` as a TensorBoard histogram (the
+def _add_histogram(board: Any, tag: str, counts: tuple[int, ...], step: int) -> None:
+    """Bin counts over :data:`~hpc_refer.schema.RHO_EDGES` as a TensorBoard histogram (the
     sums from the bin centres); nothing when the histogram is empty."""
-    from hpc_refer.learner import RHO_EDGES
-
     n = np.asarray(counts, dtype=np.float64)
     if n.sum() == 0:
         return

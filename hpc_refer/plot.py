@@ -25,7 +25,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from hpc_refer.config import build_config
+from hpc_refer.schema import CONFIG_FILE, EPISODES_FILE, EVAL_FILE, TRAIN_FILE, read_intervals
 
 
 def window_means(steps: np.ndarray, returns: np.ndarray,
@@ -47,9 +47,9 @@ def window_means(steps: np.ndarray, returns: np.ndarray,
 
 def windowed_returns(run_dir: Path, window: int) -> tuple[np.ndarray, np.ndarray]:
     """Window ends and mean return per window (NaN where no episode ended) of one run."""
-    path = run_dir / "episodes.csv"
+    path = run_dir / EPISODES_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"{run_dir}: no episodes.csv (is it a run directory?)")
+        raise FileNotFoundError(f"{run_dir}: no {EPISODES_FILE} (is it a run directory?)")
     with path.open() as f:
         rows = [(int(r["env_step"]), float(r["return"])) for r in csv.DictReader(f)]
     return window_means(np.array([s for s, _ in rows], dtype=np.int64),
@@ -58,7 +58,7 @@ def windowed_returns(run_dir: Path, window: int) -> tuple[np.ndarray, np.ndarray
 
 def evaluation_rounds(run_dir: Path) -> tuple[np.ndarray, np.ndarray] | None:
     """Steps and mean return of each evaluation round of a run (None without eval.csv)."""
-    path = run_dir / "eval.csv"
+    path = run_dir / EVAL_FILE
     if not path.is_file():
         return None
     with path.open() as f:
@@ -85,7 +85,7 @@ def auto_window(run_dirs: list[Path]) -> int:
     episode and the curve is a line, not scattered dots."""
     longest, episodes = 0, 0
     for d in run_dirs:
-        path = d / "episodes.csv"
+        path = d / EPISODES_FILE
         if path.is_file():
             with path.open() as f:
                 steps = [int(r["env_step"]) for r in csv.DictReader(f)]
@@ -118,12 +118,13 @@ def seed_band(curves: list[tuple[np.ndarray, np.ndarray]]
 
 def run_label(run_dir: Path) -> str:
     """``<env> <mode>`` from the run's config.toml, with ``compiled`` when its learners took
-    compiled steps (``run.compile``; runs from before the option stepped eagerly), so that
-    the two kinds of step are told apart."""
-    with (run_dir / "config.toml").open("rb") as f:
+    compiled steps (a train.jsonl record says ``compiled``), so that the two kinds of step
+    are told apart. Runs that stepped eagerly (their compile failed, too), have not stepped
+    yet or were written before the record held the field get no ``compiled``."""
+    with (run_dir / CONFIG_FILE).open("rb") as f:
         cfg = tomllib.load(f)
     label = f"{cfg['run']['env']} {cfg['refer']['mode']}"
-    if "compile" in cfg["run"] and build_config(cfg).compiles:
+    if any(r.compiled for r in read_intervals(run_dir / TRAIN_FILE)):
         label += " compiled"
     return label
 
@@ -134,10 +135,11 @@ def draw_learning_curves(ax: Any, run_dirs: list[Path], window: int) -> dict[str
     groups: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
     evals: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
     for d in run_dirs:
-        groups[run_label(d)].append(windowed_returns(d, window))
+        label = run_label(d)
+        groups[label].append(windowed_returns(d, window))
         rounds = evaluation_rounds(d)
         if rounds is not None:
-            evals[run_label(d)].append(rounds)
+            evals[label].append(rounds)
     summary: dict[str, dict] = {}
     for label, curves in sorted(groups.items()):
         x, mean, lo, hi = seed_band(curves)
@@ -192,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         window = args.window if args.window is not None else auto_window(args.runs)
         plot_runs(args.runs, args.out, window, args.title)
-    except (FileNotFoundError, KeyError, tomllib.TOMLDecodeError) as err:
+    except (FileNotFoundError, KeyError, ValueError) as err:  # TOML or train.jsonl errors too
         print(f"hpc_refer.plot: error: {err}", file=sys.stderr)
         return 2
     print(f"wrote {args.out} (mean return per window of {window} environment steps)")

@@ -120,9 +120,6 @@ class LoggedEpisode(NamedTuple):
     values: tuple[float, ...]
 
 
-IntervalRecord = dict[str, float | int | list[int]]
-"""One line of ``train.jsonl``: scalars by name, and the ``rho_hist`` counts."""
-
 StateTree = dict[str, Any]
 """What an owner of run state hands to a checkpoint (``checkpoint_state()``) and takes back
 (``restore_state(tree)``): nested dicts whose leaves are numpy arrays, Python scalars

@@ -4,7 +4,8 @@ One static HTML page per run, or per group of runs of one setting (seeds: the sa
 environment and ReF-ER mode, as :mod:`hpc_refer.plot` labels them), self-contained: the
 figures are inline SVG drawn by matplotlib (pictures inside them as data URIs), nothing is
 fetched when it is opened, so it can be copied off a cluster and opened anywhere. It shows
-what the run directories hold, and says what is absent:
+what the run directories hold (the files and records named in :mod:`hpc_refer.schema`), and
+says what is absent:
 
 * the learning curve: windowed mean return over seeds with the 20-80% band, as the paper
   draws it, and the evaluation rounds of the mean policy (``eval.csv``);
@@ -12,7 +13,8 @@ what the run directories hold, and says what is absent:
   (eq. 13), the far-policy fraction with its target D;
 * histograms of log10 rho of the stored transitions over time (``rho_hist`` of
   ``train.jsonl``), with the near-policy band 1/c_max < rho < c_max;
-* the losses and the KL of the step diagnostics;
+* the algorithm's named statistics of its gradient steps (``stats`` of the interval records:
+  losses, kl, near_fraction, ...);
 * environment and gradient steps/s over the run, and environment steps/s per actor rank
   (from each rank's episodes);
 * solver faults over the run, and the log lines that name them;
@@ -49,9 +51,24 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from hpc_refer.learner import RHO_EDGES
-from hpc_refer.metrics import EPISODE_FIELDS
 from hpc_refer.plot import auto_window, draw_learning_curves, run_label, window_means
+from hpc_refer.schema import (
+    CONFIG_FILE,
+    EPISODE_FIELDS,
+    EPISODES_FILE,
+    EVAL_FILE,
+    FIELDS_DIR,
+    LOG_FILE,
+    MACHINE_FILE,
+    REPORT_FILE,
+    RHO_EDGES,
+    SERIES_DIR,
+    SNAPSHOTS_DIR,
+    STATE_FILE,
+    TRAIN_FILE,
+    IntervalRecord,
+    read_intervals,
+)
 from hpc_refer.series import read_series
 from hpc_refer.snapshot_plot import draw_snapshot
 
@@ -59,7 +76,7 @@ DIAGNOSTICS = (("beta", "beta (penalty coefficient, eq. 12)"),
                ("c_max", "c_max (eq. 13)"),
                ("lr", "learning rate (eq. 13)"),
                ("far_fraction", "far-policy fraction"))
-"""The ReF-ER state drawn against environment steps: (train.jsonl key, axis title)."""
+"""The ReF-ER state drawn against environment steps: (interval record field, axis title)."""
 
 DATA_GID = "data"
 """The SVG id prefix of every drawn data artist: the browser check counts them."""
@@ -80,29 +97,31 @@ class Run:
     """What one run directory holds, read once (missing files give empty data)."""
 
     def __init__(self, path: Path) -> None:
-        if not (path / "config.toml").is_file():
-            raise FileNotFoundError(f"{path}: no config.toml (is it a run directory?)")
+        if not (path / CONFIG_FILE).is_file():
+            raise FileNotFoundError(f"{path}: no {CONFIG_FILE} (is it a run directory?)")
         self.path = path
         self.name = path.resolve().name
         self.label = run_label(path)
-        self.config_text = (path / "config.toml").read_text()
+        self.config_text = (path / CONFIG_FILE).read_text()
         self.config = tomllib.loads(self.config_text)
-        self.records = _read_jsonl(path / "train.jsonl")
-        self.episodes = _read_csv(path / "episodes.csv")
-        state = path / "state.txt"
+        self.records: list[IntervalRecord] = read_intervals(path / TRAIN_FILE)
+        self.episodes = _read_csv(path / EPISODES_FILE)
+        state = path / STATE_FILE
         self.state = state.read_text().strip() if state.is_file() else "unknown"
-        machine = path / "machine.json"
+        machine = path / MACHINE_FILE
         self.machines: list[dict[str, Any]] = (json.loads(machine.read_text())
                                                if machine.is_file() else [])
-        log = path / "log.txt"
+        log = path / LOG_FILE
         self.log_lines = log.read_text().splitlines() if log.is_file() else []
-        self.fields = _per_env(path / "fields", "npz")
-        self.series_files = _per_env(path / "series", "h5")
-        self.snapshots = _latest_snapshots(path / "snapshots")
+        self.fields = _per_env(path / FIELDS_DIR, "npz")
+        self.series_files = _per_env(path / SERIES_DIR, "h5")
+        self.snapshots = _latest_snapshots(path / SNAPSHOTS_DIR)
 
     def series(self, key: str) -> tuple[np.ndarray, np.ndarray]:
-        """Environment steps and values of the train.jsonl records that hold ``key``."""
-        rows = [(r["env_step"], r[key]) for r in self.records if key in r]
+        """Environment steps and values of ``key`` (a fixed numeric field or a statistic) of
+        the interval records that hold it."""
+        rows = [(r.env_step, values[key]) for r in self.records
+                if key in (values := r.scalars())]
         return (np.array([s for s, _ in rows], dtype=float),
                 np.array([v for _, v in rows], dtype=float))
 
@@ -126,18 +145,6 @@ def _latest_snapshots(directory: Path) -> list[Path]:
         if match and int(match[2]) > latest.get(int(match[1]), (0, p))[0]:
             latest[int(match[1])] = (int(match[2]), p)
     return [latest[k][1] for k in sorted(latest)]
-
-
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:  # a line cut by a killed run
-            continue
-    return out
 
 
 def _read_csv(path: Path) -> list[dict[str, str]]:
@@ -206,12 +213,12 @@ def _per_run_lines(runs: list[Run], key: str, ax: Any) -> bool:
 def learning_section(runs: list[Run], window: int | None) -> str:
     with_episodes = [r.path for r in runs if r.episodes]
     if not with_episodes:
-        return _absent("No episode has ended yet (episodes.csv is empty).")
+        return _absent(f"No episode has ended yet ({EPISODES_FILE} is empty).")
     w = window if window is not None else auto_window(with_episodes)
     fig, ax = plt.subplots(figsize=(8, 4.2))
     draw_learning_curves(ax, with_episodes, w)
     evals = " Dashed: mean return of each evaluation round of the mean policy." if any(
-        (r.path / "eval.csv").is_file() for r in runs) else " No evaluation rounds (eval.csv)."
+        (r.path / EVAL_FILE).is_file() for r in runs) else f" No evaluation rounds ({EVAL_FILE})."
     return _figure(fig, f"Mean return of the episodes that ended in each window of {w} "
                         f"environment steps: mean over {len(with_episodes)} run(s), band from "
                         f"the 20th to the 80th percentile over runs.{evals}")
@@ -219,7 +226,7 @@ def learning_section(runs: list[Run], window: int | None) -> str:
 
 def refer_section(runs: list[Run]) -> str:
     if not any(r.records for r in runs):
-        return _absent("No interval record yet (train.jsonl is empty).")
+        return _absent(f"No interval record yet ({TRAIN_FILE} is empty).")
     fig, axes = plt.subplots(2, 2, figsize=(9, 5.5), sharex=True)
     for ax, (key, title) in zip(axes.flat, DIAGNOSTICS, strict=True):
         _per_run_lines(runs, key, ax)
@@ -242,8 +249,7 @@ def refer_section(runs: list[Run]) -> str:
 def rho_section(runs: list[Run]) -> str:
     parts = []
     for run in runs:
-        rows = [(r["env_step"], r["rho_hist"], r.get("c_max", np.nan)) for r in run.records
-                if sum(r.get("rho_hist", [])) > 0]
+        rows = [(r.env_step, r.rho_hist, r.c_max) for r in run.records if sum(r.rho_hist) > 0]
         if not rows:
             parts.append(_absent(f"{run.name}: no rho histogram (no stored transition yet, or "
                                  "a run from before rho_hist was recorded)."))
@@ -270,10 +276,11 @@ def rho_section(runs: list[Run]) -> str:
 
 
 def losses_section(runs: list[Run]) -> str:
-    keys = sorted({k for r in runs for rec in r.records for k in rec
-                   if k.startswith("loss") or k == "kl"})
+    """One panel per named statistic of the algorithm (the records' ``stats``: whatever the
+    algorithm reports, losses, kl, near_fraction, q, ...), by name."""
+    keys = sorted({k for r in runs for rec in r.records for k in rec.stats})
     if not keys:
-        return _absent("No gradient step yet: no losses recorded.")
+        return _absent("No gradient step yet: no statistics of the algorithm recorded.")
     fig, axes = plt.subplots(1, len(keys), figsize=(3.4 * len(keys), 3.2), squeeze=False)
     for ax, key in zip(axes[0], keys, strict=True):
         _per_run_lines(runs, key, ax)
@@ -281,8 +288,9 @@ def losses_section(runs: list[Run]) -> str:
         ax.set_xlabel("environment steps")
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    return _figure(fig, "Interval means of the step diagnostics (losses of the algorithm's "
-                        "named loss functions; kl: the mean KL of Rule 2).")
+    return _figure(fig, "Interval means of the algorithm's named statistics of its gradient "
+                        "steps (its losses; kl: the mean KL of Rule 2; near_fraction: the "
+                        "near-policy fraction of the minibatch).")
 
 
 def _rank_rates(run: Run) -> dict[int, float]:
@@ -339,8 +347,7 @@ FAULT_LINE = re.compile(r"fault|failed|timed out|rebuilt|restart", re.IGNORECASE
 
 def faults_section(runs: list[Run]) -> str:
     parts = []
-    total = {r.name: int(r.records[-1].get("solver_faults", 0)) if r.records else 0
-             for r in runs}
+    total = {r.name: r.records[-1].solver_faults if r.records else 0 for r in runs}
     if any(total.values()):
         fig, ax = plt.subplots(figsize=(7, 3))
         _per_run_lines(runs, "solver_faults", ax)
@@ -472,11 +479,11 @@ def _machine_table(run: Run) -> str:
 def _summary(runs: list[Run]) -> str:
     rows = []
     for run in runs:
-        last = run.records[-1] if run.records else {}
+        last = run.records[-1] if run.records else None
         total = run.config_value("run", "steps")
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
-            run.name, run.state, f"{last.get('env_step', 0)} / {total}",
-            last.get("grad_step", 0), len(run.episodes),
+            run.name, run.state, f"{last.env_step if last else 0} / {total}",
+            last.grad_step if last else 0, len(run.episodes),
             f"{np.mean([float(e['return']) for e in run.episodes[-20:]]):.4g}"
             if run.episodes else "-")) + "</tr>")
     return ("<table><tr><th>run</th><th>state</th><th>environment steps</th>"
@@ -499,7 +506,7 @@ def render(runs: list[Run], window: int | None = None) -> str:
         ("Episode metrics", metrics_section(runs, window)),
         ("Per-step series", series_section(runs)),
         ("Flow fields", fields_section(runs)),
-        ("Configuration", "".join(f"<details><summary>{html.escape(r.name)}: config.toml"
+        ("Configuration", "".join(f"<details><summary>{html.escape(r.name)}: {CONFIG_FILE}"
                                   f"</summary><pre>{html.escape(r.config_text)}</pre>"
                                   "</details>" for r in runs)),
         ("Machine", "".join(_machine_table(r) for r in runs)),
@@ -523,12 +530,18 @@ def write_report(run_dirs: list[Path], out: Path, window: int | None = None) -> 
     return out
 
 
+def write_run_report(run_dir: Path) -> Path:
+    """The report of one run to ``run_dir/report.html`` (what ``run.report_every`` refreshes
+    during a run)."""
+    return write_report([run_dir], run_dir / REPORT_FILE)
+
+
 def group_runs(run_dirs: list[Path]) -> dict[str, list[Path]]:
     """Run directories by setting (:func:`~hpc_refer.plot.run_label`), in the given order."""
     groups: dict[str, list[Path]] = defaultdict(list)
     for d in run_dirs:
-        if not (d / "config.toml").is_file():
-            raise FileNotFoundError(f"{d}: no config.toml (is it a run directory?)")
+        if not (d / CONFIG_FILE).is_file():
+            raise FileNotFoundError(f"{d}: no {CONFIG_FILE} (is it a run directory?)")
         groups[run_label(d)].append(d)
     return dict(groups)
 
@@ -568,7 +581,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.out is not None:
                 out = args.out
             elif len(args.runs) == 1:
-                out = dirs[0] / "report.html"
+                out = dirs[0] / REPORT_FILE
             else:
                 out = args.out_dir / f"report-{_slug(label)}.html"
             write_report(dirs, out, args.window)

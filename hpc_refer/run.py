@@ -40,12 +40,14 @@ from hpc_refer.envs import (
     SolverStartError,
     check_env,
     env_dims,
+    episode_columns,
+    episode_metric_names,
     is_external,
     solver_params,
 )
 from hpc_refer.layout import Layout, LayoutError, compute_layout
 from hpc_refer.learner import shard_capacity
-from hpc_refer.metrics import RunDirectory, episode_columns, machine_info, new_run_dir
+from hpc_refer.metrics import RunDirectory, machine_info, new_run_dir
 from hpc_refer.parallel import Fabric, abort_job, app_count, world_rank_size
 from hpc_refer.replay import ReplayShard
 from hpc_refer.resume import Resume
@@ -270,18 +272,28 @@ def load_resume(config: Config, run_dir: Path) -> Resume:
     return Resume(path, manifest)
 
 
+def write_run_report(run_dir: Path) -> Path:
+    """The run directory's report writer: :func:`hpc_refer.report.write_run_report`,
+    imported at the first report (so matplotlib is imported where a report is drawn, not by
+    every rank at start-up)."""
+    from hpc_refer.report import write_run_report as write
+
+    return write(run_dir)
+
+
 def _open_run(start: Start) -> tuple[RunDirectory, Resume | None]:
     """Rank 0: create (or, resuming, reopen) the run directory; errors as OSError,
     ConfigError or CheckpointError, before anything is written."""
     config = start.config
     check_replay_memory(start)
+    metrics = episode_metric_names(config.run.env)  # checked by episode_columns in _validate
     if start.restart is None:
-        return RunDirectory(new_run_dir(config), config), None
+        return RunDirectory(new_run_dir(config), config, metrics, report=write_run_report), None
     resume = load_resume(config, start.restart)
     checkpoint.discard_partials(start.restart)  # parts of an attempt killed mid-checkpoint
     meta = resume.manifest["meta"]
-    run = RunDirectory(start.restart, config,
-                       resume=(meta["files"], int(meta["env_step"])))
+    run = RunDirectory(start.restart, config, metrics,
+                       resume=(meta["files"], int(meta["env_step"])), report=write_run_report)
     return run, resume
 
 

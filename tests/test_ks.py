@@ -18,7 +18,7 @@ import torch
 
 import hpc_refer.envs.ks as ks
 from hpc_refer.config import build_config, load_toml
-from hpc_refer.envs import SolverSpec, env_dims
+from hpc_refer.envs import SolverSpec, env_dims, episode_metric_names
 from hpc_refer.envs.gym_env import Status
 from hpc_refer.metrics import RunDirectory
 from hpc_refer.parallel import world_rank_size
@@ -229,7 +229,7 @@ def test_vracer_refer_lowers_the_energy(in_tmp):
     layers = load_toml(Path(__file__).resolve().parents[1] / "configs" / "ks.toml")
     layers["run"].update(steps=20_000, seed=0)
     config = build_config(layers)
-    run = RunDirectory(Path("ks"), config, quiet=True)
+    run = RunDirectory(Path("ks"), config, episode_metric_names(config.run.env), quiet=True)
     try:
         net = train_local(config, run).learner.algo.net
     finally:

@@ -20,6 +20,7 @@ import hpc_refer.training as training
 from hpc_refer.algorithms import ALGORITHMS
 from hpc_refer.collectives import SerialReducer
 from hpc_refer.config import build_config
+from hpc_refer.envs import episode_metric_names
 from hpc_refer.layout import Role, compute_layout
 from hpc_refer.learner import Learner
 from hpc_refer.metrics import RunDirectory
@@ -57,7 +58,8 @@ def train_everywhere(config, tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
     layout = compute_layout(W, config.run.learners, config.run.ranks_per_env)
     fabric = parallel.Fabric(layout)
-    run = RunDirectory(run_dir, config, quiet=True) if COMM.Get_rank() == 0 else None
+    run = (RunDirectory(run_dir, config, episode_metric_names(config.run.env), quiet=True)
+           if COMM.Get_rank() == 0 else None)
     result = run_role(config, layout, fabric, run)
     if run is not None:
         run.close()

@@ -39,7 +39,9 @@ import pytest
 
 from hpc_refer import checkpoint
 from hpc_refer.evaluate import main as evaluate_main
+from hpc_refer.report import main as report_main
 from hpc_refer.run import main as run_main
+from hpc_refer.schema import read_intervals
 
 pytestmark = pytest.mark.mpi_skip
 
@@ -139,6 +141,11 @@ def test_old_run_directory_resumes(name, in_tmp, capsys):
     assert (run_dir / "state.txt").read_text().strip() == "finished"
     check_config(tomllib.loads((run_dir / "config.toml").read_text()), name)
     check_config(manifest["meta"]["config"], name)
+    # the old lines (no "compiled") and the resumed run's read as one list, and are reported
+    assert "compiled" not in records[0] and records[-1]["compiled"] is False  # --compile off
+    assert [r.env_step for r in read_intervals(run_dir / "train.jsonl")] == steps
+    assert report_main([name]) == 0
+    assert "<h2>Losses</h2><figure" in (run_dir / "report.html").read_text()
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from interval_records import interval_record
 
 from hpc_refer.config import Config
-from hpc_refer.plot import PAPER_WINDOW, auto_window, main, plot_runs
+from hpc_refer.plot import PAPER_WINDOW, auto_window, main, plot_runs, run_label
 
 
 def fake_run(path: Path, last_step: int, every: int = 200) -> Path:
@@ -42,3 +43,20 @@ def test_a_short_run_draws_a_curve_not_a_dot(tmp_path, capsys):
 def test_sparse_episodes_get_windows_that_hold_one(tmp_path):
     # 10 episodes over 4000 steps: a twentieth (200) would leave every other window empty
     assert auto_window([fake_run(tmp_path / "r", 4_000, every=400)]) == 500
+
+
+def test_a_run_is_labelled_compiled_by_its_records_not_its_config(tmp_path):
+    """``compiled`` where a record of train.jsonl says the learner's step ran compiled (a
+    run asking for it whose compile failed stepped eagerly); none for runs written before
+    the field (tests/fixtures: flat lines without it)."""
+    run = fake_run(tmp_path / "r", 4_000)
+    assert run_label(run) == "HalfCheetah-v5 refer"  # no train.jsonl yet
+    lines = [interval_record(200), interval_record(400, grad_step=100)]
+    (run / "train.jsonl").write_text("".join(r.to_json() + "\n" for r in lines))
+    assert run_label(run) == "HalfCheetah-v5 refer"
+    lines.append(interval_record(600, grad_step=300, compiled=True))
+    (run / "train.jsonl").write_text("".join(r.to_json() + "\n" for r in lines))
+    assert run_label(run) == "HalfCheetah-v5 refer compiled"
+    fixtures = Path(__file__).resolve().parent / "fixtures"
+    assert run_label(fixtures / "schema1") == "Pendulum-v1 refer"
+    assert run_label(fixtures / "schema1_ddpg") == "Pendulum-v1 er"

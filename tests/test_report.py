@@ -12,13 +12,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from interval_records import interval_record
 
 from hpc_refer.config import build_config
 from hpc_refer.envs import TeamDriver
 from hpc_refer.envs.ks import HORIZON, KuramotoSivashinsky, N
-from hpc_refer.learner import RHO_EDGES
 from hpc_refer.metrics import RunDirectory, machine_info
-from hpc_refer.report import Run, main, render
+from hpc_refer.report import Run, main, render, write_run_report
+from hpc_refer.schema import RHO_EDGES
 from hpc_refer.series import StepSeries
 
 SECTIONS = ("Runs", "Learning curve", "ReF-ER", "Importance weights rho", "Losses",
@@ -43,18 +44,18 @@ def fake_run(path: Path, seed: int, *, steps: int = 4000, faults: int = 0,
     """A run directory as a KS run writes it: config, episodes, interval records with the
     rho histogram, a log line about a fault, a field of environment 0, machine.json."""
     config = build_config({"run": {"env": "KS", "seed": seed, "steps": steps}})
-    run = RunDirectory(path, config, quiet=True)
+    run = RunDirectory(path, config, ("energy",) if metric else (), quiet=True)
     rng = np.random.default_rng(seed)
     for step in range(200, steps + 1, 200):
         run.episode(step, 1 + step // 200 % 2, float(-1 + step / steps + rng.normal(0, 0.1)),
                     100, (float(rng.uniform(0.5, 0.8)),) if metric else ())
         hist = np.zeros(len(RHO_EDGES) - 1, int)
         hist[18:22] = rng.integers(10, 100, 4)
-        run.interval({"env_step": step, "grad_step": step // 2, "env_steps_per_s": 500.0,
-                      "grad_steps_per_s": 250.0, "beta": step / steps, "c_max": 5 - step / steps,
-                      "lr": 1e-4, "far_fraction": 0.05, "stored": step, "reward_scale": 1.0,
-                      "solver_faults": faults * step // steps, "rho_hist": hist.tolist(),
-                      "loss_pi": 1.0 / step, "loss_v": 2.0 / step, "kl": 0.01})
+        run.interval(interval_record(
+            step, grad_step=step // 2, env_steps_per_s=500.0, grad_steps_per_s=250.0,
+            learner_busy=0.9, beta=step / steps, c_max=5 - step / steps, far_fraction=0.05,
+            solver_faults=faults * step // steps, rho_hist=tuple(hist.tolist()),
+            stats={"loss_pi": 1.0 / step, "loss_v": 2.0 / step, "kl": 0.01}))
     run.log("env 0 (KuramotoSivashinsky) fault: step: state has shape (7,), expected (8,)")
     run.record_machine(machine_info(3, 1, 2, 1, 1))
     run.set_state("finished")
@@ -94,7 +95,7 @@ def test_a_report_shows_every_section_with_data(tmp_path):
 
 def test_missing_data_is_named_not_drawn_empty(tmp_path):
     config = build_config({"run": {"env": "KS"}})
-    RunDirectory(tmp_path / "r", config, quiet=True).close()
+    RunDirectory(tmp_path / "r", config, ("energy",), quiet=True).close()
     page = render([Run(tmp_path / "r")])
     assert figures(page) == []
     for absent in ("No episode has ended yet", "No interval record yet", "no step metrics",
@@ -166,16 +167,75 @@ def test_report_every_is_validated(value, tmp_path):
 
 def test_the_report_is_rewritten_every_report_every_steps(tmp_path):
     config = build_config({"run": {"env": "KS", "steps": 2000, "report_every": 400}})
-    run = RunDirectory(tmp_path / "r", config, quiet=True)
+    run = RunDirectory(tmp_path / "r", config, ("energy",), quiet=True,
+                       report=write_run_report)
     report = tmp_path / "r" / "report.html"
     shown = []
     for step in range(200, 1001, 200):
-        run.interval({"env_step": step, "grad_step": 0, "env_steps_per_s": 1.0,
-                      "grad_steps_per_s": 0.0, "beta": 0.0, "c_max": 5.0, "lr": 1e-4,
-                      "far_fraction": 0.0, "stored": step, "reward_scale": 1.0,
-                      "solver_faults": 0, "rho_hist": []})
+        run.interval(interval_record(step))
         text = report.read_text() if report.exists() else ""
         shown.append(re.search(r"<td>(\d+) / 2000</td>", text).group(1) if text else None)
     assert shown == [None, "400", "400", "800", "800"]
     run.close()  # and once more at the end
     assert "<td>1000 / 2000</td>" in report.read_text()
+
+
+def test_report_every_needs_a_report_writer(tmp_path):
+    config = build_config({"run": {"env": "KS", "report_every": 400}})
+    with pytest.raises(ValueError, match="report writer"):
+        RunDirectory(tmp_path / "r", config, ("energy",), quiet=True)
+    assert not (tmp_path / "r").exists()
+
+
+def test_an_episode_brings_one_value_per_episode_metric(tmp_path):
+    run = RunDirectory(tmp_path / "r", build_config({"run": {"env": "KS"}}), ("energy",),
+                       quiet=True)
+    run.episode(100, 1, -1.0, 100, (0.7,))
+    with pytest.raises(ValueError, match=r"2 metric values.*\('energy',\)"):
+        run.episode(200, 1, -1.0, 100, (0.7, 0.1))
+    run.close()
+    assert (tmp_path / "r" / "episodes.csv").read_text().splitlines()[0].endswith(",energy")
+
+
+def section(page: str, heading: str) -> str:
+    """The HTML of one section of a report page."""
+    return page.split(f"<h2>{heading}</h2>", 1)[1].split("</section>", 1)[0]
+
+
+def test_the_losses_panel_draws_every_statistic_of_the_algorithm(tmp_path):
+    """The records' ``stats``, whatever the algorithm names them (DDPG: q and near_fraction
+    beside its losses): one panel each, one line per run over the records that hold it."""
+    config = build_config({"run": {"env": "Pendulum-v1", "algorithm": "ddpg"}})
+    run = RunDirectory(tmp_path / "r", config, quiet=True)
+    names = ("loss_mu", "loss_q", "near_fraction", "q")
+    for step in (100, 200, 300):  # no gradient step in the first interval: no statistics
+        stats = {n: k / step for k, n in enumerate(names, 1)} if step > 100 else {}
+        run.interval(interval_record(step, stats=stats))
+    run.close()
+    losses = section(render([Run(tmp_path / "r")]), "Losses")
+    assert figures(losses) == [len(names) * 2]
+    for name in names:
+        assert f">{name}</text>" in losses, name  # its panel's title
+    # a run without gradient steps says so
+    config = build_config({"run": {"env": "Pendulum-v1"}})
+    run = RunDirectory(tmp_path / "none", config, quiet=True)
+    run.interval(interval_record(100))
+    run.close()
+    losses = section(render([Run(tmp_path / "none")]), "Losses")
+    assert figures(losses) == [] and "no statistics of the algorithm" in losses
+
+
+@pytest.mark.parametrize("name", ["schema1", "schema1_ddpg"])
+def test_an_old_run_directory_is_reported(name, tmp_path):
+    """The run directories of tests/fixtures (written at 2299f67: train.jsonl without
+    ``compiled``) are reported with their statistics, and labelled without ``compiled``."""
+    fixture = Path(__file__).resolve().parent / "fixtures" / name
+    out = tmp_path / "report.html"
+    assert main([str(fixture), "--out", str(out)]) == 0
+    page = out.read_text()
+    assert "<title>hpc_refer report: Pendulum-v1 " in page and " compiled" not in page
+    losses = section(page, "Losses")
+    stats = ("kl", "loss_pi", "loss_v", "near_fraction") if name == "schema1" else (
+        "kl", "loss_mu", "loss_q", "near_fraction", "q")
+    assert figures(losses) == [2 * len(stats)]  # two records, each with every statistic
+    assert all(f">{s}</text>" in losses for s in stats)

@@ -6,11 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from interval_records import interval_record
 from mpi_launch import run_snippet
 
 from hpc_refer.config import ConfigError, build_config, load_toml
 from hpc_refer.run import main as run_main
 from hpc_refer.run import parse_args
+from hpc_refer.schema import IntervalRecord
 
 # --- 1. one rule for integer and float values, from TOML and from flags ---------------------
 
@@ -148,9 +150,9 @@ def test_run_shorter_than_learn_start_warns_in_the_log(in_tmp):
 # --- 5. the ETA uses the speed since training started ---------------------------------------
 
 
-def _record(step: int, grad: int, rate: float) -> dict[str, float]:
-    return {"env_step": step, "grad_step": grad, "env_steps_per_s": rate, "beta": 0.0,
-            "far_fraction": 0.0, "c_max": 5.0}
+def _record(step: int, grad: int, rate: float) -> IntervalRecord:
+    return interval_record(step, grad_step=grad, env_steps_per_s=rate, beta=0.0,
+                           far_fraction=0.0, c_max=5.0)
 
 
 def test_eta_uses_the_speed_since_training_started(tmp_path):

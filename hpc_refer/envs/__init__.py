@@ -99,6 +99,7 @@ from hpc_refer.envs.interface import (
 )
 from hpc_refer.layout import SeedRole, role_seed
 from hpc_refer.parallel import Team
+from hpc_refer.schema import EPISODE_FIELDS
 
 __all__ = [
     "BUILTIN",
@@ -114,6 +115,7 @@ __all__ = [
     "check_step",
     "env_dims",
     "env_factory",
+    "episode_columns",
     "episode_metric_names",
     "is_external",
     "make_driver",
@@ -302,6 +304,18 @@ def episode_metric_names(env_id: str) -> tuple[str, ...]:
     ``episode_metrics``); () for gymnasium ids and external solvers."""
     cls = _solver_class(env_id)
     return () if cls is None else metric_names(cls, env_id)
+
+
+def episode_columns(env_id: str) -> tuple[str, ...]:
+    """The columns of ``episodes.csv`` (and ``eval.csv``): the fixed ones
+    (:data:`~hpc_refer.schema.EPISODE_FIELDS`), then the solver's episode metrics; a metric
+    that takes a fixed column's name is a ConfigError."""
+    names = episode_metric_names(env_id)
+    clash = sorted(set(names) & set(EPISODE_FIELDS))
+    if clash:
+        raise ConfigError(f"{env_id}.episode_metrics = {names!r} is invalid: the names "
+                          f"{', '.join(EPISODE_FIELDS)} are taken by episodes.csv")
+    return EPISODE_FIELDS + names
 
 
 def check_spaces(cls: type, where: str) -> tuple[int, int]:
