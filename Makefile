@@ -89,6 +89,7 @@ run: install
 lint: install
 	$(VENV)/bin/ruff check hpc_refer tests bench
 	$(VENV)/bin/mypy hpc_refer
+	$(VENV)/bin/lint-imports
 
 test: lint system-mpi system-browser
 	$(PY) -m pytest -q -p no:cacheprovider --color=no

@@ -127,7 +127,7 @@ def bench_end_to_end(steps: int, tmp: Path) -> dict:
         cfg = build_config({"run": {"env": "HalfCheetah-v5", "steps": steps,
                                     "log_every": steps // 6, "compile": mode},
                             "replay": {"size": 2**18, "learn_start": min(start, 2**18)}})
-        run = RunDirectory(tmp / label, cfg, quiet=True)
+        run = RunDirectory(tmp / label, cfg)
         t = time.perf_counter()
         train_local(cfg, run)
         run.close()

@@ -45,7 +45,7 @@ import numpy as np
 from common import RESULTS, write
 
 import hpc_refer.envs.cylinder_jets as cj
-from hpc_refer.checkpoint import load_policy
+from hpc_refer.policy_file import load_policy
 from hpc_refer.snapshot_plot import draw_snapshot, snapshot_scale
 
 EVAL_SEED0 = 10**6

@@ -20,7 +20,7 @@ mu is then still the Gaussian's, which plain ER never reads.
 Solver faults (:class:`~hpc_refer.envs.external.SolverFault`: an answer that fails
 validation, an exception of a Python solver, an in-process solver that did not answer in
 time; see :class:`~hpc_refer.envs.TeamDriver`) end the episode: the faulty step is dropped,
-the fault is counted (``Actor.faults``) and logged on stderr with the actor's rank, the
+the fault is counted (``Actor.faults``) and logged as a warning with the actor's rank, the
 episode's valid steps not yet sent go to the learner as a truncated chunk (this also closes
 the episode's chunks already sent), no episode record is made, and the environment (a Python
 solver rebuilt by the driver) is reset at the next step. ``max_failures`` faults in a row
@@ -38,7 +38,7 @@ episodes of the mean policy between training episodes.
 
 from __future__ import annotations
 
-import sys
+import logging
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -52,6 +52,8 @@ from hpc_refer.records import EpisodeRecord, StateTree, numpy_rng_state, set_num
 from hpc_refer.replay import Chunk, ChunkEnd
 
 OU_THETA = 0.15
+
+LOG = logging.getLogger(__name__)
 
 
 @dataclass
@@ -171,16 +173,13 @@ class Actor:
                 self._obs = self.env.reset(self._seed)
                 self._seed = None
                 self._noise[:] = 0.0
-            mean, std = self._policy(self._obs)
-            u = (mean + std * self._draw(mean.shape)).astype(np.float32)
-            nxt, reward, status = self.env.step(self.to_env(u))
+            u, mean, std, nxt, reward, status = self._transition(self._obs, explore=True)
         except SolverFault as fault:
             self._count_fault(fault, "episode ended and environment reset")
             return self._end_episode(), None
         except SolverFailure as failure:
             self._interrupted = True
-            raise SolverFailure(f"actor rank {self.source}: {failure}") from failure
-        self._faults_in_a_row = 0
+            raise self._failed(failure) from failure
         p = self._pending
         p.obs.append(self._obs)
         p.act.append(u)
@@ -203,14 +202,32 @@ class Actor:
         self._sent = False
         return chunk, record
 
+    def _transition(self, obs: np.ndarray, explore: bool
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float, Status]:
+        """One environment step from ``obs``, the routine of training and evaluation alike:
+        mu's mean and std at ``obs``; the action u = mean + std z (``explore``: the Gaussian
+        or OU noise z of :meth:`_draw`) or the mean itself (evaluation); the environment's
+        answer to ``to_env(u)``. Returns (u, mean, std, next state, reward, status); a valid
+        answer resets the count of consecutive faults (a faulty one raises, see
+        :meth:`_count_fault`)."""
+        mean, std = self._policy(obs)
+        u = (mean + std * self._draw(mean.shape)).astype(np.float32) if explore else mean
+        nxt, reward, status = self.env.step(self.to_env(u))
+        self._faults_in_a_row = 0
+        return u, mean, std, nxt, reward, status
+
+    def _failed(self, failure: SolverFailure) -> SolverFailure:
+        """The failure of the environment, naming this actor's rank."""
+        return SolverFailure(f"actor rank {self.source}: {failure}")
+
     def _count_fault(self, fault: SolverFault, what: str) -> None:
         """Count and log a solver fault; the ``max_failures``-th in a row raises
         :class:`~hpc_refer.envs.external.SolverFailure` (the episode in progress is then
         interrupted: its closing chunk is the next step's, e.g. after a checkpoint)."""
         self.faults += 1
         self._faults_in_a_row += 1
-        print(f"hpc_refer: actor rank {self.source}: solver fault {self.faults}, {what}: "
-              f"{fault}", file=sys.stderr, flush=True)
+        LOG.warning("actor rank %d: solver fault %d, %s: %s", self.source, self.faults, what,
+                    fault)
         if self._faults_in_a_row >= self.max_failures:
             self._faults_in_a_row = 0  # a resumed run gets max_failures faults again
             self._interrupted = True
@@ -257,16 +274,14 @@ class Actor:
                 obs = self.env.reset(seed if k == 0 else None)
                 ret, length, status = 0.0, 0, Status.CONTINUE
                 while status == Status.CONTINUE:
-                    mean, _ = self._policy(obs)
-                    obs, reward, status = self.env.step(self.to_env(mean))
+                    *_, obs, reward, status = self._transition(obs, explore=False)
                     ret += reward
                     length += 1
-                self._faults_in_a_row = 0
                 records.append(EpisodeRecord(ret, length, self.env.end_episode()))
             except SolverFault as fault:
                 self._count_fault(fault, "evaluation episode ended")
             except SolverFailure as failure:
-                raise SolverFailure(f"actor rank {self.source}: {failure}") from failure
+                raise self._failed(failure) from failure
         return records
 
     def checkpoint_state(self) -> StateTree:

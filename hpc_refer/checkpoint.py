@@ -26,8 +26,9 @@ Publishing is atomic: each part is written to ``NAME.tmp``, fsynced and renamed;
 likewise; then the partial directory is renamed to ``step-...`` and ``checkpoints/`` fsynced.
 A directory ``step-...`` with a manifest is therefore complete, whatever was killed when.
 
-The module never imports mpi4py, and torch only when :func:`load_policy` is called: tools
-that read or write trees, and the subprocesses of the tests, do without it.
+The module imports neither mpi4py nor torch: tools that read or write trees, and the
+subprocesses of the tests, do without them. Policy files (a policy alone, for evaluation)
+are :mod:`hpc_refer.policy_file`'s.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ import os
 import re
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import h5py
 import numpy as np
@@ -48,12 +50,13 @@ from hpc_refer import __version__
 from hpc_refer.replay import StoredEpisode, episode_chunk, stored_episodes
 
 if TYPE_CHECKING:
-    from hpc_refer.algorithms.base import Algorithm
-    from hpc_refer.networks import BehaviourPolicy
     from hpc_refer.records import StateTree
 
-SCHEMA_VERSION = 1
-"""Version of the file layout and of the manifest; a reader refuses newer ones."""
+SCHEMA_VERSION = 2
+"""Version of the file layout and of the manifest; a reader refuses newer ones and reads
+every older one (ARCHITECTURE.md, "Checkpoint schema": version 2 dropped the learner part's
+``grad_steps``, which duplicated ``refer/t``, and keeps only the chosen algorithm's table in
+the config of the manifest; a version-1 checkpoint restarts as it is)."""
 
 STATE_GROUP = "state"
 """The group of a file that holds the state tree."""
@@ -449,64 +452,30 @@ def split_episodes(replay_trees: list[StateTree], n_learners: int,
     return out
 
 
-# --- policy files --------------------------------------------------------------------------
+# --- the parts of a run's checkpoint -------------------------------------------------------
 
 
-def save_policy(path: Path, algo: Algorithm, config_dict: dict[str, Any], env_step: int,
-                grad_step: int) -> None:
-    """Write the behaviour policy alone (for evaluation or deployment), atomically.
-
-    The tree: ``algorithm`` (name), ``obs_dim``, ``act_dim``, ``hidden`` (int64 array),
-    ``config`` (the resolved config as JSON), ``env_step`` and ``grad_step`` (the run's
-    environment and gradient steps when the policy was saved) and ``policy/<tensor>``: the
-    behaviour module's parameters and buffers, the input normalisation included. Root
-    attribute ``kind`` = ``"policy"``.
-    """
-    state = algo.checkpoint_state()
-    tree = {"algorithm": algo.name, "obs_dim": algo.obs_dim, "act_dim": algo.act_dim,
-            "hidden": np.asarray(algo.config.hidden, np.int64),
-            "config": json.dumps(config_dict), "env_step": env_step, "grad_step": grad_step,
-            "policy": state["modules"][state["behaviour"]]}
-    write_tree(path, tree, {"kind": "policy"})
+def part_attrs(env_id: str, algorithm: str) -> dict[str, Any]:
+    """Root attributes of every checkpoint part of a run (for tools reading one file)."""
+    return {"env_id": env_id, "algorithm": algorithm}
 
 
-class PolicyFile(NamedTuple):
-    """What a policy file holds: the behaviour module, the config dict it was saved with,
-    and the run's environment and gradient steps at the save (None in files written before
-    the steps were recorded)."""
+@dataclass
+class Resume:
+    """Where a run continues from: a verified checkpoint and its manifest."""
 
-    policy: BehaviourPolicy
-    config: dict[str, Any]
-    env_step: int | None
-    grad_step: int | None
+    path: Path
+    manifest: dict[str, Any]
 
+    @property
+    def learners(self) -> int:
+        return int(self.manifest["meta"]["learners"])
 
-def load_policy(path: Path) -> PolicyFile:
-    """A policy file's behaviour module (built from its algorithm and config, with its
-    tensors loaded), config and steps; CheckpointError naming the file if it is not a policy
-    file or its tensors do not fit."""
-    # torch and the algorithms only here: reading trees needs neither.
-    import torch
+    @property
+    def envs(self) -> int:
+        return int(self.manifest["meta"]["envs"])
 
-    from hpc_refer.algorithms import ALGORITHMS
-    from hpc_refer.config import ConfigError, build_config
-
-    tree = read_tree(path)
-    if "policy" not in tree:
-        raise CheckpointError(f"{path}: not a policy file (no /{STATE_GROUP}/policy group)")
-    name = tree["algorithm"]
-    config_dict = json.loads(tree["config"])
-    try:
-        config = build_config(config_dict)  # imports the run's plugins
-    except ConfigError as err:
-        raise CheckpointError(f"{path}: its config is not valid here ({err})") from None
-    if name not in ALGORITHMS or config.run.algorithm != name:
-        raise CheckpointError(f"{path}: unknown algorithm {name!r}")
-    policy = ALGORITHMS[name].behaviour_policy(int(tree["obs_dim"]), int(tree["act_dim"]),
-                                               config.algorithm)
-    try:
-        policy.load_state_dict({k: torch.from_numpy(v) for k, v in tree["policy"].items()})
-    except RuntimeError as err:
-        raise CheckpointError(f"{path}: the policy's tensors do not fit its network "
-                              f"({err})") from None
-    return PolicyFile(policy, config_dict, tree.get("env_step"), tree.get("grad_step"))
+    def part(self, name: str) -> StateTree | None:
+        """A part of the checkpoint, None when it has none of that name."""
+        path = self.path / name
+        return read_tree(path) if path.exists() else None

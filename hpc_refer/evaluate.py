@@ -23,10 +23,11 @@ from typing import Any
 import numpy as np
 
 from hpc_refer.actor import Actor
-from hpc_refer.checkpoint import CheckpointError, load_policy
+from hpc_refer.checkpoint import CheckpointError
 from hpc_refer.config import ConfigError, build_config, load_toml
 from hpc_refer.envs import SolverSpec, env_factory, make_driver, serve_team
 from hpc_refer.parallel import world_rank_size, world_team
+from hpc_refer.policy_file import load_policy
 from hpc_refer.records import EpisodeRecord
 
 

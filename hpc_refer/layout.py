@@ -85,7 +85,8 @@ class Layout:
 
 
 def compute_layout(world: int, learners: int, ranks_per_env: int) -> Layout:
-    """Check ``world = learners + E * ranks_per_env`` with E >= 1, and return the layout.
+    """Check ``world = learners + E * ranks_per_env`` with E >= learners, and return the
+    layout.
 
     A world of one rank is always valid (one process runs learner and actor) as long as the
     flags ask for at most one learner and one rank per environment.
@@ -104,9 +105,18 @@ def compute_layout(world: int, learners: int, ranks_per_env: int) -> Layout:
         return Layout(1, 1, 1)
     rest = world - learners
     if rest < ranks_per_env or rest % ranks_per_env:
+        sizes = [learners + e * ranks_per_env for e in range(learners, learners + 3)]
         raise LayoutError(
             f"world size {world} != learners {learners} + E x ranks-per-env {ranks_per_env} "
-            f"for any E >= 1: use a world size in {{{learners + ranks_per_env}, "
-            f"{learners + 2 * ranks_per_env}, {learners + 3 * ranks_per_env}, ...}}"
+            f"for any E >= 1: use a world size in {{{', '.join(map(str, sizes))}, ...}} "
+            f"(E >= {learners}: a team for every learner)"
+        )
+    envs = rest // ranks_per_env
+    if envs < learners:
+        raise LayoutError(
+            f"--learners = {learners} > the {envs} environment team(s) of world size {world}: "
+            f"learner l serves the teams e with e mod L = l, so a learner without one would "
+            f"train on an empty replay shard; use at most {envs} learner(s), or a world size "
+            f"of at least {learners + learners * ranks_per_env} (E >= {learners})"
         )
     return Layout(world, learners, ranks_per_env)

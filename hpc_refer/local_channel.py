@@ -10,12 +10,12 @@ from pathlib import Path
 
 import numpy as np
 
-from hpc_refer import checkpoint
 from hpc_refer.actor import Actor
+from hpc_refer.actor_checkpoint import write_actor_part
+from hpc_refer.config import Config
 from hpc_refer.envs import EnvironmentFinished, SolverFailure
 from hpc_refer.records import EpisodeRecord, Incoming, MessageKind
 from hpc_refer.replay import Chunk, ChunkEnd
-from hpc_refer.resume import actor_part
 from hpc_refer.supervision import STOP
 
 
@@ -49,17 +49,20 @@ class LocalChannel:
     ``send_params`` loads the parameters into the actor (a copy, as a message would carry)
     and grants it its step budget; a blocking ``poll`` runs the released actor up to its next
     chunk (or its evaluation round); a non-blocking one returns nothing, since no other
-    process could have sent anything. The actor writes its checkpoint part when asked, into
-    ``run_dir``.
+    process could have sent anything. Every message carries the actor's fault count. The
+    actor writes its checkpoint part when asked, into ``run_dir``.
     """
 
-    def __init__(self, actor: Actor, rank: int = 0, run_dir: Path | None = None) -> None:
+    in_process = True
+
+    def __init__(self, actor: Actor, config: Config, rank: int = 0,
+                 run_dir: Path | None = None) -> None:
         self.actor = actor
+        self.config = config
         self.rank = rank
         self.run_dir = run_dir
         self.released = False
         self.eval_episodes = 0
-        self.faults: dict[int, int] = {}
 
     def poll(self, block: bool) -> Incoming | None:
         if not (block and self.released):
@@ -68,16 +71,15 @@ class LocalChannel:
         try:
             if self.eval_episodes:
                 episodes, self.eval_episodes = self.eval_episodes, 0
-                return Incoming(self.rank, MessageKind.EVAL,
-                                evals=tuple(self.actor.evaluate(episodes)))
-            message = next_message(self.actor, STOP)
+                message = Incoming(self.rank, MessageKind.EVAL,
+                                   evals=tuple(self.actor.evaluate(episodes)))
+            else:
+                steps = next_message(self.actor, STOP)
+                message = (Incoming(self.rank, MessageKind.FINISHED) if steps is None
+                           else Incoming(self.rank, MessageKind.CHUNK, *steps))
         except SolverFailure as failure:
-            return Incoming(self.rank, MessageKind.FAILED, failure=str(failure))
-        finally:
-            self.faults[self.rank] = self.actor.faults
-        if message is None:
-            return Incoming(self.rank, MessageKind.FINISHED)
-        return Incoming(self.rank, MessageKind.CHUNK, *message)
+            message = Incoming(self.rank, MessageKind.FAILED, failure=str(failure))
+        return message._replace(faults=self.actor.faults)
 
     def send_params(self, actor: int, flat: np.ndarray, budget: int) -> None:
         self.actor.load(flat.copy())
@@ -104,5 +106,4 @@ class LocalChannel:
 
     def request_checkpoints(self, actors: list[int], step: int) -> None:
         if actors and self.run_dir is not None:
-            checkpoint.write_tree(checkpoint.partial_dir(self.run_dir, step) / "actor-0.h5",
-                                  actor_part(self.actor), {})
+            write_actor_part(self.run_dir, step, 0, self.actor, self.config)

@@ -18,18 +18,19 @@ from __future__ import annotations
 import csv
 import importlib.metadata
 import json
+import logging
 import os
 import platform
 import re
-import sys
 import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import numpy as np
 
+from hpc_refer import logs
 from hpc_refer.config import Config, Sampling
 from hpc_refer.schema import (
     CONFIG_FILE,
@@ -47,6 +48,8 @@ from hpc_refer.schema import (
     TRAIN_FILE,
     IntervalRecord,
 )
+
+LOG = logging.getLogger(__name__)
 
 ReportWriter = Callable[[Path], object]
 """Writes the report of the run directory it is given to ``RUN_DIR/report.html``
@@ -95,7 +98,7 @@ class RunDirectory:
     """
 
     def __init__(self, path: Path, config: Config, episode_metrics: tuple[str, ...] = (),
-                 quiet: bool = False, resume: tuple[dict[str, int], int] | None = None,
+                 resume: tuple[dict[str, int], int] | None = None,
                  report: ReportWriter | None = None) -> None:
         if config.run.report_every and report is None:
             raise ValueError(f"run.report_every = {config.run.report_every} needs a report "
@@ -122,8 +125,8 @@ class RunDirectory:
             if self._eval_writer is not None:
                 self._eval_writer.writerow(columns)
         self._train = (path / TRAIN_FILE).open(mode)
-        self._log = (path / LOG_FILE).open(mode)
-        self._out: TextIO | None = None if quiet else sys.stdout
+        self._log = logs.open_log_file(path / LOG_FILE)
+        """The handler that writes rank 0's log records to log.txt (:mod:`hpc_refer.logs`)."""
         self.t0 = time.perf_counter()
         self.recent: deque[float] = deque(maxlen=20)
         self.recent_metric: deque[float] = deque(maxlen=20)
@@ -261,21 +264,16 @@ class RunDirectory:
         try:
             self._report(self.path)
         except Exception as err:  # any error of drawing or writing: the run goes on
-            self.log(f"{REPORT_FILE} not written: {type(err).__name__}: {err}")
-
-    def log(self, line: str) -> None:
-        self._log.write(line + "\n")
-        self._log.flush()
-        if self._out is not None:
-            print(line, file=self._out, flush=True)
+            LOG.warning("%s not written: %s: %s", REPORT_FILE, type(err).__name__, err)
 
     def close(self) -> None:
         """Close the files; with ``run.report_every``, write the final report first."""
         if self._report_every:
             self.write_report()
-        for f in (self._episodes, self._train, self._log, self._eval):
+        for f in (self._episodes, self._train, self._eval):
             if f is not None:
                 f.close()
+        logs.close_log_file(self._log)
         if self._board is not None:
             self._board.close()
 

@@ -88,6 +88,8 @@ class Incoming(NamedTuple):
     episode: EpisodeRecord | None = None
     evals: tuple[EpisodeRecord, ...] = ()
     failure: str = ""
+    faults: int | None = None
+    """The actor's solver faults so far, when the message reports them (chunk headers)."""
 
 
 def pack_episodes(episodes: list[EpisodeRecord]) -> np.ndarray:

@@ -13,14 +13,15 @@ import argparse
 import contextlib
 import dataclasses
 import io
+import logging
 import os
 import sys
 import traceback
 from pathlib import Path
 from typing import NamedTuple
 
-from hpc_refer import checkpoint
-from hpc_refer.checkpoint import CheckpointError
+from hpc_refer import checkpoint, logs
+from hpc_refer.checkpoint import CheckpointError, Resume
 from hpc_refer.config import (
     ENV_HELP,
     Config,
@@ -50,9 +51,10 @@ from hpc_refer.learner import shard_capacity
 from hpc_refer.metrics import RunDirectory, machine_info, new_run_dir
 from hpc_refer.parallel import Fabric, abort_job, app_count, world_rank_size
 from hpc_refer.replay import ReplayShard
-from hpc_refer.resume import Resume
 from hpc_refer.supervision import STOP
 from hpc_refer.training import LearnerResult, run_role, set_threads
+
+LOG = logging.getLogger("hpc_refer.run")  # not __name__: "__main__" under python -m
 
 DESCRIPTION = """\
 Train an off-policy agent (--algorithm: one of those listed below, each with its table of
@@ -243,7 +245,7 @@ def start_warnings(config: Config, resume: Resume | None) -> list[str]:
     ``replay.learn_start`` (about one state is stored per environment step)."""
     start = config.replay.start
     if resume is None and config.run.steps < start:
-        return [f"warning: run.steps = {config.run.steps} < replay.learn_start = {start} "
+        return [f"run.steps = {config.run.steps} < replay.learn_start = {start} "
                 f"(states stored before the first gradient step): no gradient step will be "
                 f"made; set --replay.learn-start below run.steps for a short trial"]
     return []
@@ -319,12 +321,12 @@ def _outcome(run: RunDirectory, result: object, rank: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Validate everything on every rank, then create the run directory (rank 0) and train."""
+    """Validate everything on every rank, then create the run directory (rank 0) and train:
+    the same lifecycle for one process and for every rank of an MPI job."""
     rank, world = world_rank_size()
+    logs.configure(rank)
     try:
         start = _validate(argv, rank, world)
-        if world == 1:
-            run, resume = _open_run(start)
     except START_ERRORS as err:
         return _error(str(err), rank)
     except SystemExit as done:  # argparse's --help or usage error
@@ -332,30 +334,73 @@ def main(argv: list[str] | None = None) -> int:
             abort_job(2)
         raise
     STOP.install()
-    if world > 1:
-        return _main_mpi(start, rank)
-    set_threads(start.config)
-    run.set_state("running")
-    run.record_machine(machine_info(1, 1, 1, 1, start.config.run.threads))
-    run.log(f"run directory {run.path} (one process: learner and actor)"
+    fabric = Fabric(start.layout) if world > 1 else None
+    run = resume = None
+    error = ""
+    if rank == 0:
+        try:
+            run, resume = _open_run(start)
+        except START_ERRORS as err:
+            error = str(err)
+    path = run.path if run is not None else None
+    if fabric is not None:
+        error, path, resume = fabric.bcast((error, path, resume))
+    if error:
+        return _error(error, rank)
+    return _train(start, rank, fabric, run, path, resume)
+
+
+def _start_line(start: Start, path: Path | None, resume: Resume | None) -> str:
+    layout = start.layout
+    roles = ("one process: learner and actor" if layout.world == 1 else
+             f"{layout.learners} learners, {layout.envs} environment teams of "
+             f"{layout.ranks_per_env} ranks")
+    return (f"run directory {path} ({roles})"
             + (f", resumed from {resume.path}" if resume is not None else ""))
-    for line in start_warnings(start.config, resume):
-        run.log(line)
+
+
+def _train(start: Start, rank: int, fabric: Fabric | None, run: RunDirectory | None,
+           path: Path | None, resume: Resume | None) -> int:
+    """This rank's role from start to end; rank 0 (``run``) records how it ended. Any
+    failure of one rank of an MPI job ends the whole job (never a hang); in one process it
+    propagates."""
+    config, layout = start.config, start.layout
+    abort = fabric.abort if fabric is not None else abort_job
+    set_threads(config)
+    status = 0
     try:
-        result = run_role(start.config, start.layout, None, run, run.path, resume)
-        status = _outcome(run, result, rank)
-    except SolverStartError as err:
-        run.set_state("failed")
+        if run is not None:
+            run.set_state("running")
+            run.record_machine(machine_info(layout.world, layout.learners, layout.envs,
+                                            layout.ranks_per_env, config.run.threads))
+            LOG.info("%s", _start_line(start, path, resume))
+            for line in start_warnings(config, resume):
+                LOG.warning("%s", line)
+        result = run_role(config, layout, fabric, run, path, resume)
+        if run is not None:
+            status = _outcome(run, result, rank)
+    except SolverStartError as err:  # one line: the solver never answered
+        if run is not None:
+            run.set_state("failed")
         print(f"hpc_refer.run: error: {err}", file=sys.stderr, flush=True)
+        if fabric is not None:
+            fabric.abort(FAILED)
         status = FAILED
     except BaseException:
-        run.set_state("failed")
-        raise
+        if run is not None:
+            run.set_state("failed")
+        if fabric is None:
+            raise
+        role = layout.role(rank).value  # any failure on one rank must stop the whole job
+        print(f"hpc_refer.run: rank {rank} ({role}) failed:\n{traceback.format_exc()}",
+              file=sys.stderr, flush=True)
+        fabric.abort(1)
     finally:
-        run.close()
-    if status == FAILED and is_external(start.config.run.env):
-        abort_job(FAILED)
-    return status
+        if run is not None:
+            run.close()
+    if status == FAILED and (fabric is not None or is_external(config.run.env)):
+        abort(FAILED)
+    return status if fabric is None else fabric.bcast(status)
 
 
 def _error(message: str, rank: int) -> int:
@@ -365,52 +410,6 @@ def _error(message: str, rank: int) -> int:
         if app_count() > 1:
             abort_job(2)
     return 2
-
-
-def _main_mpi(start: Start, rank: int) -> int:
-    config, layout = start.config, start.layout
-    fabric = Fabric(layout)
-    run = resume = None
-    error = ""
-    if rank == 0:
-        try:
-            run, resume = _open_run(start)
-        except START_ERRORS as err:
-            error = str(err)
-    error, path, resume = fabric.bcast((error, run.path if run is not None else None, resume))
-    if error:
-        return _error(error, rank)
-    set_threads(config)
-    status = 0
-    try:
-        if run is not None:
-            run.set_state("running")
-            run.record_machine(machine_info(layout.world, layout.learners, layout.envs,
-                                            layout.ranks_per_env, config.run.threads))
-            run.log(f"run directory {path} ({layout.learners} learners, {layout.envs} "
-                    f"environment teams of {layout.ranks_per_env} ranks)"
-                    + (f", resumed from {resume.path}" if resume is not None else ""))
-            for line in start_warnings(config, resume):
-                run.log(line)
-        result = run_role(config, layout, fabric, run, path, resume)
-        if run is not None:
-            status = _outcome(run, result, rank)
-    except SolverStartError as err:  # one line: the solver never answered
-        print(f"hpc_refer.run: error: {err}", file=sys.stderr, flush=True)
-        fabric.abort(FAILED)
-    except Exception:  # any failure on one rank must stop the whole job, not hang it
-        role = layout.role(rank).value
-        print(f"hpc_refer.run: rank {rank} ({role}) failed:\n{traceback.format_exc()}",
-              file=sys.stderr, flush=True)
-        if run is not None:
-            run.set_state("failed")
-        fabric.abort(1)
-    finally:
-        if run is not None:
-            run.close()
-    if status == FAILED:
-        fabric.abort(FAILED)
-    return fabric.bcast(status)
 
 
 if __name__ == "__main__":

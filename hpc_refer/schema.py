@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -194,3 +195,20 @@ def read_intervals(path: Path) -> list[IntervalRecord]:
         except json.JSONDecodeError:
             continue
     return out
+
+
+LOG_LINE = re.compile(r"^(?P<time>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) \[(?P<rank>\d+)\] "
+                      r"(?P<message>.*)$")
+"""A line of log.txt (:mod:`hpc_refer.logs`): ``<date> <time> [<rank>] <message>``, the
+message of a warning or an error starting with ``warning: `` or ``error: ``."""
+
+
+def log_messages(path: Path) -> list[str]:
+    """The messages of log.txt, without their time and rank (lines of other forms, as
+    written before the log was time-stamped, as they are)."""
+    out = []
+    for line in path.read_text().splitlines():
+        match = LOG_LINE.match(line)
+        out.append(match["message"] if match else line)
+    return out
+

@@ -8,15 +8,17 @@ which also runs a whole training in one process with one actor over
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from hpc_refer import checkpoint
 from hpc_refer.actor import Actor
+from hpc_refer.actor_checkpoint import restore_actor, write_actor_part
 from hpc_refer.algorithms import algorithm_class, make_algorithm
+from hpc_refer.checkpoint import Resume
 from hpc_refer.collectives import Reducer, SerialReducer
 from hpc_refer.config import Config
 from hpc_refer.envs import (
@@ -31,6 +33,7 @@ from hpc_refer.envs import (
 )
 from hpc_refer.layout import Layout, Role, SeedRole, role_seed
 from hpc_refer.learner import Learner
+from hpc_refer.learner_checkpoint import restore_learner
 from hpc_refer.learner_loop import LearnerLoop, LearnerResult
 from hpc_refer.local_channel import LocalChannel, next_message
 from hpc_refer.metrics import RunDirectory
@@ -42,8 +45,9 @@ from hpc_refer.parallel import (
     Reply,
     Team,
 )
-from hpc_refer.resume import Resume, actor_part, part_attrs, restore_actor, restore_learner
 from hpc_refer.supervision import Watchdog, end_stuck_process
+
+LOG = logging.getLogger(__name__)
 
 
 def _agreed_dims(fabric: Fabric, mine: tuple[int, int] | None) -> tuple[int, int]:
@@ -96,15 +100,14 @@ def train_local(config: Config, run: RunDirectory | None, run_dir: Path | None =
     try:
         learner = make_learner(config, env.obs_dim, env.act_dim, SerialReducer())
         actor = make_actor(config, env, 0, 0)
-        channel = LocalChannel(actor, 0, run_dir)
+        channel = LocalChannel(actor, config, 0, run_dir)
         loop = LearnerLoop(config, learner, channel, [0], 1, run, run_dir, eval_actor=0,
                            meta={"learners": 1, "envs": 1, "config": config.to_dict(),
                                  "obs_dim": env.obs_dim, "act_dim": env.act_dim})
         if resume is not None:
-            restore_learner(loop, resume, layout_same=resume.envs == 1)
-            part = resume.part("actor-0.h5")
-            if part is not None:
-                restore_actor(actor, part)
+            _resumed(restore_learner(learner, loop, resume, layout_same=resume.envs == 1),
+                     resume, learner)
+            restore_actor(actor, resume, 0)
         return loop.loop()
     finally:
         watchdog.close()
@@ -125,10 +128,14 @@ def learner_main(config: Config, layout: Layout, fabric: Fabric, run: RunDirecto
     loop = LearnerLoop(config, learner, channel, actors, layout.envs, run, run_dir,
                        eval_actor, meta)
     if resume is not None:
-        restore_learner(loop, resume,
-                        layout_same=(resume.learners, resume.envs) == (layout.learners,
-                                                                       layout.envs))
+        same = (resume.learners, resume.envs) == (layout.learners, layout.envs)
+        _resumed(restore_learner(learner, loop, resume, layout_same=same), resume, learner)
     return loop.loop()
+
+
+def _resumed(stored: int, resume: Resume, learner: Learner) -> None:
+    LOG.info("resumed %d stored transitions of %d learner(s) on %d learner(s) from %s",
+             stored, resume.learners, learner.reducer.size, resume.path)
 
 
 @dataclass
@@ -140,7 +147,8 @@ class ActorResult:
     episodes: int = 0
     finished_early: bool = False
     faults: int = 0
-    """Solver faults (episodes ended by invalid solver messages)."""
+    """Solver faults (episodes ended by invalid solver messages), the actor's count at the
+    end."""
     failure: str = ""
     """Why the environment failed for good, if it did."""
 
@@ -158,9 +166,7 @@ def actor_main(config: Config, layout: Layout, fabric: Fabric, run_dir: Path | N
         _agreed_dims(fabric, (env.obs_dim, env.act_dim))
     actor = make_actor(config, env, index, fabric.rank)
     if resume is not None:
-        part = resume.part(f"actor-{index}.h5")
-        if part is not None:
-            restore_actor(actor, part)
+        restore_actor(actor, resume, index)
     channel = ActorChannel(fabric.world, layout.learner_of(index), flat_state(actor.net).size)
     watchdog = Watchdog(env, config.run.env_step_timeout,
                         lambda text: channel.send_failed(text, stuck=True))
@@ -169,9 +175,7 @@ def actor_main(config: Config, layout: Layout, fabric: Fabric, run_dir: Path | N
         while (reply := channel.recv_reply()) is not Reply.STOP:
             if reply is Reply.CHECKPOINT:
                 assert run_dir is not None
-                checkpoint.write_tree(checkpoint.partial_dir(run_dir, channel.step)
-                                      / f"actor-{index}.h5", actor_part(actor),
-                                      part_attrs(config))
+                write_actor_part(run_dir, channel.step, index, actor, config)
                 channel.send_saved()
                 continue
             actor.load(channel.params)
@@ -188,18 +192,17 @@ def actor_main(config: Config, layout: Layout, fabric: Fabric, run_dir: Path | N
                 result.failure = str(failure)
                 channel.send_failed(result.failure)
                 continue
-            finally:
-                result.faults = channel.faults = actor.faults
             if message is None:
                 channel.send_done()
                 result.finished_early = True
                 return result
             chunk, episode = message
-            channel.send_chunk(chunk, episode)
+            channel.send_chunk(chunk, episode, actor.faults)
             result.sent += chunk.act.shape[0]
             result.episodes += episode is not None
         return result
     finally:
+        result.faults = actor.faults
         watchdog.close()
         env.close()
 

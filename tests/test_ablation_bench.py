@@ -11,6 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hpc_refer.algorithms.ddpg import DDPG
+from hpc_refer.algorithms.naf import NAF
+from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.config import build_config
 from hpc_refer.plot import window_means
 
@@ -55,27 +58,27 @@ def fake_run(root: Path, algorithm: str, mode: str, seed: int,
 
 def test_commands_of_every_mode():
     d = Path("r/Hopper-v5/ddpg-per-seed3")
-    argv = ablation.run_command(ablation.Combo("ddpg", "per", 3), "Hopper-v5", 5000, d,
+    argv = ablation.run_command(ablation.Combo(DDPG.name, "per", 3), "Hopper-v5", 5000, d,
                                 ["--log-every", "100"], python="py")
-    assert argv == ["py", "-m", "hpc_refer.run", "--algorithm", "ddpg", "--refer.mode", "er",
+    assert argv == ["py", "-m", "hpc_refer.run", "--algorithm", DDPG.name, "--refer.mode", "er",
                     "--replay.sampling", "per", "--env", "Hopper-v5", "--steps", "5000",
                     "--seed", "3", "--run-dir", str(d), "--log-every", "100"]
     for mode in ("er", "refer1", "refer2", "refer"):
-        argv = ablation.run_command(ablation.Combo("naf", mode, 0), "Hopper-v5", 10, d, [],
+        argv = ablation.run_command(ablation.Combo(NAF.name, mode, 0), "Hopper-v5", 10, d, [],
                                     python="py")
-        assert argv[3:8] == ["--algorithm", "naf", "--refer.mode", mode, "--env"]
+        assert argv[3:8] == ["--algorithm", NAF.name, "--refer.mode", mode, "--env"]
         assert "--replay.sampling" not in argv
     with pytest.raises(ValueError):
         ablation.mode_flags("bogus")
     assert ablation.run_dir_of(Path("r"), "external:-n 2 ./heat1d",
-                               ablation.Combo("vracer", "er", 1)) == \
+                               ablation.Combo(VRacer.name, "er", 1)) == \
         Path("r/external_-n_2_._heat1d/vracer-er-seed1")
 
 
 def test_extra_flags_may_not_override_the_combination():
     ablation.check_extra(["--replay.size", "4096", "--log-every=10"])
     for bad in (["--seed", "3"], ["--refer.mode=er"], ["--replay.sampling", "per"],
-                ["--run-dir", "x"], ["--algorithm", "naf"], ["--env", "X"], ["--steps", "9"]):
+                ["--run-dir", "x"], ["--algorithm", NAF.name], ["--env", "X"], ["--steps", "9"]):
         with pytest.raises(ablation.AblationError, match="set by the ablation"):
             ablation.check_extra(bad)
 
@@ -83,28 +86,28 @@ def test_extra_flags_may_not_override_the_combination():
 def test_finished_runs_are_skipped_and_unfinished_ones_refused(tmp_path):
     root = tmp_path / "runs"
     C = ablation.Combo
-    fake_run(root, "vracer", "refer", 0, [(50, 1.0)], [100, 200, 300])  # finished
-    fake_run(root, "vracer", "er", 0, [(50, 1.0)], [100, 200])  # killed at 200 of 300
-    fake_run(root, "ddpg", "er", 1, [(50, 1.0)], [300], sampling="per")  # finished, mode per
+    fake_run(root, VRacer.name, "refer", 0, [(50, 1.0)], [100, 200, 300])  # finished
+    fake_run(root, VRacer.name, "er", 0, [(50, 1.0)], [100, 200])  # killed at 200 of 300
+    fake_run(root, DDPG.name, "er", 1, [(50, 1.0)], [300], sampling="per")  # finished, mode per
     (root / ENV / "naf-refer-seed0").mkdir()  # empty: hpc_refer accepts it
     state = ablation.run_state
-    assert state(root / ENV / "vracer-refer-seed0", C("vracer", "refer", 0), ENV, 300) == "done"
-    assert state(root / ENV / "ddpg-per-seed1", C("ddpg", "per", 1), ENV, 300) == "done"
-    assert state(root / ENV / "naf-refer-seed0", C("naf", "refer", 0), ENV, 300) == "new"
-    assert state(root / ENV / "absent", C("naf", "er", 0), ENV, 300) == "new"
+    assert state(root / ENV / "vracer-refer-seed0", C(VRacer.name, "refer", 0), ENV, 300) == "done"
+    assert state(root / ENV / "ddpg-per-seed1", C(DDPG.name, "per", 1), ENV, 300) == "done"
+    assert state(root / ENV / "naf-refer-seed0", C(NAF.name, "refer", 0), ENV, 300) == "new"
+    assert state(root / ENV / "absent", C(NAF.name, "er", 0), ENV, 300) == "new"
     with pytest.raises(ablation.AblationError, match=r"unfinished run \(200/300 steps"):
-        state(root / ENV / "vracer-er-seed0", C("vracer", "er", 0), ENV, 300)
+        state(root / ENV / "vracer-er-seed0", C(VRacer.name, "er", 0), ENV, 300)
     with pytest.raises(ablation.AblationError, match="finished at 300 steps, fewer than"):
-        state(root / ENV / "vracer-refer-seed0", C("vracer", "refer", 0), ENV, 600)
+        state(root / ENV / "vracer-refer-seed0", C(VRacer.name, "refer", 0), ENV, 600)
     with pytest.raises(ablation.AblationError, match="holds a run of"):
-        state(root / ENV / "ddpg-per-seed1", C("ddpg", "er", 1), ENV, 300)
+        state(root / ENV / "ddpg-per-seed1", C(DDPG.name, "er", 1), ENV, 300)
     other = root / ENV / "junk"
     other.mkdir()
     (other / "notes.txt").write_text("x")
     with pytest.raises(ablation.AblationError, match="not a run directory"):
-        state(other, C("vracer", "er", 0), ENV, 300)
+        state(other, C(VRacer.name, "er", 0), ENV, 300)
 
-    combos = [C("vracer", m, 0) for m in ("refer", "refer2")] + [C("ddpg", "per", 1)]
+    combos = [C(VRacer.name, m, 0) for m in ("refer", "refer2")] + [C(DDPG.name, "per", 1)]
     jobs, skipped = ablation.plan(combos, ENV, 300, root, ["--log-every", "50"])
     assert skipped == ["vracer-refer-seed0", "ddpg-per-seed1"]
     (job,) = jobs
@@ -114,9 +117,9 @@ def test_finished_runs_are_skipped_and_unfinished_ones_refused(tmp_path):
                              "--log-every", "50"]
     # Every refusal is reported at once, before anything starts; the command exits 2.
     with pytest.raises(ablation.AblationError) as err:
-        ablation.plan([*combos, C("vracer", "er", 0)], ENV, 600, root, [])
+        ablation.plan([*combos, C(VRacer.name, "er", 0)], ENV, 600, root, [])
     assert str(err.value).count("\n") == 2  # refer seed0, ddpg per, er seed0: three lines
-    rc = ablation.main(["run", "--algorithms", "vracer", "--modes", "er", "--env", ENV,
+    rc = ablation.main(["run", "--algorithms", VRacer.name, "--modes", "er", "--env", ENV,
                         "--steps", "300", "--root", str(root)])
     assert rc == 2 and not (root / ENV / "vracer-er-seed0.log").exists()
 
@@ -151,23 +154,24 @@ def fake_ablation(tmp_path):
     root = tmp_path / "runs"
     # vracer refer, two seeds; windows of 100 steps:
     # seed 0: w0 {1, 3} -> 2, w1 {10} -> 10, w2 {20, 30} -> 25
-    fake_run(root, "vracer", "refer", 0, [(50, 1), (100, 3), (150, 10), (250, 20), (260, 30)],
+    fake_run(root, VRacer.name, "refer", 0, [(50, 1), (100, 3), (150, 10), (250, 20), (260, 30)],
              [100, 200, 300])
     # seed 1: w0 4, w1 {6, 8} -> 7, w2 40; the episode at 310 is past the last complete window
-    fake_run(root, "vracer", "refer", 1, [(20, 4), (120, 6), (180, 8), (290, 40), (310, 99)],
+    fake_run(root, VRacer.name, "refer", 1, [(20, 4), (120, 6), (180, 8), (290, 40), (310, 99)],
              [100, 200, 310])
     # vracer er, one seed, only 200 steps: w0 {1, 2} -> 1.5, w1 5
-    fake_run(root, "vracer", "er", 0, [(10, 1), (90, 2), (199, 5)], [100, 200])
+    fake_run(root, VRacer.name, "er", 0, [(10, 1), (90, 2), (199, 5)], [100, 200])
     # ddpg per (ER + prioritized replay): w0 7, w1 no episode (NaN); w2 incomplete
-    fake_run(root, "ddpg", "er", 0, [(100, 7), (201, 9)], [100, 210], sampling="per")
+    fake_run(root, DDPG.name, "er", 0, [(100, 7), (201, 9)], [100, 210], sampling="per")
     return root
 
 
 def test_groups_windows_and_seed_statistics(fake_ablation):
     groups = {(g.algorithm, g.mode): g
               for g in ablation.make_groups(ablation.find_runs(fake_ablation), 100)}
-    assert list(groups) == [("vracer", "er"), ("vracer", "refer"), ("ddpg", "per")]
-    refer = groups[("vracer", "refer")]
+    # in the registry's order of algorithms (sorted names), then the modes'
+    assert list(groups) == [(DDPG.name, "per"), (VRacer.name, "er"), (VRacer.name, "refer")]
+    refer = groups[(VRacer.name, "refer")]
     assert [r.seed for r in refer.runs] == [0, 1] and [r.steps for r in refer.runs] == [300, 310]
     np.testing.assert_allclose(refer.centres, [50, 150, 250])
     np.testing.assert_allclose(refer.mean, [3.0, 8.5, 32.5])
@@ -175,11 +179,11 @@ def test_groups_windows_and_seed_statistics(fake_ablation):
     np.testing.assert_allclose(refer.p20, [2 + 0.2 * 2, 7 + 0.2 * 3, 25 + 0.2 * 15])
     np.testing.assert_allclose(refer.p80, [2 + 0.8 * 2, 7 + 0.8 * 3, 25 + 0.8 * 15])
     assert refer.final == pytest.approx(32.5)
-    er = groups[("vracer", "er")]
+    er = groups[(VRacer.name, "er")]
     np.testing.assert_allclose(er.mean, [1.5, 5.0])
     np.testing.assert_allclose(er.p20, er.mean)  # one seed: the band is the line
     np.testing.assert_allclose(er.p80, er.mean)
-    per = groups[("ddpg", "per")]
+    per = groups[(DDPG.name, "per")]
     assert per.mode == "per" and per.mean[0] == 7.0 and np.isnan(per.mean[1])
     assert per.final is None
     summary = per.summary()
@@ -196,7 +200,7 @@ def test_report_writes_figure_json_and_table(fake_ablation, tmp_path, capsys):
     data = json.loads((out / "abl.json").read_text())
     assert data["window"] == 100 and data["figure"] == "abl.png" and "machine" in data
     by = {(g["algorithm"], g["mode"]): g for g in data["groups"]}
-    refer = by[("vracer", "refer")]
+    refer = by[(VRacer.name, "refer")]
     assert refer["seeds"] == [0, 1] and refer["steps_reached"] == [300, 310]
     assert refer["windows"] == [50.0, 150.0, 250.0]
     assert refer["mean"] == pytest.approx([3.0, 8.5, 32.5])
@@ -205,8 +209,8 @@ def test_report_writes_figure_json_and_table(fake_ablation, tmp_path, capsys):
     assert refer["final_window_end"] == 300 and refer["final_window_return"] == 32.5
     assert refer["beta"] == [pytest.approx(0.8), pytest.approx(0.81)]
     assert refer["far_fraction"] == [pytest.approx(0.03), pytest.approx(0.031)]
-    assert by[("vracer", "er")]["final_window_end"] == 200
-    assert by[("vracer", "er")]["final_window_return"] == 5.0
+    assert by[(VRacer.name, "er")]["final_window_end"] == 200
+    assert by[(VRacer.name, "er")]["final_window_return"] == 5.0
     md = (out / "abl.md").read_text()
     assert "| algorithm | er | refer | per |" in md
     assert "| vracer | 5.0 (n=1) | 32.5 (n=2) |  |" in md

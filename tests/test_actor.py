@@ -83,7 +83,7 @@ class ScriptedSolver:
         pass
 
 
-def test_a_fault_after_chunks_were_sent_truncates_the_episode_at_its_last_valid_state(capsys):
+def test_a_fault_after_chunks_were_sent_truncates_the_episode_at_its_last_valid_state(caplog):
     """Chunks of 4 steps. Episode 1 faults at step 11 (two chunks sent, steps 9-10 pending),
     episode 2 at step 9 (two chunks sent, nothing pending), episode 3 runs its 20 steps.
     Each faulty episode ends as truncated at its last valid state, which bootstraps; the
@@ -111,7 +111,7 @@ def test_a_fault_after_chunks_were_sent_truncates_the_episode_at_its_last_valid_
         (4, 4, OPEN), (4, 4, OPEN), (0, 1, TRUNCATED),  # episode 2: final state (2, 8) alone
         (4, 4, OPEN), (4, 4, OPEN), (4, 4, OPEN), (4, 4, OPEN), (4, 5, TRUNCATED)]
     assert np.concatenate([c.rew for c in chunks[:3]]).tolist() == list(range(1, 11))
-    err = capsys.readouterr().err.splitlines()
+    err = [r.getMessage() for r in caplog.records]
     assert len(err) == 2 and all("solver fault" in line and "field 'step'" in line
                                  for line in err)
 

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import torch
 
-from hpc_refer import __version__, checkpoint
+from hpc_refer import __version__, checkpoint, policy_file
 from hpc_refer.algorithms import ALGORITHMS, make_algorithm
 from hpc_refer.algorithms.base import module_state, optimizer_tree
 from hpc_refer.checkpoint import CheckpointError
@@ -244,7 +244,7 @@ def test_a_learner_file_is_readable_with_plain_h5py_by_the_documented_names(tmp_
     path = tmp_path / "learner-0.h5"
     checkpoint.write_tree(path, {"learner": learner.checkpoint_state()}, {"kind": "learner"})
     with h5py.File(path, "r") as f:
-        assert f.attrs["schema_version"] == checkpoint.SCHEMA_VERSION == 1
+        assert f.attrs["schema_version"] == checkpoint.SCHEMA_VERSION == 2
         assert f.attrs["hpc_refer_version"].decode() == __version__
         assert f.attrs["kind"].decode() == "learner"
         state = f["state/learner"]
@@ -271,10 +271,10 @@ def test_a_newer_schema_is_refused_naming_both_versions(tmp_path):
     path = tmp_path / "t.h5"
     checkpoint.write_tree(path, {"x": 1}, {})
     with h5py.File(path, "a") as f:
-        f.attrs["schema_version"] = 2
+        f.attrs["schema_version"] = 3
         f.attrs["hpc_refer_version"] = "9.9"
-    with pytest.raises(CheckpointError, match=r"schema_version 2 \(written by hpc_refer 9.9\)"
-                       r" is newer than schema_version 1"):
+    with pytest.raises(CheckpointError, match=r"schema_version 3 \(written by hpc_refer 9.9\)"
+                       r" is newer than schema_version 2"):
         checkpoint.read_tree(path)
 
 
@@ -329,7 +329,7 @@ def test_verify_names_a_missing_truncated_or_changed_file(tmp_path):
     ckpt = checkpoint.publish(tmp_path, 5, {"learners": 1}, keep=2)
     manifest = checkpoint.verify(ckpt)
     assert manifest["env_step"] == 5 and manifest["meta"] == {"learners": 1}
-    assert manifest["schema_version"] == 1 and manifest["hpc_refer_version"] == __version__
+    assert manifest["schema_version"] == 2 and manifest["hpc_refer_version"] == __version__
     assert [f["name"] for f in manifest["files"]] == ["actor-0.h5", "learner-0.h5", "run.h5"]
     data = (ckpt / "run.h5").read_bytes()
     (ckpt / "run.h5").write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
@@ -622,8 +622,8 @@ def test_a_policy_file_rebuilds_the_behaviour_with_its_input_scaling(tmp_path, a
     learner.train_step()
     cfg = learner.config.to_dict()
     path = tmp_path / "policy.h5"
-    checkpoint.save_policy(path, learner.algo, cfg, 1234, 56)
-    policy, saved, env_step, grad_step = checkpoint.load_policy(path)
+    policy_file.save_policy(path, learner.algo, cfg, 1234, 56)
+    policy, saved, env_step, grad_step = policy_file.load_policy(path)
     assert saved == cfg and (env_step, grad_step) == (1234, 56)
     obs = torch.from_numpy(np.random.default_rng(0).standard_normal((5, OBS)).astype(f32))
     with torch.no_grad():
@@ -635,4 +635,4 @@ def test_a_policy_file_rebuilds_the_behaviour_with_its_input_scaling(tmp_path, a
         assert list(f["state/hidden"][()]) == [16]
     checkpoint.write_tree(tmp_path / "other.h5", {"x": 1}, {})
     with pytest.raises(CheckpointError, match="not a policy file"):
-        checkpoint.load_policy(tmp_path / "other.h5")
+        policy_file.load_policy(tmp_path / "other.h5")

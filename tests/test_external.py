@@ -239,7 +239,7 @@ def _check_injected_faults(output: str, records: list[dict], program: str) -> No
     faults = [line for line in output.splitlines() if "solver fault" in line]
     assert len(faults) == records[-1]["solver_faults"] >= 3
     bad = [line for line in faults if not (
-        line.startswith("hpc_refer: actor rank 1: solver fault")
+        line.startswith("[1] warning: actor rank 1: solver fault")
         and f"external env 0 (spawned rank 0 of {program}): field '" in line)]
     assert not bad, bad
     for field in ("'reward' = nan", "'size' = 37 values", "'status' = 7.0"):

@@ -141,7 +141,7 @@ def run(actor: Actor, steps: int) -> tuple[list[Chunk], list]:
     ("sleep", 8, f"reset: no answer within run.env_step_timeout = {TIMEOUT:g} s"),
 ])
 def test_a_python_solver_fault_is_counted_never_stored_and_the_solver_rebuilt(
-        kind, call, message, capsys):
+        kind, call, message, caplog):
     script = Script({call: kind})
     actor = scripted_actor(script)
     start = time.monotonic()
@@ -149,9 +149,10 @@ def test_a_python_solver_fault_is_counted_never_stored_and_the_solver_rebuilt(
     assert time.monotonic() - start < 10, "a sleeping solver is interrupted at the timeout"
     assert actor.faults == 1
     assert (script.builds, script.closed) == (2, 1), "closed and constructed anew once"
-    err = [line for line in capsys.readouterr().err.splitlines() if "solver fault" in line]
-    assert err == [f"hpc_refer: actor rank 0: solver fault 1, episode ended and environment "
+    err = [r.getMessage() for r in caplog.records if "solver fault" in r.getMessage()]
+    assert err == [f"actor rank 0: solver fault 1, episode ended and environment "
                    f"reset: env 0 (ScriptedSolver).{message}"]
+    assert all(r.levelname == "WARNING" for r in caplog.records if "solver fault" in r.message)
     obs = np.concatenate([c.obs for c in chunks])
     assert np.isfinite(obs).all() and np.isfinite(np.concatenate([c.rew for c in chunks])).all()
     assert all(c.obs.shape[1] == 4 and c.rew.shape == (c.act.shape[0],) for c in chunks)
@@ -167,7 +168,7 @@ def test_a_python_solver_fault_is_counted_never_stored_and_the_solver_rebuilt(
     assert obs[-1, 0] == 2
 
 
-def test_max_env_failures_faults_in_a_row_raise_solver_failure(capsys):
+def test_max_env_failures_faults_in_a_row_raise_solver_failure(caplog):
     script = Script({k: "raise" for k in range(2, 100)})  # every call after the first
     actor = scripted_actor(script, max_failures=3, source=7, index=2)
     for _ in range(2):
@@ -179,7 +180,7 @@ def test_max_env_failures_faults_in_a_row_raise_solver_failure(capsys):
         "last: env 2 (ScriptedSolver).reset: raised FloatingPointError: CFL condition "
         "violated")
     assert actor.faults == 3 and script.builds == 4
-    assert len(capsys.readouterr().err.splitlines()) == 3
+    assert len([r for r in caplog.records if "solver fault" in r.getMessage()]) == 3
 
 
 def test_a_valid_step_between_faults_restarts_the_count():
@@ -427,7 +428,7 @@ def test_an_environment_failure_interrupts_the_episode(monkeypatch):
     assert closing.obs[:, 2].tolist() == [2, 3] and actor.faults == 0
 
 
-def test_evaluation_runs_the_mean_policy_between_episodes(capsys):
+def test_evaluation_runs_the_mean_policy_between_episodes(caplog):
     """Evaluation acts with to_env(mean), leaves the actor's generator alone, records whole
     episodes only (a fault ends its episode without a record) and is refused mid-episode."""
     script = Script({9: "nan reward"})  # evaluation episode 2, step 1 (calls 8, 9)
@@ -437,7 +438,7 @@ def test_evaluation_runs_the_mean_policy_between_episodes(capsys):
     assert [r.length for r in records] == [6, 6] and records[0].ret == 21.0
     assert actor.faults == 1 and numpy_rng_state(actor.rng) == rng_before
     assert "solver fault 1, evaluation episode ended: env 0 (ScriptedSolver).step: reward" in (
-        capsys.readouterr().err)
+        caplog.text)
     with torch.inference_mode():
         mean, _ = actor.net.policy(torch.tensor([[1.0, 1.0, 0.0, 0.5]]))
     # The actor acts through the numpy forward, this is torch's: float32 round-off apart.

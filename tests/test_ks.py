@@ -229,7 +229,7 @@ def test_vracer_refer_lowers_the_energy(in_tmp):
     layers = load_toml(Path(__file__).resolve().parents[1] / "configs" / "ks.toml")
     layers["run"].update(steps=20_000, seed=0)
     config = build_config(layers)
-    run = RunDirectory(Path("ks"), config, episode_metric_names(config.run.env), quiet=True)
+    run = RunDirectory(Path("ks"), config, episode_metric_names(config.run.env))
     try:
         net = train_local(config, run).learner.algo.net
     finally:

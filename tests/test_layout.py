@@ -40,7 +40,9 @@ def test_one_rank_runs_everything():
     ("world", "learners", "k", "needle"),
     [
         (3, 2, 2, "world size 3 != learners 2 + E x ranks-per-env 2"),
-        (2, 2, 1, "use a world size in {3, 4, 5, ...}"),
+        (2, 2, 1, "use a world size in {4, 5, 6, ...} (E >= 2: a team for every learner)"),
+        (3, 2, 1, "--learners = 2 > the 1 environment team(s) of world size 3"),
+        (5, 3, 1, "use at most 2 learner(s), or a world size of at least 6 (E >= 3)"),
         (4, 0, 1, "--learners = 0: allowed values are integers >= 1"),
         (4, 1, 0, "--ranks-per-env = 0: allowed values are integers >= 1"),
         (1, 2, 1, "launch with mpirun -n 3 or more"),
@@ -65,7 +67,8 @@ def test_bad_layout_stops_every_rank_with_one_message(tmp_path):
     assert proc.returncode != 0
     lines = [x for x in proc.stderr.splitlines() if "hpc_refer.run: error" in x]
     assert lines == ["hpc_refer.run: error: world size 3 != learners 2 + E x ranks-per-env 2 "
-                     "for any E >= 1: use a world size in {4, 6, 8, ...}"]
+                     "for any E >= 1: use a world size in {6, 8, 10, ...} (E >= 2: a team for "
+                     "every learner)"]
     assert not (tmp_path / "runs").exists()
 
 

@@ -58,7 +58,7 @@ def train_everywhere(config, tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
     layout = compute_layout(W, config.run.learners, config.run.ranks_per_env)
     fabric = parallel.Fabric(layout)
-    run = (RunDirectory(run_dir, config, episode_metric_names(config.run.env), quiet=True)
+    run = (RunDirectory(run_dir, config, episode_metric_names(config.run.env))
            if COMM.Get_rank() == 0 else None)
     result = run_role(config, layout, fabric, run)
     if run is not None:

@@ -37,7 +37,7 @@ from pathlib import Path
 import h5py
 import pytest
 
-from hpc_refer import checkpoint
+from hpc_refer import checkpoint, policy_file
 from hpc_refer.evaluate import main as evaluate_main
 from hpc_refer.report import main as report_main
 from hpc_refer.run import main as run_main
@@ -115,7 +115,7 @@ def test_old_checkpoint_reads_as_schema_1(name, tmp_path):
     assert learner["loop"]["env_steps"] == STEP
     actor = checkpoint.read_tree(ckpt / "actor-0.h5")
     assert actor["policy"].size > 0 and "rng" in actor["actor"]
-    policy = checkpoint.load_policy(run_dir / "policy.h5")
+    policy = policy_file.load_policy(run_dir / "policy.h5")
     assert policy.env_step == STEP and policy.grad_step > 0
     check_config(policy.config, name)
 

@@ -5,6 +5,7 @@ every section drawn from what the run directory holds, refreshed during a run by
 from __future__ import annotations
 
 import json
+import logging
 import re
 import subprocess
 import sys
@@ -44,7 +45,7 @@ def fake_run(path: Path, seed: int, *, steps: int = 4000, faults: int = 0,
     """A run directory as a KS run writes it: config, episodes, interval records with the
     rho histogram, a log line about a fault, a field of environment 0, machine.json."""
     config = build_config({"run": {"env": "KS", "seed": seed, "steps": steps}})
-    run = RunDirectory(path, config, ("energy",) if metric else (), quiet=True)
+    run = RunDirectory(path, config, ("energy",) if metric else ())
     rng = np.random.default_rng(seed)
     for step in range(200, steps + 1, 200):
         run.episode(step, 1 + step // 200 % 2, float(-1 + step / steps + rng.normal(0, 0.1)),
@@ -56,7 +57,8 @@ def fake_run(path: Path, seed: int, *, steps: int = 4000, faults: int = 0,
             learner_busy=0.9, beta=step / steps, c_max=5 - step / steps, far_fraction=0.05,
             solver_faults=faults * step // steps, rho_hist=tuple(hist.tolist()),
             stats={"loss_pi": 1.0 / step, "loss_v": 2.0 / step, "kl": 0.01}))
-    run.log("env 0 (KuramotoSivashinsky) fault: step: state has shape (7,), expected (8,)")
+    logging.getLogger("hpc_refer.actor").warning(
+        "env 0 (KuramotoSivashinsky) fault: step: state has shape (7,), expected (8,)")
     run.record_machine(machine_info(3, 1, 2, 1, 1))
     run.set_state("finished")
     run.close()
@@ -95,7 +97,7 @@ def test_a_report_shows_every_section_with_data(tmp_path):
 
 def test_missing_data_is_named_not_drawn_empty(tmp_path):
     config = build_config({"run": {"env": "KS"}})
-    RunDirectory(tmp_path / "r", config, ("energy",), quiet=True).close()
+    RunDirectory(tmp_path / "r", config, ("energy",)).close()
     page = render([Run(tmp_path / "r")])
     assert figures(page) == []
     for absent in ("No episode has ended yet", "No interval record yet", "no step metrics",
@@ -167,7 +169,7 @@ def test_report_every_is_validated(value, tmp_path):
 
 def test_the_report_is_rewritten_every_report_every_steps(tmp_path):
     config = build_config({"run": {"env": "KS", "steps": 2000, "report_every": 400}})
-    run = RunDirectory(tmp_path / "r", config, ("energy",), quiet=True,
+    run = RunDirectory(tmp_path / "r", config, ("energy",),
                        report=write_run_report)
     report = tmp_path / "r" / "report.html"
     shown = []
@@ -183,13 +185,12 @@ def test_the_report_is_rewritten_every_report_every_steps(tmp_path):
 def test_report_every_needs_a_report_writer(tmp_path):
     config = build_config({"run": {"env": "KS", "report_every": 400}})
     with pytest.raises(ValueError, match="report writer"):
-        RunDirectory(tmp_path / "r", config, ("energy",), quiet=True)
+        RunDirectory(tmp_path / "r", config, ("energy",))
     assert not (tmp_path / "r").exists()
 
 
 def test_an_episode_brings_one_value_per_episode_metric(tmp_path):
-    run = RunDirectory(tmp_path / "r", build_config({"run": {"env": "KS"}}), ("energy",),
-                       quiet=True)
+    run = RunDirectory(tmp_path / "r", build_config({"run": {"env": "KS"}}), ("energy",))
     run.episode(100, 1, -1.0, 100, (0.7,))
     with pytest.raises(ValueError, match=r"2 metric values.*\('energy',\)"):
         run.episode(200, 1, -1.0, 100, (0.7, 0.1))
@@ -206,7 +207,7 @@ def test_the_losses_panel_draws_every_statistic_of_the_algorithm(tmp_path):
     """The records' ``stats``, whatever the algorithm names them (DDPG: q and near_fraction
     beside its losses): one panel each, one line per run over the records that hold it."""
     config = build_config({"run": {"env": "Pendulum-v1", "algorithm": "ddpg"}})
-    run = RunDirectory(tmp_path / "r", config, quiet=True)
+    run = RunDirectory(tmp_path / "r", config)
     names = ("loss_mu", "loss_q", "near_fraction", "q")
     for step in (100, 200, 300):  # no gradient step in the first interval: no statistics
         stats = {n: k / step for k, n in enumerate(names, 1)} if step > 100 else {}
@@ -218,7 +219,7 @@ def test_the_losses_panel_draws_every_statistic_of_the_algorithm(tmp_path):
         assert f">{name}</text>" in losses, name  # its panel's title
     # a run without gradient steps says so
     config = build_config({"run": {"env": "Pendulum-v1"}})
-    run = RunDirectory(tmp_path / "none", config, quiet=True)
+    run = RunDirectory(tmp_path / "none", config)
     run.interval(interval_record(100))
     run.close()
     losses = section(render([Run(tmp_path / "none")]), "Losses")

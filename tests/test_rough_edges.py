@@ -159,7 +159,7 @@ def test_eta_uses_the_speed_since_training_started(tmp_path):
     from hpc_refer.config import Config
     from hpc_refer.metrics import RunDirectory
 
-    run = RunDirectory(tmp_path / "r", Config(), quiet=True)
+    run = RunDirectory(tmp_path / "r", Config())
     now = [10.0]
     run.wall = lambda: now[0]  # type: ignore[method-assign]
     total = 1_000_000

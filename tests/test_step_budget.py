@@ -13,6 +13,7 @@ import pytest
 from mpi_launch import mpi_env, mpirun_exe
 
 from hpc_refer.learner_loop import grant_steps
+from hpc_refer.schema import log_messages
 
 pytestmark = pytest.mark.mpi_skip
 
@@ -47,8 +48,7 @@ def last_record(run_dir: Path) -> dict:
 
 
 def last_progress(run_dir: Path) -> str:
-    return [x for x in (run_dir / "log.txt").read_text().splitlines()
-            if x.startswith("steps ")][-1]
+    return [x for x in log_messages(run_dir / "log.txt") if x.startswith("steps ")][-1]
 
 
 def mpirun(n: int, *args: str) -> subprocess.CompletedProcess[str]:

@@ -110,8 +110,8 @@ class ActorChannel:
     of this release: the bits of an int32, so any budget is exact), TAG_STOP,
     TAG_CHECKPOINT (float64 [env step]), TAG_EVAL (float32 parameters then the number of
     episodes), and TAG_CUT (empty: send the steps collected so far now, without waiting for
-    the chunk to fill; an actor that sent its chunk already ignores it). ``faults`` (the
-    actor's solver faults so far) travels in every header.
+    the chunk to fill; an actor that sent its chunk already ignores it). The actor's solver
+    faults so far travel in every header.
     """
 
     def __init__(self, world: Any, learner: int, n_params: int) -> None:
@@ -127,12 +127,11 @@ class ActorChannel:
         """The env step of the checkpoint asked for (after a CHECKPOINT reply)."""
         self.episodes = 0
         """Episodes of the evaluation round asked for (after an EVAL reply)."""
-        self.faults = 0
         self._status = _mpi().Status()
 
-    def send_chunk(self, chunk: Chunk, episode: EpisodeRecord | None) -> None:
-        """Send a chunk, with the episode it ends."""
-        header = ChunkHeader.of(chunk, episode, self.faults)
+    def send_chunk(self, chunk: Chunk, episode: EpisodeRecord | None, faults: int) -> None:
+        """Send a chunk, with the episode it ends and the actor's solver faults so far."""
+        header = ChunkHeader.of(chunk, episode, faults)
         payload = np.concatenate([chunk.obs.ravel(), chunk.act.ravel(), chunk.rew,
                                   chunk.mu_mean.ravel(), chunk.mu_std.ravel()])
         self.world.Send(header.pack(), dest=self.learner, tag=TAG_HEADER)
@@ -191,13 +190,14 @@ class ActorChannel:
 class LearnerChannel:
     """The learner's side of the actor <-> learner messages (see :class:`ActorChannel`)."""
 
+    in_process = False
+    """Actors run in their own processes (see the learner loop's ``LearnerSide``)."""
+
     def __init__(self, world: Any, obs_dim: int, act_dim: int) -> None:
         self.world = world
         self.obs_dim = obs_dim
         self.act_dim = act_dim
         self._status = _mpi().Status()
-        self.faults: dict[int, int] = {}
-        """Solver faults of each actor so far (from the latest header of each)."""
 
     def poll(self, block: bool) -> Incoming | None:
         """Receive one message from any actor; None when nothing is pending and ``block`` is
@@ -225,9 +225,8 @@ class LearnerChannel:
         raw = np.empty(self._status.Get_count(mpi.DOUBLE), np.float64)
         self.world.Recv(raw, source=source, tag=TAG_HEADER)
         header = ChunkHeader.unpack(raw)
-        self.faults[source] = header.faults
         return Incoming(source, MessageKind.CHUNK, self._recv_chunk(source, header),
-                        header.episode)
+                        header.episode, faults=header.faults)
 
     def _recv_chunk(self, source: int, header: ChunkHeader) -> Chunk:
         n, m = header.n_states, header.n_actions
@@ -253,6 +252,9 @@ class LearnerChannel:
 
     def send_eval(self, actor: int, flat: np.ndarray, episodes: int) -> None:
         self.world.Send(np.append(flat, np.float32(episodes)), dest=actor, tag=TAG_EVAL)
+
+    def resume(self, budgets: dict[int, int]) -> None:
+        """Nothing to resume: actor ranks wait for their learner's first reply."""
 
     def request_checkpoints(self, actors: list[int], step: int) -> None:
         """Ask each (waiting) actor to write its checkpoint part; wait until all have."""
