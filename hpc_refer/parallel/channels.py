@@ -85,10 +85,6 @@ class Fabric:
         """Stop every rank of the job (after a fatal error on this one)."""
         self.world.Abort(code)
 
-    def agree(self, ok: bool) -> bool:
-        """True on every rank when ``ok`` holds on every rank."""
-        return bool(self.world.allreduce(int(ok), op=_mpi().MIN))
-
     def bcast(self, obj: Any) -> Any:
         return self.world.bcast(obj, root=0)
 
