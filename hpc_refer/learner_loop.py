@@ -69,6 +69,7 @@ from hpc_refer.learner import Learner
 from hpc_refer.local_channel import LocalChannel
 from hpc_refer.metrics import RunDirectory
 from hpc_refer.records import (
+    ChunkEnd,
     EpisodeRecord,
     Incoming,
     LoggedEpisode,
@@ -77,7 +78,6 @@ from hpc_refer.records import (
     episodes_from,
     episodes_tree,
 )
-from hpc_refer.replay import ChunkEnd
 from hpc_refer.resume import part_attrs
 from hpc_refer.schema import IntervalRecord
 from hpc_refer.supervision import STOP

@@ -13,8 +13,7 @@ import numpy as np
 from hpc_refer import checkpoint
 from hpc_refer.actor import Actor
 from hpc_refer.envs import EnvironmentFinished, SolverFailure
-from hpc_refer.records import EpisodeRecord, Incoming, MessageKind
-from hpc_refer.replay import Chunk, ChunkEnd
+from hpc_refer.records import Chunk, ChunkEnd, EpisodeRecord, Incoming, MessageKind
 from hpc_refer.resume import actor_part
 from hpc_refer.supervision import STOP
 

@@ -29,8 +29,7 @@ from hpc_refer.envs import (
 )
 from hpc_refer.envs.gym_env import GymEnv, Status
 from hpc_refer.networks import GaussianPolicyValueNet, flat_state
-from hpc_refer.records import numpy_rng_state
-from hpc_refer.replay import OPEN, TRUNCATED, Chunk
+from hpc_refer.records import OPEN, TRUNCATED, Chunk, numpy_rng_state
 from hpc_refer.timeouts import CallTimeout, call_with_alarm, deadline_after, poll_until
 
 TIMEOUT = 0.3

@@ -25,7 +25,8 @@ from hpc_refer.layout import Role, compute_layout
 from hpc_refer.learner import Learner
 from hpc_refer.metrics import RunDirectory
 from hpc_refer.networks import flat_state
-from hpc_refer.replay import HAS_ACTION, IN_USE, TRUNCATED, Chunk, ReplayShard
+from hpc_refer.records import TRUNCATED, Chunk
+from hpc_refer.replay import HAS_ACTION, IN_USE, ReplayShard
 from hpc_refer.training import LearnerResult, make_learner, run_role
 
 COMM = MPI.COMM_WORLD
