@@ -39,6 +39,7 @@ from hpc_refer.parallel import (
     ActorChannel,
     Fabric,
     LearnerChannel,
+    MpiLinks,
     Reply,
     Team,
 )
@@ -90,7 +91,7 @@ def train_local(config: Config, run: RunDirectory | None, run_dir: Path | None =
                 resume: Resume | None = None) -> LearnerResult:
     """One process: one learner and one actor, the learner loop over a :class:`LocalChannel`."""
     env = make_driver(SolverSpec.of(config, run_dir), None, timeout=config.run.env_step_timeout,
-                      **outputs_of(config, run_dir))
+                      links=MpiLinks(), **outputs_of(config, run_dir))
     watchdog = Watchdog(env, config.run.env_step_timeout,
                         lambda text: end_stuck_process(text, run))
     try:
@@ -153,7 +154,8 @@ def actor_main(config: Config, layout: Layout, fabric: Fabric, run_dir: Path | N
     team = Team(fabric.team)
     index = layout.team(fabric.rank)
     env = make_driver(SolverSpec.of(config, run_dir), team, index=index, envs=layout.envs,
-                      timeout=config.run.env_step_timeout, **outputs_of(config, run_dir))
+                      timeout=config.run.env_step_timeout, links=MpiLinks(),
+                      **outputs_of(config, run_dir))
     if is_external(config.run.env):
         _agreed_dims(fabric, (env.obs_dim, env.act_dim))
     actor = make_actor(config, env, index, fabric.rank)

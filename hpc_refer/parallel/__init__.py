@@ -11,7 +11,7 @@ initialises MPI.
 
 
 from hpc_refer.parallel.channels import ActorChannel, Fabric, LearnerChannel, Reply
-from hpc_refer.parallel.solver_link import SolverLink
+from hpc_refer.parallel.solver_link import MpiLinks, SolverLink
 from hpc_refer.parallel.world import (
     MpiReducer,
     Team,
@@ -25,6 +25,6 @@ from hpc_refer.parallel.world import (
     world_team,
 )
 
-__all__ = ["ActorChannel", "Fabric", "LearnerChannel", "MpiReducer", "Reply", "SolverLink", "Team",
-           "TeamCommand", "abort_job", "app_count",
+__all__ = ["ActorChannel", "Fabric", "LearnerChannel", "MpiLinks", "MpiReducer", "Reply",
+           "SolverLink", "Team", "TeamCommand", "abort_job", "app_count",
            "barrier", "bcast_object", "gather_object", "world_rank_size", "world_team"]
