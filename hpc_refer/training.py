@@ -40,8 +40,8 @@ from hpc_refer.parallel import (
     Fabric,
     LearnerChannel,
     MpiLinks,
+    MpiTeam,
     Reply,
-    Team,
 )
 from hpc_refer.resume import Resume, actor_part, part_attrs, restore_actor, restore_learner
 from hpc_refer.supervision import Watchdog, end_stuck_process
@@ -151,7 +151,7 @@ def actor_main(config: Config, layout: Layout, fabric: Fabric, run_dir: Path | N
     """An actor rank: run its team's environment with a policy copy; chunks to its learner;
     checkpoint parts and evaluation rounds when its learner asks."""
     assert fabric.team is not None
-    team = Team(fabric.team)
+    team = MpiTeam(fabric.team)
     index = layout.team(fabric.rank)
     env = make_driver(SolverSpec.of(config, run_dir), team, index=index, envs=layout.envs,
                       timeout=config.run.env_step_timeout, links=MpiLinks(),
@@ -210,7 +210,7 @@ def solver_main(config: Config, layout: Layout, fabric: Fabric,
                 run_dir: Path | None = None) -> None:
     """A solver rank of a multi-rank environment team: follow the actor's calls."""
     assert fabric.team is not None
-    team = Team(fabric.team)
+    team = MpiTeam(fabric.team)
     serve_team(env_factory(SolverSpec.of(config, run_dir), layout.team(fabric.rank)), team)
 
 

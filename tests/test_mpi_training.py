@@ -244,9 +244,9 @@ def test_diffusion_split_over_a_team_equals_one_rank():
     """The multi-rank test environment really splits its state: every rank holds only its
     cells, and the team's trajectory equals the one-rank trajectory."""
     from hpc_refer.envs.diffusion import N_CELLS, Diffusion1D
-    from hpc_refer.parallel import Team
+    from hpc_refer.parallel import MpiTeam
 
-    team_env = Diffusion1D(Team(COMM))
+    team_env = Diffusion1D(MpiTeam(COMM))
     alone = Diffusion1D(None)
     assert team_env.cells.size < N_CELLS
     assert COMM.allreduce(team_env.cells.size) == N_CELLS
@@ -272,9 +272,9 @@ def test_a_solver_gathering_its_state_on_another_rank():
 
     from hpc_refer.envs import TeamDriver, serve_team
     from hpc_refer.envs.diffusion import Diffusion1D
-    from hpc_refer.parallel import Team
+    from hpc_refer.parallel import MpiTeam
 
-    team = Team(COMM)
+    team = MpiTeam(COMM)
     if team.rank != 0:
         serve_team(GatheredOnLastRank, team)
         return

@@ -3,7 +3,7 @@
 The interface (what the actor calls; a Python solver class provides it)::
 
     obs_dim, act_dim, low, high                        class attributes (sizes, action box)
-    __init__(team, **params)                           team: hpc_refer.parallel.Team or None
+    __init__(team, **params)                           team: interface.Team or None
     reset(seed) -> state                               state: float array of shape (obs_dim,)
     step(action) -> (state, reward, Status)            reward: a finite real scalar
     close()
@@ -54,8 +54,13 @@ it, and the driver closes the solver and constructs it anew (on every rank of it
 solver left in a bad state cannot poison the next episodes. Timeouts: see
 :meth:`TeamDriver.step`.
 
+The team is a :class:`~hpc_refer.envs.interface.Team` (a protocol: what a solver may call);
+hpc_refer's entry points build its MPI implementation (:class:`hpc_refer.parallel.MpiTeam`)
+and pass it in, as they pass an external solver's :class:`~hpc_refer.envs.external.Links`
+to :func:`make_driver`: nothing in this package imports :mod:`hpc_refer.parallel`.
+
 ``--env`` selects: a built-in solver by name (``Diffusion1D``), a user's class as
-``package.module:Class`` (constructed with the team, see :class:`~hpc_refer.parallel.Team`),
+``package.module:Class`` (constructed with the team),
 an external MPI program (``external``, ``external:[-n K] PROGRAM``, ``external:--connect
 DIR``, see :mod:`hpc_refer.envs.external`), or any gymnasium id with a continuous action
 space (one rank per environment).
@@ -103,9 +108,9 @@ from hpc_refer.envs.interface import (
     SolverFault,
     SolverStartError,
     Status,
+    Team,
 )
 from hpc_refer.layout import SeedRole, role_seed
-from hpc_refer.parallel import Team
 from hpc_refer.schema import EPISODE_FIELDS
 
 __all__ = [
@@ -117,6 +122,7 @@ __all__ = [
     "SolverSpec",
     "SolverStartError",
     "Status",
+    "Team",
     "TeamDriver",
     "check_env",
     "check_step",
