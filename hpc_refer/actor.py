@@ -48,8 +48,14 @@ from hpc_refer.envs import TeamDriver
 from hpc_refer.envs.external import SolverFailure, SolverFault
 from hpc_refer.envs.interface import Status
 from hpc_refer.networks import BehaviourPolicy, load_flat_state
-from hpc_refer.records import EpisodeRecord, StateTree, numpy_rng_state, set_numpy_rng_state
-from hpc_refer.replay import Chunk, ChunkEnd
+from hpc_refer.records import (
+    Chunk,
+    ChunkEnd,
+    EpisodeRecord,
+    StateTree,
+    numpy_rng_state,
+    set_numpy_rng_state,
+)
 
 OU_THETA = 0.15
 

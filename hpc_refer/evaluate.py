@@ -26,7 +26,7 @@ from hpc_refer.actor import Actor
 from hpc_refer.checkpoint import CheckpointError
 from hpc_refer.config import ConfigError, build_config, load_toml
 from hpc_refer.envs import SolverSpec, env_factory, make_driver, serve_team
-from hpc_refer.parallel import world_rank_size, world_team
+from hpc_refer.parallel import MpiLinks, world_rank_size, world_team
 from hpc_refer.policy_file import load_policy
 from hpc_refer.records import EpisodeRecord
 
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     timeout = config.run.env_step_timeout
     env = make_driver(SolverSpec.of(config, args.run_dir), team, timeout=timeout,
-                      snapshot_dir=args.run_dir / "evaluation-snapshots",
+                      links=MpiLinks(), snapshot_dir=args.run_dir / "evaluation-snapshots",
                       snapshot_due=snapshots.snapshot_due if args.snapshot else None)
     try:
         actor = Actor(env, saved.policy, config.run.action_bounds, args.seed, config.run.chunk_len,

@@ -40,18 +40,10 @@ from hpc_refer.algorithms.step import EagerStep, Step
 from hpc_refer.collectives import Reducer, SerialReducer
 from hpc_refer.config import BatchScaling, Config, Sampling
 from hpc_refer.networks import gaussian_log_prob
-from hpc_refer.records import (
-    StateTree,
-    numpy_rng_state,
-    set_numpy_rng_state,
-    set_torch_rng_state,
-    torch_rng_state,
-)
+from hpc_refer.records import OPEN, Chunk, StateTree, numpy_rng_state, set_numpy_rng_state
 from hpc_refer.refer import ReferState, importance_ratio
 from hpc_refer.replay import (
     HAS_ACTION,
-    OPEN,
-    Chunk,
     PriorityConfig,
     ReplayShard,
     ScalingSums,
@@ -61,6 +53,16 @@ from hpc_refer.schema import RHO_EDGES
 
 ADOPTED_SOURCE = -1
 """The source under which :meth:`Learner.adopt` stores episodes (no actor uses it)."""
+
+
+def torch_rng_state() -> np.ndarray:
+    """torch's CPU generator state as a uint8 array."""
+    return torch.get_rng_state().numpy().copy()
+
+
+def set_torch_rng_state(state: np.ndarray) -> None:
+    """Inverse of :func:`torch_rng_state`."""
+    torch.set_rng_state(torch.from_numpy(np.asarray(state, np.uint8).copy()))
 
 
 class FarCounts(NamedTuple):

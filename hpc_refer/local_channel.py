@@ -14,8 +14,7 @@ from hpc_refer.actor import Actor
 from hpc_refer.actor_checkpoint import write_actor_part
 from hpc_refer.config import Config
 from hpc_refer.envs import EnvironmentFinished, SolverFailure
-from hpc_refer.records import EpisodeRecord, Incoming, MessageKind
-from hpc_refer.replay import Chunk, ChunkEnd
+from hpc_refer.records import Chunk, ChunkEnd, EpisodeRecord, Incoming, MessageKind
 from hpc_refer.supervision import STOP
 
 

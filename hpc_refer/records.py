@@ -2,6 +2,9 @@
 
 Each record that travels in an MPI message has ``pack`` (to the float64 vector that is sent)
 and ``unpack`` (which validates what it reads), so no code indexes positions of a vector.
+
+Plain data, the bottom layer: numpy only (no torch, no numba, nothing of hpc_refer), so that
+the replay, the environments and the channels all import their records from here.
 """
 
 from __future__ import annotations
@@ -11,9 +14,35 @@ from enum import IntEnum
 from typing import Any, NamedTuple
 
 import numpy as np
-import torch
 
-from hpc_refer.replay import Chunk, ChunkEnd
+
+class ChunkEnd(IntEnum):
+    """How a chunk stops: the episode goes on, reached a terminal state, or was cut."""
+
+    OPEN = 0
+    TERMINATED = 1
+    TRUNCATED = 2
+
+
+OPEN, TERMINATED, TRUNCATED = ChunkEnd.OPEN, ChunkEnd.TERMINATED, ChunkEnd.TRUNCATED
+
+
+class Chunk(NamedTuple):
+    """Consecutive steps of one episode, as an actor sends them.
+
+    ``obs`` has one row per state: the m states that carry an action, plus the final state
+    s_T when ``end`` is TRUNCATED. ``act``, ``rew``, ``mu_mean`` and ``mu_std`` have m rows.
+    ``end`` says how the chunk stops: OPEN (the episode continues in the next chunk of the same
+    ``source``), TERMINATED (the last transition reached a terminal state) or TRUNCATED.
+    """
+
+    obs: np.ndarray
+    act: np.ndarray
+    rew: np.ndarray
+    mu_mean: np.ndarray
+    mu_std: np.ndarray
+    end: ChunkEnd
+    source: int = 0
 
 
 class EpisodeRecord(NamedTuple):
@@ -138,16 +167,6 @@ def numpy_rng_state(rng: np.random.Generator) -> str:
 def set_numpy_rng_state(rng: np.random.Generator, state: str) -> None:
     """Inverse of :func:`numpy_rng_state` (the generator continues bit for bit)."""
     rng.bit_generator.state = json.loads(state)
-
-
-def torch_rng_state() -> np.ndarray:
-    """torch's CPU generator state as a uint8 array."""
-    return torch.get_rng_state().numpy().copy()
-
-
-def set_torch_rng_state(state: np.ndarray) -> None:
-    """Inverse of :func:`torch_rng_state`."""
-    torch.set_rng_state(torch.from_numpy(np.asarray(state, np.uint8).copy()))
 
 
 def episodes_tree(episodes: list[LoggedEpisode]) -> StateTree:

@@ -50,12 +50,12 @@ makes a shard of the same capacity continue bit for bit. With another number of 
 
 from __future__ import annotations
 
-from enum import IntEnum
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
 from hpc_refer.near import NearBounds, is_far
+from hpc_refer.records import OPEN, TERMINATED, TRUNCATED, Chunk, StateTree
 from hpc_refer.replay_kernels import (
     HAS_ACTION,
     IN_USE,
@@ -69,21 +69,6 @@ from hpc_refer.replay_kernels import (
 )
 from hpc_refer.sumtree import SumTree
 
-if TYPE_CHECKING:
-    from hpc_refer.records import StateTree
-
-
-
-class ChunkEnd(IntEnum):
-    """How a chunk stops: the episode goes on, reached a terminal state, or was cut."""
-
-    OPEN = 0
-    TERMINATED = 1
-    TRUNCATED = 2
-
-
-OPEN, TERMINATED, TRUNCATED = ChunkEnd.OPEN, ChunkEnd.TERMINATED, ChunkEnd.TRUNCATED
-
 COLUMNS = ("obs", "act", "rew", "mu_mean", "mu_std", "log_mu", "value", "rho", "vtbc", "prev",
            "next", "flags")
 """The per-row columns of a shard, as a checkpoint stores them."""
@@ -93,24 +78,6 @@ _UNUSED_FILL = {"mu_std": 1, "rho": 1, "prev": -1, "next": -1}
 
 _MARK_MAX = int(np.iinfo(np.int32).max)
 """The last visit stamp before the stamps are cleared."""
-
-
-class Chunk(NamedTuple):
-    """Consecutive steps of one episode, as an actor sends them.
-
-    ``obs`` has one row per state: the m states that carry an action, plus the final state
-    s_T when ``end`` is TRUNCATED. ``act``, ``rew``, ``mu_mean`` and ``mu_std`` have m rows.
-    ``end`` says how the chunk stops: OPEN (the episode continues in the next chunk of the same
-    ``source``), TERMINATED (the last transition reached a terminal state) or TRUNCATED.
-    """
-
-    obs: np.ndarray
-    act: np.ndarray
-    rew: np.ndarray
-    mu_mean: np.ndarray
-    mu_std: np.ndarray
-    end: ChunkEnd
-    source: int = 0
 
 
 class Batch(NamedTuple):

@@ -193,7 +193,7 @@ def _validate(argv: list[str] | None, rank: int, world: int) -> Start:
     config = dataclasses.replace(config, env=solver_params(config.run.env, config.env))
     dims = env_dims(SolverSpec.of(config))
     if is_external(config.run.env):
-        check_env(SolverSpec.of(config))  # and its port directory
+        check_env(SolverSpec.of(config), app_count())  # its launch and port directory
     episode_columns(config.run.env)
     return Start(config, layout, restart, dims)
 

@@ -37,13 +37,10 @@ with positive priority.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numba
 import numpy as np
 
-if TYPE_CHECKING:
-    from hpc_refer.records import StateTree
+from hpc_refer.records import StateTree
 
 
 @numba.njit(cache=True, nogil=True)

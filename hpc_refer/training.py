@@ -42,8 +42,9 @@ from hpc_refer.parallel import (
     ActorChannel,
     Fabric,
     LearnerChannel,
+    MpiLinks,
+    MpiTeam,
     Reply,
-    Team,
 )
 from hpc_refer.supervision import Watchdog, end_stuck_process
 
@@ -94,7 +95,7 @@ def train_local(config: Config, run: RunDirectory | None, run_dir: Path | None =
                 resume: Resume | None = None) -> LearnerResult:
     """One process: one learner and one actor, the learner loop over a :class:`LocalChannel`."""
     env = make_driver(SolverSpec.of(config, run_dir), None, timeout=config.run.env_step_timeout,
-                      **outputs_of(config, run_dir))
+                      links=MpiLinks(), **outputs_of(config, run_dir))
     watchdog = Watchdog(env, config.run.env_step_timeout,
                         lambda text: end_stuck_process(text, run))
     try:
@@ -158,10 +159,11 @@ def actor_main(config: Config, layout: Layout, fabric: Fabric, run_dir: Path | N
     """An actor rank: run its team's environment with a policy copy; chunks to its learner;
     checkpoint parts and evaluation rounds when its learner asks."""
     assert fabric.team is not None
-    team = Team(fabric.team)
+    team = MpiTeam(fabric.team)
     index = layout.team(fabric.rank)
     env = make_driver(SolverSpec.of(config, run_dir), team, index=index, envs=layout.envs,
-                      timeout=config.run.env_step_timeout, **outputs_of(config, run_dir))
+                      timeout=config.run.env_step_timeout, links=MpiLinks(),
+                      **outputs_of(config, run_dir))
     if is_external(config.run.env):
         _agreed_dims(fabric, (env.obs_dim, env.act_dim))
     actor = make_actor(config, env, index, fabric.rank)
@@ -211,7 +213,7 @@ def solver_main(config: Config, layout: Layout, fabric: Fabric,
                 run_dir: Path | None = None) -> None:
     """A solver rank of a multi-rank environment team: follow the actor's calls."""
     assert fabric.team is not None
-    team = Team(fabric.team)
+    team = MpiTeam(fabric.team)
     serve_team(env_factory(SolverSpec.of(config, run_dir), layout.team(fabric.rank)), team)
 
 

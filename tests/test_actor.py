@@ -14,7 +14,8 @@ from hpc_refer.envs.external import SolverFault
 from hpc_refer.envs.gym_env import GymEnv, Status
 from hpc_refer.learner import Learner
 from hpc_refer.networks import GaussianPolicyValueNet
-from hpc_refer.replay import HAS_ACTION, OPEN, TERMINAL, TRUNCATED
+from hpc_refer.records import OPEN, TRUNCATED
+from hpc_refer.replay import HAS_ACTION, TERMINAL
 
 
 def make_actor(bounds: str, chunk_len: int = 1000) -> Actor:

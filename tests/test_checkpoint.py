@@ -29,16 +29,8 @@ from hpc_refer.checkpoint import CheckpointError
 from hpc_refer.collectives import SerialReducer
 from hpc_refer.config import build_config
 from hpc_refer.learner import Learner
-from hpc_refer.replay import (
-    HAS_ACTION,
-    IN_USE,
-    OPEN,
-    TERMINAL,
-    TERMINATED,
-    TRUNCATED,
-    Chunk,
-    ChunkEnd,
-)
+from hpc_refer.records import OPEN, TERMINATED, TRUNCATED, Chunk, ChunkEnd
+from hpc_refer.replay import HAS_ACTION, IN_USE, TERMINAL
 from hpc_refer.sumtree import SumTree
 
 OBS, ACT = 3, 2

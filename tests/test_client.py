@@ -62,12 +62,13 @@ REFERENCE_DRIVER = """
 import json, sys
 import numpy as np
 from hpc_refer.envs.external import ExternalEnv
+from hpc_refer.parallel import MpiLinks
 
 solver, out = sys.argv[1], {}
 for ranks in (1, 2):
     env = ExternalEnv(f"external:-n {ranks} {sys.executable} {solver} --world --cells 12", 0,
-                      1, timeout=60.0, params={"horizon": 4, "velocity": 0.25},
-                      run_dir=sys.argv[2], seed=5)
+                      1, timeout=60.0, links=MpiLinks(), params={"horizon": 4,
+                      "velocity": 0.25}, run_dir=sys.argv[2], seed=5)
     run = {"names": env.step_metric_names, "states": [env.reset(7).tolist()],
            "values": [env.step_values.tolist()], "rewards": [], "status": []}
     for k in range(4):

@@ -24,8 +24,9 @@ from hpc_refer.algorithms.step import EagerStep
 from hpc_refer.config import ConfigError, ReferConfig, build_config
 from hpc_refer.learner import Learner
 from hpc_refer.networks import flat_state, gaussian_log_prob
+from hpc_refer.records import TERMINATED, TRUNCATED, Chunk
 from hpc_refer.refer import importance_ratio
-from hpc_refer.replay import TERMINATED, TRUNCATED, Batch, Chunk
+from hpc_refer.replay import Batch
 from hpc_refer.training import train_local
 
 OBS, ACT = 3, 2

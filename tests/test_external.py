@@ -32,14 +32,15 @@ from hpc_refer.client import (
     parse_params,
 )
 from hpc_refer.config import ConfigError
+from hpc_refer.envs import SolverSpec, check_env, make_driver
 from hpc_refer.envs.external import (
     CONNECT,
     SPAWN,
     ExternalEnv,
     ExternalSolverError,
     SolverFault,
-    SolverLink,
     SolverStartError,
+    check_apps,
     check_port_dir,
     parse_spec,
 )
@@ -415,6 +416,30 @@ def test_spawn_spec_resolves_the_program():
     assert parse_spec("external:true --connect x", 1).args == ("--connect", "x")
 
 
+def test_mpmd_needs_hpc_refer_and_one_solver_app():
+    """The app count comes from the caller (run.py counts the apps of the mpirun, the links
+    of an ExternalEnv count them): ``external`` needs exactly two, the other forms any."""
+    message = ("run.env = 'external' but this mpirun has {} app(s), not hpc_refer and one "
+               "solver; allowed are 'external'")
+    for apps in (1, 3):
+        with pytest.raises(ConfigError, match=message.format(apps).replace("(", r"\(")
+                           .replace(")", r"\)")):
+            check_apps("external", apps)
+    check_apps("external", 2)
+    check_apps("external:true", 1)
+    assert parse_spec("external", 1).how == "mpmd"  # the form alone is valid
+    with pytest.raises(ConfigError, match=r"this mpirun has 1 app\(s\)"):
+        check_env(SolverSpec("external"), 1)
+    with pytest.raises(ConfigError, match=r"this mpirun has 1 app\(s\)"):
+        ExternalEnv("external", 0, 1, links=ScriptedLinks(ScriptedLink([]), apps=1))
+
+
+def test_an_external_driver_needs_the_links():
+    with pytest.raises(TypeError, match=r"needs the links to external solvers \(hpc_refer"
+                                        r"\.parallel\.MpiLinks\)"):
+        make_driver(SolverSpec("external:true"), None)
+
+
 def test_connect_spec_and_its_port_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     launch = parse_spec("external:--connect ports", 1)
@@ -435,11 +460,12 @@ import numpy as np
 from mpi4py import MPI
 from hpc_refer.envs import SolverFailure, SolverStartError, TeamDriver
 from hpc_refer.envs.external import ExternalEnv
+from hpc_refer.parallel import MpiLinks
 
 mode, spec = sys.argv[1], sys.argv[2]
 start = time.monotonic()
 try:
-    env = TeamDriver(ExternalEnv(spec, 0, 1, timeout=2.0), None, timeout=2.0)
+    env = TeamDriver(ExternalEnv(spec, 0, 1, timeout=2.0, links=MpiLinks()), None, timeout=2.0)
     print("started", env.reset(1).tolist(), env.step(np.zeros(1))[0].tolist(), flush=True)
     env.step(np.zeros(1))
     start = time.monotonic()
@@ -504,8 +530,10 @@ def test_an_external_solver_that_stops_answering_fails_within_the_timeout(tmp_pa
 
 
 class ScriptedLink:
-    """A SolverLink stand-in that answers with scripted (tag, values) messages and records
-    what the actor sends."""
+    """A :class:`~hpc_refer.envs.external.Link` that answers with scripted (tag, values)
+    messages and records what the actor sends."""
+
+    peer = 0
 
     def __init__(self, messages: list[tuple[int, np.ndarray]]) -> None:
         self.messages = messages
@@ -534,18 +562,42 @@ def _handshake(version: int = 2, metrics: bytes = b"cd\ncl") -> list[tuple[int, 
             (TAG_METRICS, np.frombuffer(metrics, np.uint8))]
 
 
-def _scripted(monkeypatch, messages: list[tuple[int, np.ndarray]],
+class ScriptedLinks:
+    """The :class:`~hpc_refer.envs.external.Links` of one scripted spawned group (no MPI),
+    in a job of ``apps`` apps."""
+
+    def __init__(self, link: ScriptedLink, apps: int = 1) -> None:
+        self.link, self.apps = link, apps
+        self.spawned: list[tuple[object, ...]] = []
+
+    def app_count(self) -> int:
+        return self.apps
+
+    def spawn(self, *args: object) -> ScriptedLink:
+        self.spawned.append(args)
+        return self.link
+
+    def mpmd(self, index: int, envs: int) -> ScriptedLink:
+        raise AssertionError("not under MPMD")
+
+    def accept(self, port_file: str, index: int, envs: int) -> ScriptedLink:
+        raise AssertionError("not connected")
+
+
+def _scripted(messages: list[tuple[int, np.ndarray]],
               **kwargs: object) -> tuple[ExternalEnv, ScriptedLink]:
     link = ScriptedLink(messages)
-    monkeypatch.setattr(SolverLink, "spawn", lambda *args: link)
-    return ExternalEnv("external:true", 3, 4, **kwargs), link  # type: ignore[arg-type]
+    links = ScriptedLinks(link)
+    env = ExternalEnv("external:true", 3, 4, links=links, **kwargs)  # type: ignore[arg-type]
+    assert [args[2:] for args in links.spawned] == [(1, 3, 4)]  # ranks, index, envs
+    return env, link
 
 
-def test_params_metrics_and_step_values_of_protocol_2(monkeypatch):
+def test_params_metrics_and_step_values_of_protocol_2():
     """The actor sends PARAMS (the solver parameters, env_index, run_dir, seed) after
     HELLO, BOUNDS and METRICS; each STATE carries the step values after the state."""
     state = (TAG_STATE, np.array([0.0, 0.0, 0.0, 0.5, 0.25, 1.5, -2.0]))
-    env, link = _scripted(monkeypatch, [*_handshake(), state],
+    env, link = _scripted([*_handshake(), state],
                           params={"re": 100.0, "les": True, "mesh": "m.h5"}, run_dir="/r",
                           seed=11)
     assert env.step_metric_names == ("cd", "cl")
@@ -556,7 +608,7 @@ def test_params_metrics_and_step_values_of_protocol_2(monkeypatch):
         "seed": "11"}
     assert env.reset(1).tolist() == [0.5, 0.25]
     assert env.step_values.tolist() == [1.5, -2.0]
-    env, link = _scripted(monkeypatch, _handshake(metrics=b""))
+    env, link = _scripted(_handshake(metrics=b""))
     assert env.step_metric_names == () and env.step_values.shape == (0,)
     assert parse_params(link.sent[0][1]) == {  # type: ignore[arg-type]
         "env_index": "3", "run_dir": "", "seed": "0"}
@@ -568,9 +620,9 @@ def test_params_metrics_and_step_values_of_protocol_2(monkeypatch):
      ([0.0, 1.0, 0.0, 0.5, 0.25, 1.0], "field 'size' = 6 values, expected 3 + obs_dim + "
                                        "step metrics = 7")],
 )
-def test_bad_step_values_are_solver_faults(monkeypatch, values, field):
+def test_bad_step_values_are_solver_faults(values, field):
     reset = (TAG_STATE, np.array([0.0, 0.0, 0.0, 0.5, 0.25, 1.5, -2.0]))
-    env, _ = _scripted(monkeypatch, [*_handshake(), reset, (TAG_STATE, np.array(values))])
+    env, _ = _scripted([*_handshake(), reset, (TAG_STATE, np.array(values))])
     env.reset(1)
     with pytest.raises(SolverFault) as exc:
         env.step(np.zeros(1))
@@ -578,29 +630,30 @@ def test_bad_step_values_are_solver_faults(monkeypatch, values, field):
     assert env.step_values.tolist() == [1.5, -2.0]  # the last valid STATE's
 
 
-def test_bad_metric_names_and_old_clients_stop_the_start(monkeypatch):
+def test_bad_metric_names_and_old_clients_stop_the_start():
     """A start-up error (one line, a SolverStartError) names the field; a client of protocol
     1 gets the version error; a solver parameter may not take a reserved name."""
     with pytest.raises(ExternalSolverError) as exc:
-        _scripted(monkeypatch, _handshake(metrics=b"cd\nc d"))
+        _scripted(_handshake(metrics=b"cd\nc d"))
     assert isinstance(exc.value, SolverStartError) and "\n" not in str(exc.value)
     assert str(exc.value) == ("external env 3 (spawned rank 0 of true): field 'METRICS' holds "
                               "'c d', not an identifier ([A-Za-z_][A-Za-z0-9_]*); allowed "
                               "are distinct identifiers, one per line")
     with pytest.raises(ExternalSolverError, match="HELLO declares protocol 1, obs_dim 2, "
                                                   "act_dim 1; allowed: protocol 2"):
-        _scripted(monkeypatch, _handshake(version=1))
+        _scripted(_handshake(version=1))
     with pytest.raises(ConfigError, match=r"solver parameter\(s\) seed of run.env = "
                                           r"'external:true' are set by hpc_refer itself"):
-        _scripted(monkeypatch, _handshake(), params={"seed": 1})
+        _scripted(_handshake(), params={"seed": 1})
 
 
 PARAM_DRIVER = """
 import json, sys
 import numpy as np
 from hpc_refer.envs.external import ExternalEnv
+from hpc_refer.parallel import MpiLinks
 
-env = ExternalEnv(sys.argv[1], 0, 1, timeout=60.0, params={"horizon": 3})
+env = ExternalEnv(sys.argv[1], 0, 1, timeout=60.0, links=MpiLinks(), params={"horizon": 3})
 out = {"names": env.step_metric_names, "states": [env.reset(4).tolist()],
        "values": [env.step_values.tolist()], "status": []}
 for _ in range(3):

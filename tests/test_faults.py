@@ -29,8 +29,7 @@ from hpc_refer.envs import (
 )
 from hpc_refer.envs.gym_env import GymEnv, Status
 from hpc_refer.networks import GaussianPolicyValueNet, flat_state
-from hpc_refer.records import numpy_rng_state
-from hpc_refer.replay import OPEN, TRUNCATED, Chunk
+from hpc_refer.records import OPEN, TRUNCATED, Chunk, numpy_rng_state
 from hpc_refer.timeouts import CallTimeout, call_with_alarm, deadline_after, poll_until
 
 TIMEOUT = 0.3
@@ -499,13 +498,13 @@ def two_rank_team(faults: dict[int, dict[int, str]]):
     serves the team until told to stop and returns (None, script); None on other ranks."""
     from mpi4py import MPI
 
-    from hpc_refer.parallel import Team
+    from hpc_refer.parallel import MpiTeam
 
     world = MPI.COMM_WORLD
     comm = world.Split(0 if world.Get_rank() < 2 else MPI.UNDEFINED, world.Get_rank())
     if comm == MPI.COMM_NULL:
         return None
-    team = Team(comm)
+    team = MpiTeam(comm)
     script = TeamScript(faults.get(team.rank, {}))
 
     def factory(t):
@@ -548,13 +547,13 @@ def test_team_messages_that_never_come_time_out():
     """Team rank 0 polls for a result, an error text and the agreement until its deadline."""
     from mpi4py import MPI
 
-    from hpc_refer.parallel import Team
+    from hpc_refer.parallel import MpiTeam
 
     world = MPI.COMM_WORLD
     comm = world.Split(0 if world.Get_rank() < 2 else MPI.UNDEFINED, world.Get_rank())
     if comm == MPI.COMM_NULL:
         return
-    team = Team(comm)
+    team = MpiTeam(comm)
     if team.rank == 0:
         for receive in (team.receive_result, team.receive_error):
             start = time.monotonic()

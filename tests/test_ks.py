@@ -139,9 +139,9 @@ def trajectory(team, seed: int, steps: int) -> tuple[list[np.ndarray], list[floa
 def test_multi_rank_trajectory_equals_the_single_rank_one():
     from mpi4py import MPI
 
-    from hpc_refer.parallel import Team
+    from hpc_refer.parallel import MpiTeam
 
-    team = Team(MPI.COMM_WORLD)
+    team = MpiTeam(MPI.COMM_WORLD)
     obs, rewards = trajectory(team, 5, ks.HORIZON)
     if team.rank == 0:
         ref_obs, ref_rewards = trajectory(None, 5, ks.HORIZON)

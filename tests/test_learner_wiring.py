@@ -31,8 +31,9 @@ from hpc_refer.envs import TeamDriver
 from hpc_refer.envs.diffusion import Diffusion1D
 from hpc_refer.learner import Learner
 from hpc_refer.networks import Normalizer, gaussian_kl, gaussian_log_prob
+from hpc_refer.records import TERMINATED, TRUNCATED, Chunk
 from hpc_refer.refer import beta_update, importance_ratio, kl_penalty
-from hpc_refer.replay import HAS_ACTION, TERMINAL, TERMINATED, TRUNCATED, Chunk
+from hpc_refer.replay import HAS_ACTION, TERMINAL
 from hpc_refer.training import make_learner
 
 OBS, ACT = 3, 2

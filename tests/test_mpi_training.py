@@ -25,7 +25,8 @@ from hpc_refer.layout import Role, compute_layout
 from hpc_refer.learner import Learner
 from hpc_refer.metrics import RunDirectory
 from hpc_refer.networks import flat_state
-from hpc_refer.replay import HAS_ACTION, IN_USE, TRUNCATED, Chunk, ReplayShard
+from hpc_refer.records import TRUNCATED, Chunk
+from hpc_refer.replay import HAS_ACTION, IN_USE, ReplayShard
 from hpc_refer.training import LearnerResult, make_learner, run_role
 
 COMM = MPI.COMM_WORLD
@@ -243,9 +244,9 @@ def test_diffusion_split_over_a_team_equals_one_rank():
     """The multi-rank test environment really splits its state: every rank holds only its
     cells, and the team's trajectory equals the one-rank trajectory."""
     from hpc_refer.envs.diffusion import N_CELLS, Diffusion1D
-    from hpc_refer.parallel import Team
+    from hpc_refer.parallel import MpiTeam
 
-    team_env = Diffusion1D(Team(COMM))
+    team_env = Diffusion1D(MpiTeam(COMM))
     alone = Diffusion1D(None)
     assert team_env.cells.size < N_CELLS
     assert COMM.allreduce(team_env.cells.size) == N_CELLS
@@ -271,9 +272,9 @@ def test_a_solver_gathering_its_state_on_another_rank():
 
     from hpc_refer.envs import TeamDriver, serve_team
     from hpc_refer.envs.diffusion import Diffusion1D
-    from hpc_refer.parallel import Team
+    from hpc_refer.parallel import MpiTeam
 
-    team = Team(COMM)
+    team = MpiTeam(COMM)
     if team.rank != 0:
         serve_team(GatheredOnLastRank, team)
         return

@@ -17,8 +17,9 @@ from hpc_refer.algorithms.step import EagerStep
 from hpc_refer.config import ReferConfig, build_config
 from hpc_refer.learner import Learner
 from hpc_refer.networks import gaussian_log_prob, load_flat_state
+from hpc_refer.records import TERMINATED, TRUNCATED, Chunk
 from hpc_refer.refer import importance_ratio, kl_penalty
-from hpc_refer.replay import TERMINATED, TRUNCATED, Batch, Chunk
+from hpc_refer.replay import Batch
 from hpc_refer.training import train_local
 
 OBS, ACT = 3, 2

@@ -13,15 +13,8 @@ from hpc_refer.algorithms.base import ReferTerms
 from hpc_refer.collectives import SerialReducer
 from hpc_refer.config import build_config
 from hpc_refer.learner import Learner, per_beta_at
-from hpc_refer.replay import (
-    HAS_ACTION,
-    OPEN,
-    TERMINATED,
-    TRUNCATED,
-    Chunk,
-    PriorityConfig,
-    ReplayShard,
-)
+from hpc_refer.records import OPEN, TERMINATED, TRUNCATED, Chunk
+from hpc_refer.replay import HAS_ACTION, PriorityConfig, ReplayShard
 from hpc_refer.training import make_learner
 
 OBS, ACT = 3, 2

@@ -10,6 +10,7 @@ import torch
 
 from hpc_refer.config import ReferConfig, ReferMode
 from hpc_refer.near import NearBounds, is_far
+from hpc_refer.records import TRUNCATED, Chunk
 from hpc_refer.refer import (
     ReferState,
     beta_update,
@@ -19,7 +20,7 @@ from hpc_refer.refer import (
     near_policy,
     refer_loss,
 )
-from hpc_refer.replay import TRUNCATED, Chunk, ReplayShard
+from hpc_refer.replay import ReplayShard
 
 
 def test_near_policy_is_strict_interval():

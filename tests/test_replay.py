@@ -5,14 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hpc_refer.replay import (
-    HAS_ACTION,
-    OPEN,
-    TERMINATED,
-    TRUNCATED,
-    Chunk,
-    ReplayShard,
-)
+from hpc_refer.records import OPEN, TERMINATED, TRUNCATED, Chunk
+from hpc_refer.replay import HAS_ACTION, ReplayShard
 
 GAMMA = 0.9
 

@@ -40,15 +40,8 @@ from test_replay_properties import (
 )
 from tolerances import F32, F64
 
-from hpc_refer.replay import (
-    HAS_ACTION,
-    TERMINAL,
-    Batch,
-    Chunk,
-    PriorityConfig,
-    ReplayShard,
-    ScalingSums,
-)
+from hpc_refer.records import Chunk
+from hpc_refer.replay import HAS_ACTION, TERMINAL, Batch, PriorityConfig, ReplayShard, ScalingSums
 from hpc_refer.replay_kernels import ATOL, RTOL
 
 

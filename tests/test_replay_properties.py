@@ -23,16 +23,8 @@ import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from hpc_refer.replay import (
-    HAS_ACTION,
-    IN_USE,
-    OPEN,
-    TERMINAL,
-    TERMINATED,
-    TRUNCATED,
-    Chunk,
-    ReplayShard,
-)
+from hpc_refer.records import OPEN, TERMINATED, TRUNCATED, Chunk
+from hpc_refer.replay import HAS_ACTION, IN_USE, TERMINAL, ReplayShard
 from hpc_refer.replay_kernels import ATOL, RTOL
 
 SOURCES = 3

@@ -10,9 +10,9 @@ import pytest
 def test_slab_exchange_pairs_each_rank_with_its_neighbours():
     from mpi4py import MPI
 
-    from hpc_refer.parallel import Team
+    from hpc_refer.parallel import MpiTeam
 
-    team = Team(MPI.COMM_WORLD)
+    team = MpiTeam(MPI.COMM_WORLD)
     shape = (3, 5)
     from_left, from_right = team.exchange_slabs(np.full(shape, 10.0 * team.rank),
                                                 np.full(shape, 10.0 * team.rank + 1))

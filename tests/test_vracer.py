@@ -14,8 +14,9 @@ from hpc_refer.algorithms.vracer import VRacer, VRacerConfig, policy_loss, value
 from hpc_refer.config import KLDirection, ReferConfig, ReplayConfig, build_config
 from hpc_refer.learner import Learner
 from hpc_refer.networks import Softsign, gaussian_kl, gaussian_log_prob
+from hpc_refer.records import TERMINATED, TRUNCATED, Chunk
 from hpc_refer.refer import importance_ratio, kl_penalty
-from hpc_refer.replay import TERMINATED, TRUNCATED, Batch, Chunk
+from hpc_refer.replay import Batch
 
 torch.set_default_dtype(torch.float32)
 

@@ -3,7 +3,7 @@
 The interface (what the actor calls; a Python solver class provides it)::
 
     obs_dim, act_dim, low, high                        class attributes (sizes, action box)
-    __init__(team, **params)                           team: hpc_refer.parallel.Team or None
+    __init__(team, **params)                           team: interface.Team or None
     reset(seed) -> state                               state: float array of shape (obs_dim,)
     step(action) -> (state, reward, Status)            reward: a finite real scalar
     close()
@@ -54,8 +54,13 @@ it, and the driver closes the solver and constructs it anew (on every rank of it
 solver left in a bad state cannot poison the next episodes. Timeouts: see
 :meth:`TeamDriver.step`.
 
+The team is a :class:`~hpc_refer.envs.interface.Team` (a protocol: what a solver may call);
+hpc_refer's entry points build its MPI implementation (:class:`hpc_refer.parallel.MpiTeam`)
+and pass it in, as they pass an external solver's :class:`~hpc_refer.envs.external.Links`
+to :func:`make_driver`: nothing in this package imports :mod:`hpc_refer.parallel`.
+
 ``--env`` selects: a built-in solver by name (``Diffusion1D``), a user's class as
-``package.module:Class`` (constructed with the team, see :class:`~hpc_refer.parallel.Team`),
+``package.module:Class`` (constructed with the team),
 an external MPI program (``external``, ``external:[-n K] PROGRAM``, ``external:--connect
 DIR``, see :mod:`hpc_refer.envs.external`), or any gymnasium id with a continuous action
 space (one rank per environment).
@@ -89,16 +94,23 @@ import numpy as np
 
 from hpc_refer.config import Config, ConfigError
 from hpc_refer.envs.driver import TeamDriver, check_step, metric_names, serve_team
-from hpc_refer.envs.external import ExternalEnv, check_port_dir, is_external, parse_spec
+from hpc_refer.envs.external import (
+    ExternalEnv,
+    Links,
+    check_apps,
+    check_port_dir,
+    is_external,
+    parse_spec,
+)
 from hpc_refer.envs.interface import (
     EnvironmentFinished,
     SolverFailure,
     SolverFault,
     SolverStartError,
     Status,
+    Team,
 )
 from hpc_refer.layout import SeedRole, role_seed
-from hpc_refer.parallel import Team
 from hpc_refer.schema import EPISODE_FIELDS
 
 __all__ = [
@@ -110,6 +122,7 @@ __all__ = [
     "SolverSpec",
     "SolverStartError",
     "Status",
+    "Team",
     "TeamDriver",
     "check_env",
     "check_step",
@@ -279,19 +292,22 @@ def env_factory(spec: SolverSpec, index: int = 0) -> Callable[[Team | None], Any
 
 
 def make_driver(spec: SolverSpec, team: Team | None, *, index: int = 0, envs: int = 1,
-                timeout: float = 0.0, field_dir: Path | None = None,
-                series_dir: Path | None = None, series_stride: int = 1,
-                snapshot_dir: Path | None = None,
+                timeout: float = 0.0, links: Links | None = None,
+                field_dir: Path | None = None, series_dir: Path | None = None,
+                series_stride: int = 1, snapshot_dir: Path | None = None,
                 snapshot_due: Callable[[int], bool] | None = None) -> TeamDriver:
     """Team rank 0's driver of environment ``index`` (of ``envs``): the solver built from
-    ``spec`` (an external one started or reached as its id says, and sent the parameters),
-    rebuilt by the same factory after a fault; ``timeout`` is ``run.env_step_timeout``, the
-    other keywords are :class:`TeamDriver`'s."""
+    ``spec`` (an external one started or reached as its id says through ``links``, which it
+    needs, and sent the parameters), rebuilt by the same factory after a fault; ``timeout``
+    is ``run.env_step_timeout``, the other keywords are :class:`TeamDriver`'s."""
     outputs: dict[str, Any] = {
         "field_dir": field_dir, "series_dir": series_dir, "series_stride": series_stride,
         "snapshot_dir": snapshot_dir, "snapshot_due": snapshot_due}
     if is_external(spec.env_id):
-        env = ExternalEnv(spec.env_id, index, envs, timeout, params=spec.params,
+        if links is None:
+            raise TypeError(f"make_driver of run.env = {spec.env_id!r} needs the links to "
+                            f"external solvers (hpc_refer.parallel.MpiLinks)")
+        env = ExternalEnv(spec.env_id, index, envs, timeout, links=links, params=spec.params,
                           run_dir=spec.run_dir, seed=role_seed(spec.seed, SeedRole.SOLVER, index))
         return TeamDriver(env, team, index=index, timeout=timeout, **outputs)
     factory = env_factory(spec, index)
@@ -351,7 +367,8 @@ def env_dims(spec: SolverSpec) -> tuple[int, int] | None:
     """(obs_dim, act_dim) of ``spec``'s environment without a team (learners need only the
     sizes), its declared spaces and parameters checked; a gymnasium id is made once.
 
-    None for an external solver, whose sizes arrive in its HELLO (the id is validated).
+    None for an external solver, whose sizes arrive in its HELLO (the id's form is validated
+    here, its launch by :func:`check_env`).
     """
     if is_external(spec.env_id):
         parse_spec(spec.env_id, spec.ranks_per_env)
@@ -371,9 +388,13 @@ def env_dims(spec: SolverSpec) -> tuple[int, int] | None:
         env.close()
 
 
-def check_env(spec: SolverSpec) -> None:
+def check_env(spec: SolverSpec, apps: int) -> None:
     """Start-up validation of ``spec`` on every rank, before any environment exists:
-    :func:`env_dims`, and the port directory of ``external:--connect DIR``."""
+    :func:`env_dims`, and for an external solver the launch in an mpirun of ``apps`` apps
+    (:func:`~hpc_refer.envs.external.check_apps`; the caller counts them,
+    :func:`hpc_refer.parallel.app_count`) and the port directory of
+    ``external:--connect DIR``."""
     env_dims(spec)
     if is_external(spec.env_id):
+        check_apps(spec.env_id, apps)
         check_port_dir(spec.env_id)

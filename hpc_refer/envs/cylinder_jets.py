@@ -52,8 +52,7 @@ import numpy as np
 
 from hpc_refer.envs import lbm_kernels as lk
 from hpc_refer.envs.flow2d import Flow2D
-from hpc_refer.envs.interface import Status
-from hpc_refer.parallel import Team
+from hpc_refer.envs.interface import Status, Team
 
 REYNOLDS = 100.0
 U_LATTICE = 0.0656

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hpc_refer.envs.interface import Status
-from hpc_refer.parallel import Team
+from hpc_refer.envs.interface import Status, Team
 
 N_CELLS = 32
 N_ACT = 4

@@ -28,8 +28,9 @@ from hpc_refer.envs.interface import (
     SolverFault,
     SolverStartError,
     Status,
+    Team,
+    TeamCommand,
 )
-from hpc_refer.parallel import Team, TeamCommand
 from hpc_refer.records import StateTree
 from hpc_refer.series import StepSeries
 from hpc_refer.timeouts import CallTimeout, call_with_alarm, deadline_after

@@ -24,6 +24,12 @@
 
 All need ``--ranks-per-env 1``: an environment's ranks are the solver's, not hpc_refer's.
 
+This module makes no MPI call: the actor's end of the connection is a :class:`Link`, made by
+the :class:`Links` that hpc_refer's entry points create in :mod:`hpc_refer.parallel`
+(:class:`~hpc_refer.parallel.MpiLinks`, whose links are
+:class:`~hpc_refer.parallel.SolverLink`) and pass in, and the number of apps in the mpirun
+is given to :func:`check_apps` by the caller.
+
 The wire protocol (version 2; tags, layouts) is in :class:`hpc_refer.parallel.SolverLink`
 and :mod:`hpc_refer.client` (the solver side in Python). At start-up the solver declares its
 sizes and bounds (HELLO, BOUNDS) and the names of its per-step series (METRICS, possibly
@@ -53,7 +59,7 @@ import os
 import shlex
 import shutil
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -68,7 +74,6 @@ from hpc_refer.client import (
 )
 from hpc_refer.config import ConfigError
 from hpc_refer.envs.interface import SolverFailure, SolverFault, SolverStartError, Status
-from hpc_refer.parallel import SolverLink, app_count
 from hpc_refer.timeouts import deadline_after
 
 PREFIX = "external"
@@ -98,6 +103,64 @@ class Launch(NamedTuple):
     """CONNECT: the directory of the port files."""
 
 
+class Link(Protocol):
+    """The actor's end of the wire protocol with one solver group (over MPI:
+    :class:`hpc_refer.parallel.SolverLink`, whose docstring has the messages' table)."""
+
+    @property
+    def peer(self) -> int:
+        """The rank of the group's leader on the link's communicator (MPMD: its world rank,
+        known once its HELLO came)."""
+        ...
+
+    def recv(self, deadline: float | None = None) -> tuple[int, np.ndarray]:
+        """The leader's next message, whatever its tag and size: (tag, values);
+        TimeoutError when none came by the :func:`time.monotonic` ``deadline`` (None: no
+        limit)."""
+        ...
+
+    def send_params(self, text: bytes) -> None:
+        """PARAMS: the run's solver parameters as UTF-8 ``key=value`` lines."""
+        ...
+
+    def send_reset(self, seed: int) -> None:
+        """RESET with ``seed`` (-1: none)."""
+        ...
+
+    def send_action(self, action: np.ndarray) -> None:
+        """ACTION: one step (float64)."""
+        ...
+
+    def close(self, disconnect: bool = True) -> None:
+        """STOP, then a disconnect of a spawned or connected group unless ``disconnect`` is
+        False (a group that stopped answering would never join it)."""
+        ...
+
+
+class Links(Protocol):
+    """How an actor reaches the solver group of its environment ``index`` (of ``envs``): one
+    constructor per launch form. hpc_refer's entry points create the MPI one
+    (:class:`hpc_refer.parallel.MpiLinks`) and pass it in."""
+
+    def app_count(self) -> int:
+        """Number of apps in this mpirun (2 when a solver app runs beside hpc_refer)."""
+        ...
+
+    def mpmd(self, index: int, envs: int) -> Link:
+        """The group of the solver app launched in the same mpirun (MPMD)."""
+        ...
+
+    def spawn(self, program: str, args: list[str], ranks: int, index: int,
+              envs: int) -> Link:
+        """``ranks`` processes of ``program`` started with MPI_Comm_spawn."""
+        ...
+
+    def accept(self, port_file: str, index: int, envs: int) -> Link:
+        """The solver job that connects to the port this actor publishes in
+        ``port_file``."""
+        ...
+
+
 class ExternalSolverError(SolverStartError):
     """The solver's HELLO, BOUNDS or METRICS is unusable (protocol version, sizes, bounds,
     step metric names): training stops."""
@@ -116,16 +179,14 @@ def port_file(directory: str, index: int) -> str:
 def parse_spec(env_id: str, ranks_per_env: int) -> Launch:
     """Parse and validate an ``external`` env id; raises ConfigError with the allowed forms.
 
-    Checks the syntax, ``ranks_per_env``, the app count (MPMD) and the program (spawn); for
-    the state of a ``--connect`` directory see :func:`check_port_dir`.
+    Checks the syntax, ``ranks_per_env`` and the program (spawn); for the app count of the
+    mpirun (MPMD) see :func:`check_apps`, for the state of a ``--connect`` directory
+    :func:`check_port_dir`.
     """
     if ranks_per_env != 1:
         raise ConfigError(f"run.env = {env_id!r} runs the solver outside hpc_refer's ranks: "
                           f"run.ranks_per_env = {ranks_per_env} is invalid, allowed is 1")
     if env_id == PREFIX:
-        if app_count() != 2:
-            raise ConfigError(f"run.env = 'external' but this mpirun has {app_count()} app(s), "
-                              f"not hpc_refer and one solver; {USAGE}")
         return Launch(MPMD)
     try:
         words = shlex.split(env_id[len(PREFIX) + 1 :])
@@ -150,6 +211,15 @@ def parse_spec(env_id: str, ranks_per_env: int) -> Launch:
     return Launch(SPAWN, os.path.abspath(program), tuple(words[1:]), ranks or 1)
 
 
+def check_apps(env_id: str, apps: int) -> None:
+    """Start-up check of the launch of ``env_id`` in an mpirun of ``apps`` apps
+    (:meth:`Links.app_count`): ``external`` (MPMD) needs exactly two, hpc_refer and one
+    solver; nothing to check for the other ids. Raises ConfigError with the allowed forms."""
+    if env_id == PREFIX and apps != 2:
+        raise ConfigError(f"run.env = 'external' but this mpirun has {apps} app(s), not "
+                          f"hpc_refer and one solver; {USAGE}")
+
+
 def check_port_dir(env_id: str) -> None:
     """Start-up check of an ``external:--connect DIR`` id (nothing to check for the others).
 
@@ -172,15 +242,18 @@ def check_port_dir(env_id: str) -> None:
 class ExternalEnv:
     """Environment ``index`` of ``envs``, run by an external solver group (actor side).
 
-    ``timeout``: seconds to wait for each answer (0: no limit); ``params``: the run's solver
-    parameters, sent in PARAMS with ``env_index`` (= ``index``), ``run_dir`` and ``seed``
-    (this environment's seed) added; a parameter named like one of these is a ConfigError.
+    ``links`` makes the connection to the group (:class:`Links`; over MPI
+    :class:`hpc_refer.parallel.MpiLinks`) as ``env_id`` says (see :func:`parse_spec` and
+    :func:`check_apps`); ``timeout``: seconds to wait for each answer (0: no limit);
+    ``params``: the run's solver parameters, sent in PARAMS with ``env_index`` (=
+    ``index``), ``run_dir`` and ``seed`` (this environment's seed) added; a parameter named
+    like one of these is a ConfigError.
     After the handshake ``step_metric_names`` holds the names the solver declared and, after
     each STATE, ``step_values`` their values (float64, shape (m,), finite).
     """
 
     def __init__(self, env_id: str, index: int, envs: int, timeout: float = 0.0, *,
-                 params: Mapping[str, bool | int | float | str] | None = None,
+                 links: Links, params: Mapping[str, bool | int | float | str] | None = None,
                  run_dir: str = "", seed: int = 0) -> None:
         params = dict(params or {})
         taken = sorted(set(params) & set(RESERVED_PARAMS))
@@ -192,17 +265,19 @@ class ExternalEnv:
         self.timeout = timeout
         self.broken = False
         """Whether the solver stopped answering (it is no longer driven)."""
+        self.link: Link
         if launch.how == MPMD:
-            self.link = SolverLink.mpmd(index, envs)
+            check_apps(env_id, links.app_count())
+            self.link = links.mpmd(index, envs)
             where = "the solver app"
         elif launch.how == SPAWN:
-            self.link = SolverLink.spawn(launch.program, list(launch.args), launch.ranks,
-                                         index, envs)
+            self.link = links.spawn(launch.program, list(launch.args), launch.ranks, index,
+                                    envs)
             where = f"spawned rank 0 of {os.path.basename(launch.program)}"
         else:
             os.makedirs(launch.ports, exist_ok=True)
             path = port_file(launch.ports, index)
-            self.link = SolverLink.accept(path, index, envs)
+            self.link = links.accept(path, index, envs)
             where = f"rank 0 of the job connected through {path}"
         self.name = f"external env {index} ({where})"
         self.how = launch.how

@@ -48,7 +48,7 @@ error, unsteady ones an O(Ma^2) one (Ma = U / c_s, c_s = 1/sqrt(3) in lattice un
 
 Parallel: the columns are split over the team's ranks (np.array_split, each rank at least 2
 columns); every rank holds its slab with one halo column on each side, refreshed after every
-step by :meth:`~hpc_refer.parallel.Team.exchange_slabs` (9 ny values each way), and sums its
+step by :meth:`~hpc_refer.envs.interface.Team.exchange_slabs` (9 ny values each way), and sums its
 own cylinder links; the force is a team sum. Every node's arithmetic is the same as on one
 rank, so the fields equal the one-rank fields bit for bit and the forces to the round-off of
 the sum's order (tested with 2 and 3 ranks).
@@ -59,7 +59,7 @@ from __future__ import annotations
 import numpy as np
 
 from hpc_refer.envs import lbm_kernels as lk
-from hpc_refer.parallel import Team
+from hpc_refer.envs.interface import Team
 
 LENGTH, HEIGHT, DIAMETER = 2.2, 0.41, 0.1
 CENTRE = (0.2, 0.2)

@@ -61,8 +61,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from hpc_refer.envs.interface import Status
-from hpc_refer.parallel import Team
+from hpc_refer.envs.interface import Status, Team
 
 LENGTH = 22.0
 N = 64

@@ -27,6 +27,7 @@ from hpc_refer.parallel.world import (
     _mpi,
 )
 from hpc_refer.records import (
+    Chunk,
     ChunkHeader,
     EpisodeRecord,
     Incoming,
@@ -34,7 +35,6 @@ from hpc_refer.records import (
     pack_episodes,
     unpack_episodes,
 )
-from hpc_refer.replay import Chunk
 
 
 class Reply(IntEnum):

@@ -1,4 +1,6 @@
-"""The actor's end of the wire protocol with an external solver group (:class:`SolverLink`)."""
+"""The actor's end of the wire protocol with an external solver group (:class:`SolverLink`),
+and how the entry points hand the making of links down to the environments
+(:class:`MpiLinks`)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from hpc_refer.client import (  # the external-solver wire protocol (see SolverL
 )
 from hpc_refer.client import TAG_PARAMS as TAG_SOLVER_PARAMS
 from hpc_refer.client import TAG_STOP as TAG_SOLVER_STOP
-from hpc_refer.parallel.world import _appnums, _mpi
+from hpc_refer.parallel.world import _appnums, _mpi, app_count
 from hpc_refer.timeouts import poll_until
 
 
@@ -178,3 +180,24 @@ class SolverLink:
             self.comm.Send(np.empty(0, np.int32), dest=self.peer, tag=TAG_SOLVER_STOP)
         if self.intercomm and disconnect:
             self.comm.Disconnect()
+
+
+class MpiLinks:
+    """How actors reach their external solver groups over MPI: the
+    :class:`~hpc_refer.envs.external.Links` that hpc_refer's entry points (training, evaluate)
+    create and pass to the environments, so that :mod:`hpc_refer.envs` makes no MPI call of
+    its own. Each method is the :class:`SolverLink` constructor of the same name."""
+
+    def app_count(self) -> int:
+        """Number of apps in this mpirun (:func:`~hpc_refer.parallel.world.app_count`)."""
+        return app_count()
+
+    def mpmd(self, index: int, envs: int) -> SolverLink:
+        return SolverLink.mpmd(index, envs)
+
+    def spawn(self, program: str, args: list[str], ranks: int, index: int,
+              envs: int) -> SolverLink:
+        return SolverLink.spawn(program, args, ranks, index, envs)
+
+    def accept(self, port_file: str, index: int, envs: int) -> SolverLink:
+        return SolverLink.accept(port_file, index, envs)

@@ -1,14 +1,15 @@
 """MPI itself (imported lazily, at the first call that needs it), the world's helpers, the
-learners' reducers and the environment teams' communicator."""
+learners' reducers and the environment teams' communicator (:class:`MpiTeam`, the MPI
+implementation of the solvers' :class:`~hpc_refer.envs.interface.Team` protocol)."""
 
 from __future__ import annotations
 
-from enum import IntEnum
 from functools import cache
 from typing import Any
 
 import numpy as np
 
+from hpc_refer.envs.interface import TeamCommand
 from hpc_refer.timeouts import poll_until
 
 
@@ -78,10 +79,10 @@ def bcast_object(obj: Any, root: int = 0) -> Any:
     return _app_comm().bcast(obj, root=root)
 
 
-def world_team() -> Team:
+def world_team() -> MpiTeam:
     """hpc_refer's whole communicator as one environment team (``hpc_refer.evaluate`` of a
     multi-rank solver)."""
-    return Team(_app_comm())
+    return MpiTeam(_app_comm())
 
 
 def barrier() -> None:
@@ -134,31 +135,21 @@ follow its fixed part)."""
 _ABANDONED: list[Any] = []
 """Non-blocking requests given up at a deadline, with their buffers, kept for the life of the
 process: a late rank may still complete them, and MPI then writes into the buffers (freeing
-them with the Team that posted them corrupted the heap of a later test)."""
+them with the MpiTeam that posted them corrupted the heap of a later test)."""
 
 
-class TeamCommand(IntEnum):
-    """What team rank 0 (the actor) asks the solver ranks of its team to do."""
+class MpiTeam:
+    """An environment team over the mpi4py communicator ``comm`` (team rank = rank in
+    ``comm``): the :class:`~hpc_refer.envs.interface.Team` protocol, whose docstrings say
+    what each call does.
 
-    RESET = 0
-    STEP = 1
-    STOP = 2
-    REBUILD = 3
-    """Close the solver and construct it anew (after a solver fault)."""
-    SNAPSHOT = 4
-    """Take the solver's ``snapshot()`` (collective; team rank 0 writes it)."""
-
-
-class Team:
-    """An environment team's communicator, as a solver receives it.
-
-    ``comm`` is the mpi4py communicator itself, for users' solvers that do their own MPI;
-    hpc_refer's built-in solvers use the helpers below. Rank 0 of the team is the actor; the
-    solver's ``state_rank`` (see :mod:`hpc_refer.envs`) sends its results with
-    :meth:`send_result` when it is not rank 0. After each call the team agrees on how it went
-    (:meth:`agree`); a rank whose call failed sends its error text (:meth:`send_error`).
-    Team rank 0 waits for these with a deadline (polling, never a blocking Probe or Wait),
-    so a rank that stops answering is seen as a TimeoutError, not a hang.
+    Notes
+    -----
+    Commands are two Bcasts from rank 0 (int64 [command, payload size], then the float64
+    payload); results and error texts are point-to-point sends to rank 0 (tags ``TAG_TEAM``
+    and :attr:`TAG_ERROR`), received with whatever size they have after an Iprobe polled
+    until the deadline; the agreement is a non-blocking Allreduce (MAX) polled the same way,
+    never a blocking Probe or Wait.
     """
 
     TAG_ERROR = 30
@@ -229,7 +220,8 @@ class Team:
 
     def agree(self, value: int, deadline: float | None = None) -> int:
         """The maximum of ``value`` over the team's ranks, on every rank (one non-blocking
-        Allreduce, polled); TimeoutError when some rank has not joined by the
+        Allreduce, polled; a request given up at the deadline is kept in
+        :data:`_ABANDONED`); TimeoutError when some rank has not joined by the
         :func:`time.monotonic` ``deadline`` (None: no limit)."""
         mine = np.array([value], np.int64)
         out = np.empty(1, np.int64)

@@ -1,0 +1,82 @@
+"""The import layers (issue 23, point 3; DESIGN.md, "Layers"): the records are plain data,
+the solver interface and the built-in solvers load neither torch nor numba nor MPI, and
+nothing below the loop imports :mod:`hpc_refer.parallel` (the team, the reducer and the
+external-solver links are protocols defined below it; their MPI implementations are passed
+in). Imports are measured in a fresh interpreter; the last test reads the sources (until
+import-linter guards the layers in CI)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from mpi_launch import run_snippet
+
+PACKAGE = Path(__file__).resolve().parents[1] / "hpc_refer"
+
+HEAVY = ("torch", "numba", "mpi4py")
+"""What the solver interface and a solver's import of it must not load."""
+
+
+def loaded(module: str, watched: tuple[str, ...]) -> list[str]:
+    """The modules of ``watched`` that importing ``module`` loads (a fresh interpreter)."""
+    out = run_snippet(f"import sys\nimport {module}\n"
+                      f"print(sorted(m for m in {watched!r} if m in sys.modules))\n")
+    return ast.literal_eval(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("module", ["hpc_refer.envs.interface", "hpc_refer.envs",
+                                    "hpc_refer.envs.diffusion", "hpc_refer.envs.ks"])
+def test_the_solver_interface_and_a_solver_load_neither_torch_nor_numba_nor_mpi(module):
+    assert loaded(module, (*HEAVY, "hpc_refer.parallel")) == []
+
+
+def test_the_team_protocol_imports_with_the_interface_names():
+    out = run_snippet("import sys\n"
+                      "from hpc_refer.envs.interface import Team, TeamCommand\n"
+                      "from hpc_refer.envs import SolverFault, Status\n"
+                      "print(TeamCommand.STEP == 1, Team.__name__, 'torch' in sys.modules)\n")
+    assert out.strip().splitlines()[-1] == "True Team False", out
+
+
+def test_the_records_are_plain_data():
+    """No torch, no numba, and neither the replay nor its sum tree (they import the records:
+    the circle records -> replay -> sumtree -> records is gone)."""
+    watched = ("torch", "numba", "hpc_refer.replay", "hpc_refer.sumtree")
+    assert loaded("hpc_refer.records", watched) == []
+
+
+BELOW_THE_LOOP = ("envs/*.py", "replay*.py", "algorithms/*.py", "records.py", "sumtree.py")
+"""The modules that receive MPI objects and never import them (globs under hpc_refer/)."""
+
+
+def imported_modules(tree: ast.Module, package: str) -> set[str]:
+    """Every module an ``import`` or ``from ... import`` of ``tree`` names (anywhere: at
+    module level, in functions, under TYPE_CHECKING), relative imports resolved in
+    ``package`` (the one the file is in), ``from package import name`` also as
+    ``package.name``."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[:len(package.split(".")) + 1 - node.level]
+                base = ".".join([*parent, *([base] if base else [])])
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_nothing_below_the_loop_imports_parallel():
+    files = sorted({p for pattern in BELOW_THE_LOOP for p in PACKAGE.glob(pattern)})
+    assert len(files) > 10 and PACKAGE / "envs" / "diffusion.py" in files
+    offenders = []
+    for path in files:
+        package = ".".join(("hpc_refer", *path.relative_to(PACKAGE).parent.parts))
+        for name in imported_modules(ast.parse(path.read_text(), str(path)), package):
+            if name == "hpc_refer.parallel" or name.startswith("hpc_refer.parallel."):
+                offenders.append(f"{path.relative_to(PACKAGE.parent)} imports {name}")
+    assert not offenders, "\n".join(sorted(offenders))
