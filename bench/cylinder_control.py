@@ -45,6 +45,7 @@ import numpy as np
 from common import RESULTS, write
 
 import hpc_refer.envs.cylinder_jets as cj
+from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.policy_file import load_policy
 from hpc_refer.snapshot_plot import draw_snapshot, snapshot_scale
 
@@ -52,7 +53,8 @@ EVAL_SEED0 = 10**6
 EVAL_CUT = 80
 """Control steps of the jets' transient in an evaluation (2 time units): the controlled regime
 is reached after about 1 (section 11 of BENCHMARKS.md), so steps 1-80 hold all of it."""
-TRAIN_FLAGS = ("--vracer.gamma", "0.97", "--vracer.lr", "3e-4", "--refer.beta-init", "1.0",
+TRAIN_FLAGS = (f"--{VRacer.name}.gamma", "0.97", f"--{VRacer.name}.lr", "3e-4",
+               "--refer.beta-init", "1.0",
                "--replay.size", "65536", "--replay.learn-start", "2000",
                "--eval-every", "10000", "--eval-episodes", "2", "--snapshot", "every:300",
                "--checkpoint-every", "10000")

@@ -72,7 +72,7 @@ def test_commands_of_every_mode():
         ablation.mode_flags("bogus")
     assert ablation.run_dir_of(Path("r"), "external:-n 2 ./heat1d",
                                ablation.Combo(VRacer.name, "er", 1)) == \
-        Path("r/external_-n_2_._heat1d/vracer-er-seed1")
+        Path(f"r/external_-n_2_._heat1d/{VRacer.name}-er-seed1")
 
 
 def test_extra_flags_may_not_override_the_combination():
@@ -91,14 +91,15 @@ def test_finished_runs_are_skipped_and_unfinished_ones_refused(tmp_path):
     fake_run(root, DDPG.name, "er", 1, [(50, 1.0)], [300], sampling="per")  # finished, mode per
     (root / ENV / "naf-refer-seed0").mkdir()  # empty: hpc_refer accepts it
     state = ablation.run_state
-    assert state(root / ENV / "vracer-refer-seed0", C(VRacer.name, "refer", 0), ENV, 300) == "done"
+    assert state(root / ENV / f"{VRacer.name}-refer-seed0", C(VRacer.name, "refer", 0), ENV,
+                 300) == "done"
     assert state(root / ENV / "ddpg-per-seed1", C(DDPG.name, "per", 1), ENV, 300) == "done"
     assert state(root / ENV / "naf-refer-seed0", C(NAF.name, "refer", 0), ENV, 300) == "new"
     assert state(root / ENV / "absent", C(NAF.name, "er", 0), ENV, 300) == "new"
     with pytest.raises(ablation.AblationError, match=r"unfinished run \(200/300 steps"):
-        state(root / ENV / "vracer-er-seed0", C(VRacer.name, "er", 0), ENV, 300)
+        state(root / ENV / f"{VRacer.name}-er-seed0", C(VRacer.name, "er", 0), ENV, 300)
     with pytest.raises(ablation.AblationError, match="finished at 300 steps, fewer than"):
-        state(root / ENV / "vracer-refer-seed0", C(VRacer.name, "refer", 0), ENV, 600)
+        state(root / ENV / f"{VRacer.name}-refer-seed0", C(VRacer.name, "refer", 0), ENV, 600)
     with pytest.raises(ablation.AblationError, match="holds a run of"):
         state(root / ENV / "ddpg-per-seed1", C(DDPG.name, "er", 1), ENV, 300)
     other = root / ENV / "junk"
@@ -109,11 +110,11 @@ def test_finished_runs_are_skipped_and_unfinished_ones_refused(tmp_path):
 
     combos = [C(VRacer.name, m, 0) for m in ("refer", "refer2")] + [C(DDPG.name, "per", 1)]
     jobs, skipped = ablation.plan(combos, ENV, 300, root, ["--log-every", "50"])
-    assert skipped == ["vracer-refer-seed0", "ddpg-per-seed1"]
+    assert skipped == [f"{VRacer.name}-refer-seed0", "ddpg-per-seed1"]
     (job,) = jobs
-    assert job.name == "vracer-refer2-seed0"
-    assert job.log == root / ENV / "vracer-refer2-seed0.log"
-    assert job.argv[-4:] == ["--run-dir", str(root / ENV / "vracer-refer2-seed0"),
+    assert job.name == f"{VRacer.name}-refer2-seed0"
+    assert job.log == root / ENV / f"{VRacer.name}-refer2-seed0.log"
+    assert job.argv[-4:] == ["--run-dir", str(root / ENV / f"{VRacer.name}-refer2-seed0"),
                              "--log-every", "50"]
     # Every refusal is reported at once, before anything starts; the command exits 2.
     with pytest.raises(ablation.AblationError) as err:
@@ -121,7 +122,7 @@ def test_finished_runs_are_skipped_and_unfinished_ones_refused(tmp_path):
     assert str(err.value).count("\n") == 2  # refer seed0, ddpg per, er seed0: three lines
     rc = ablation.main(["run", "--algorithms", VRacer.name, "--modes", "er", "--env", ENV,
                         "--steps", "300", "--root", str(root)])
-    assert rc == 2 and not (root / ENV / "vracer-er-seed0.log").exists()
+    assert rc == 2 and not (root / ENV / f"{VRacer.name}-er-seed0.log").exists()
 
 
 def test_scheduler_runs_logs_and_reports_failures(tmp_path, capsys):
@@ -213,7 +214,7 @@ def test_report_writes_figure_json_and_table(fake_ablation, tmp_path, capsys):
     assert by[(VRacer.name, "er")]["final_window_return"] == 5.0
     md = (out / "abl.md").read_text()
     assert "| algorithm | er | refer | per |" in md
-    assert "| vracer | 5.0 (n=1) | 32.5 (n=2) |  |" in md
+    assert f"| {VRacer.name} | 5.0 (n=1) | 32.5 (n=2) |  |" in md
     assert "| ddpg |  |  | - (n=1) |" in md
     assert md in capsys.readouterr().out
     assert not list(BENCH.glob("results/abl.*"))  # nothing written into the repository

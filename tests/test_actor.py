@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 from hpc_refer.actor import Actor
+from hpc_refer.algorithms.ddpg import DDPG
+from hpc_refer.algorithms.naf import NAF
 from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.config import ActionBounds, build_config
 from hpc_refer.envs import TeamDriver
@@ -95,7 +97,7 @@ def test_a_fault_after_chunks_were_sent_truncates_the_episode_at_its_last_valid_
     env = TeamDriver(solver, None, factory=lambda team: solver)
     actor = Actor(env, GaussianPolicyValueNet(2, 1, (8,), 0.5), ActionBounds.CLIP, seed=0,
                   chunk_len=4)
-    cfg = build_config({"vracer": {"hidden": [8], "batch": 16},
+    cfg = build_config({VRacer.name: {"hidden": [8], "batch": 16},
                         "replay": {"size": 256, "learn_start": 64}})
     learner = Learner(VRacer(2, 1, cfg.algorithm, cfg.refer, 0), cfg, 1)
     chunks, episodes = [], []
@@ -137,7 +139,7 @@ def test_a_fault_after_chunks_were_sent_truncates_the_episode_at_its_last_valid_
                                       * replay.value[final], rel=1e-6)
 
 
-@pytest.mark.parametrize("algorithm", ["vracer", "ddpg", "naf"])
+@pytest.mark.parametrize("algorithm", [VRacer.name, DDPG.name, NAF.name])
 def test_the_numpy_policy_equals_the_module_and_follows_its_loads(algorithm):
     """Actors evaluate mu in numpy on views of the module's parameters: the same values as
     ``policy()`` to float32 round-off, before and after a load of new parameters and new

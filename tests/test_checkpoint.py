@@ -25,6 +25,8 @@ import torch
 from hpc_refer import __version__, checkpoint, policy_file
 from hpc_refer.algorithms import ALGORITHMS, make_algorithm
 from hpc_refer.algorithms.base import module_state, optimizer_tree
+from hpc_refer.algorithms.ddpg import DDPG
+from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.checkpoint import CheckpointError
 from hpc_refer.collectives import SerialReducer
 from hpc_refer.config import build_config
@@ -47,7 +49,7 @@ class Learners(SerialReducer):
         self.size = size
 
 
-def config(algorithm: str = "vracer", **replay):
+def config(algorithm: str = VRacer.name, **replay):
     """Tiny networks and replay; beta starts at 0.5 so that eq. 12 moves it either way."""
     return build_config({"run": {"algorithm": algorithm, "steps": 1000},
                          algorithm: {"hidden": [16], "batch": 32},
@@ -56,7 +58,7 @@ def config(algorithm: str = "vracer", **replay):
                                     **replay}})
 
 
-def make(algorithm: str = "vracer", seed: int = 0, learners: int = 1, **replay) -> Learner:
+def make(algorithm: str = VRacer.name, seed: int = 0, learners: int = 1, **replay) -> Learner:
     """A learner built as ``training.make_learner`` builds one, with seeds of our choice."""
     cfg = config(algorithm, **replay)
     return Learner(make_algorithm(cfg, OBS, ACT, seed), cfg, seed + 100, Learners(learners))
@@ -231,7 +233,7 @@ def test_unstorable_leaves_are_refused_and_leave_no_file(tmp_path, leaf):
 
 
 def test_a_learner_file_is_readable_with_plain_h5py_by_the_documented_names(tmp_path):
-    learner = make("vracer")
+    learner = make(VRacer.name)
     fill(learner, seed=1, n=6)
     path = tmp_path / "learner-0.h5"
     checkpoint.write_tree(path, {"learner": learner.checkpoint_state()}, {"kind": "learner"})
@@ -252,7 +254,8 @@ def test_a_learner_file_is_readable_with_plain_h5py_by_the_documented_names(tmp_
         assert state["torch_rng"].dtype == np.uint8
         assert state["refer"].attrs["beta"] == learner.refer.beta
         algo = state["algorithm"]
-        assert algo.attrs["name"].decode() == "vracer" and algo.attrs["behaviour"].decode() == "net"
+        assert algo.attrs["name"].decode() == VRacer.name
+        assert algo.attrs["behaviour"].decode() == "net"
         w = algo["modules/net/trunk.0.weight"][()]
         assert np.array_equal(w, learner.algo.modules["net"].state_dict()["trunk.0.weight"])
         assert algo["modules/net/normalizer.mean"].shape == (OBS,)
@@ -344,9 +347,9 @@ def test_verify_names_a_missing_truncated_or_changed_file(tmp_path):
 
 
 def test_check_compatible_lists_every_differing_key():
-    saved = config("vracer").to_dict()
-    current = build_config({"run": {"algorithm": "vracer", "steps": 5000, "seed": 3},
-                            "vracer": {"hidden": [64, 64], "batch": 32},
+    saved = config(VRacer.name).to_dict()
+    current = build_config({"run": {"algorithm": VRacer.name, "steps": 5000, "seed": 3},
+                            VRacer.name: {"hidden": [64, 64], "batch": 32},
                             "refer": {"mode": "er", "beta_init": 0.5},
                             "replay": {"size": 256, "learn_start": 64,
                                        "stats_every": 4}}).to_dict()
@@ -356,12 +359,12 @@ def test_check_compatible_lists_every_differing_key():
     assert sorted(x.strip() for x in lines) == [
         'refer.mode: checkpoint "refer", now "er"',
         "run.seed: checkpoint 0, now 3",
-        "vracer.hidden: checkpoint [16], now [64, 64]",
+        f"{VRacer.name}.hidden: checkpoint [16], now [64, 64]",
     ]
-    checkpoint.check_compatible(saved, current, {"run", "vracer.hidden", "refer.mode"})
+    checkpoint.check_compatible(saved, current, {"run", f"{VRacer.name}.hidden", "refer.mode"})
     with pytest.raises(CheckpointError, match=r"run\.extra: checkpoint \(absent\), now 1"):
         checkpoint.check_compatible(saved, {**current, "run": {**current["run"], "extra": 1}},
-                                    {"run.steps", "run.seed", "vracer", "refer"})
+                                    {"run.steps", "run.seed", VRacer.name, "refer"})
 
 
 # --- the directory: publishing, pruning, SIGKILL -------------------------------------------
@@ -506,7 +509,7 @@ def assert_links_valid(learner: Learner) -> None:
 
 
 @pytest.mark.parametrize(("algorithm", "sampling"),
-                         [("vracer", "uniform"), ("vracer", "per"), ("ddpg", "per")])
+                         [(VRacer.name, "uniform"), (VRacer.name, "per"), (DDPG.name, "per")])
 def test_two_learners_to_one_and_back_keep_every_transition_and_link(tmp_path, algorithm,
                                                                      sampling):
     """2 -> 1 -> 2 learners through files: the stored transitions (with their successors and

@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 from mpi_launch import mpi_env, mpirun_exe
 
+from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.client import metric_names_text, params_text, parse_metric_names, parse_params
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLVER = ROOT / "solvers/examples/halo_python/solver.py"
-SMALL = ["--chunk-len", "20", "--log-every", "100", "--vracer.hidden", "16,16",
-         "--vracer.batch", "16", "--replay.learn-start", "100", "--replay.size", "4096"]
+SMALL = ["--chunk-len", "20", "--log-every", "100", f"--{VRacer.name}.hidden", "16,16",
+         f"--{VRacer.name}.batch", "16", "--replay.learn-start", "100", "--replay.size", "4096"]
 
 
 def test_params_round_trip_as_key_value_lines():

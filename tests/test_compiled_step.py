@@ -183,7 +183,8 @@ from hpc_refer.algorithms.base import ReferTerms
 from hpc_refer.config import build_config
 from hpc_refer.learner import make_step
 from test_compiled_step import OBS, ACT, make_batch
-config = build_config({"vracer": {"hidden": [8], "batch": 16}})
+from hpc_refer.algorithms.vracer import VRacer
+config = build_config({VRacer.name: {"hidden": [8], "batch": 16}})
 algo, ref = (make_algorithm(config, OBS, ACT, seed=1) for _ in range(2))
 step, eager = make_step(algo, None, True), make_step(ref, None, False)
 for i in range(2):
@@ -207,7 +208,7 @@ def test_without_a_compiler_the_step_falls_back_to_eager_with_one_line(tmp_path)
     assert out.stdout.strip() == "eager results"
     lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, out.stderr[-3000:]
-    assert lines[0].startswith("vracer: compiled learner step unavailable (")
+    assert lines[0].startswith(f"{VRacer.name}: compiled learner step unavailable (")
     assert lines[0].endswith("); using the eager step")
 
 
@@ -219,7 +220,8 @@ from hpc_refer.config import build_config
 from hpc_refer.learner import make_step
 from test_compiled_step import OBS, ACT, make_batch
 torch.set_num_threads(1)  # as in a run: the graph for one thread
-config = build_config({"vracer": {"hidden": [8], "batch": 16}})
+from hpc_refer.algorithms.vracer import VRacer
+config = build_config({VRacer.name: {"hidden": [8], "batch": 16}})
 algo = make_algorithm(config, OBS, ACT, seed=1)
 step = make_step(algo, None, True)
 step(make_batch(algo, 16, seed=0), ReferTerms(0.9, 2.0, 1.0), 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.config import ConfigError, build_config
 from hpc_refer.run import main
 
@@ -14,9 +15,10 @@ from hpc_refer.run import main
     [
         (["--refer.C", "0"], "refer.C = 0.0 is invalid: allowed values are C > 0"),
         (["--refer.D", "1.5"], "refer.D = 1.5 is invalid: allowed values are 0 < D < 1"),
-        (["--vracer.batch", "512", "--replay.size", "600"], "vracer.batch = 512 is invalid"),
+        ([f"--{VRacer.name}.batch", "512", "--replay.size", "600"],
+         f"{VRacer.name}.batch = 512 is invalid"),
         (["--steps", "-3"], "run.steps = -3 is invalid"),
-        (["--vracer.lr", "abc"], "vracer.lr = 'abc' is not a valid float"),
+        ([f"--{VRacer.name}.lr", "abc"], f"{VRacer.name}.lr = 'abc' is not a valid float"),
         (["--env", "NoSuchEnv-v9"], "run.env = 'NoSuchEnv-v9' is not a registered gymnasium id"),
         (["--env", "CartPole-v1"], "Discrete action space: allowed are environments with a "
                                    "continuous (Box) action space"),
@@ -54,7 +56,7 @@ def test_toml_then_flags_override_defaults(tmp_path):
     from hpc_refer.config import load_toml
 
     path = tmp_path / "c.toml"
-    path.write_text("[run]\nsteps = 500\nseed = 4\n[vracer]\nhidden = [32, 16]\n")
+    path.write_text(f"[run]\nsteps = 500\nseed = 4\n[{VRacer.name}]\nhidden = [32, 16]\n")
     cfg = build_config(load_toml(path))
     assert cfg.run.steps == 500 and cfg.run.seed == 4 and cfg.algorithm.hidden == (32, 16)
     assert cfg.run.env == "HalfCheetah-v5"

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.client import (
     TAG_BOUNDS,
     TAG_HELLO,
@@ -52,8 +53,8 @@ MPIRUN = shutil.which("mpirun", path=str(BIN)) or shutil.which("mpirun")
 ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
        "PRTE_ALLOW_RUN_AS_ROOT": "1", "PRTE_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
        "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe", "OMPI_MCA_btl": "^ofi"}
-SMALL = ["--chunk-len", "20", "--log-every", "100", "--vracer.hidden", "16,16",
-         "--vracer.batch", "16", "--replay.learn-start", "100", "--replay.size", "4096"]
+SMALL = ["--chunk-len", "20", "--log-every", "100", f"--{VRacer.name}.hidden", "16,16",
+         f"--{VRacer.name}.batch", "16", "--replay.learn-start", "100", "--replay.size", "4096"]
 
 needs_mpicc = pytest.mark.skipif(MPICC is None or MPIRUN is None, reason="no mpicc/mpirun")
 

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from hpc_refer.algorithms.vracer import VRacer
+
 ROOT = Path(__file__).resolve().parents[1]
 SBATCH = ROOT / "jobscripts" / "generic" / "train.sbatch"
 KS_CONFIG = ROOT / "configs" / "ks.toml"
@@ -40,8 +42,8 @@ SCRIPTS = sorted({*ROOT.glob("jobscripts/**/*.sh"), *ROOT.glob("jobscripts/**/*.
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 # A tiny but complete training: 600 Pendulum steps, learning from step 300.
 STEPS = 600
-SMALL = ["--replay.size", "600", "--replay.learn-start", "300", "--vracer.batch", "32",
-         "--vracer.hidden", "16,16", "--log-every", "200", "--chunk-len", "50"]
+SMALL = ["--replay.size", "600", "--replay.learn-start", "300", f"--{VRacer.name}.batch", "32",
+         f"--{VRacer.name}.hidden", "16,16", "--log-every", "200", "--chunk-len", "50"]
 """A run of STEPS = 600 steps: actors take exactly their share of the steps, so chunks of 50
 (not the default 1000, a whole share) let the learner start training before the end."""
 PENDULUM = [*SMALL, "--env.max_episode_steps", "50"]
@@ -235,12 +237,13 @@ LAYOUT_AND_RUN_FLAGS = ("--env", "--steps", "--seed", "--learners", "--ranks-per
 
 def test_sbatch_passes_only_the_variables_that_are_set(stubs, tmp_path):
     env = stub_env(stubs, **slurm_vars(tmp_path))
-    proc = run_script(SBATCH, ["--config", "my.toml", "--vracer.gamma", "0.9"], tmp_path, env)
+    gamma = f"--{VRacer.name}.gamma"
+    proc = run_script(SBATCH, ["--config", "my.toml", gamma, "0.9"], tmp_path, env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     args = program_args(stubs)
     assert not set(LAYOUT_AND_RUN_FLAGS) & set(args), args
     run_dir = tmp_path / "runs" / f"job{JOB_ID}"  # the name claims no env, no layout
-    assert args == ["--run-dir", str(run_dir), "--config", "my.toml", "--vracer.gamma", "0.9"]
+    assert args == ["--run-dir", str(run_dir), "--config", "my.toml", gamma, "0.9"]
     assert launched(stubs)[:4] == ["srun", "--mpi=pmix", "--ntasks=4", "--cpus-per-task=1"]
     assert "4 ranks = 1 learners + 3 teams x 1" in proc.stdout
     assert not (stubs[1] / "scontrol").read_text().count("requeue")
@@ -437,10 +440,10 @@ def test_local_script_resumes_a_run_dir_with_a_checkpoint(stubs, tmp_path):
     make_checkpoint(tmp_path / "r")
     env = stub_env(stubs, RUN_DIR="r", ENV="Pendulum-v1", STEPS="800", SEED="1",
                    LEARNERS="1", RANKS_PER_ENV="1", MPIRUN_ARGS="")
-    proc = run_script(LOCAL, ["2", "--vracer.gamma", "0.9"], tmp_path, env)
+    proc = run_script(LOCAL, ["2", f"--{VRacer.name}.gamma", "0.9"], tmp_path, env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert program_args(stubs) == ["--restart", "r", "--steps", "800", "--learners", "1"]
-    assert "not passed on a restart: --vracer.gamma 0.9" in proc.stdout
+    assert f"not passed on a restart: --{VRacer.name}.gamma 0.9" in proc.stdout
 
 
 @pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGTERM], ids=["USR1", "TERM"])
@@ -595,8 +598,8 @@ def test_sbatch_keeps_the_values_of_a_config_file(slurm, tmp_path):
     ks = tomllib.loads(KS_CONFIG.read_text())
     cfg = tomllib.loads((run_dir / "config.toml").read_text())
     assert cfg["run"]["env"] == ks["run"]["env"] == "KS"
-    assert cfg["vracer"]["gamma"] == ks["vracer"]["gamma"] != 0.99
-    assert cfg["vracer"]["lr"] == ks["vracer"]["lr"]
+    assert cfg[VRacer.name]["gamma"] == ks[VRacer.name]["gamma"] != 0.99
+    assert cfg[VRacer.name]["lr"] == ks[VRacer.name]["lr"]
     assert cfg["refer"]["beta_init"] == ks["refer"]["beta_init"]
     assert cfg["run"]["steps"] == STEPS != ks["run"]["steps"]  # STEPS beats the file
     assert cfg["run"]["seed"] == 0 and cfg["run"]["learners"] == 1  # hpc_refer's defaults

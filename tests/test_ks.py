@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import hpc_refer.envs.ks as ks
+from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.config import build_config, load_toml
 from hpc_refer.envs import SolverSpec, env_dims, episode_metric_names
 from hpc_refer.envs.gym_env import Status
@@ -193,8 +194,9 @@ def test_training_on_ks_runs_end_to_end(in_tmp):
     if world_rank_size()[1] > 1:
         pytest.skip("a one-process run")
     assert run_main(["--env", "KS", "--steps", "600", "--seed", "0", "--replay.size", "600",
-                     "--replay.learn-start", "300", "--vracer.batch", "32",
-                     "--vracer.hidden", "16,16", "--log-every", "200", "--run-dir", "ks"]) == 0
+                     "--replay.learn-start", "300", f"--{VRacer.name}.batch", "32",
+                     f"--{VRacer.name}.hidden", "16,16", "--log-every", "200",
+                     "--run-dir", "ks"]) == 0
     with (in_tmp / "ks" / "episodes.csv").open() as f:
         episodes = list(csv.DictReader(f))
     assert [int(e["length"]) for e in episodes] == [ks.HORIZON] * 6

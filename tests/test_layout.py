@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.layout import LayoutError, Role, compute_layout
 
 MPIRUN = shutil.which("mpirun", path=str(Path(sys.executable).parent)) or shutil.which("mpirun")
@@ -76,8 +77,8 @@ def train(n: int, env: str, steps: int, chunk: int, run_dir: str, *extra: str,
           cwd: Path) -> list[list[str]]:
     """A small training under ``mpirun -n n``; returns the rows of its episodes.csv."""
     proc = mpirun(n, "--env", env, "--steps", str(steps), "--replay.size", str(steps),
-                  "--replay.learn-start", str(steps // 4), "--vracer.batch", "32",
-                  "--vracer.hidden", "16,16", "--chunk-len", str(chunk),
+                  "--replay.learn-start", str(steps // 4), f"--{VRacer.name}.batch", "32",
+                  f"--{VRacer.name}.hidden", "16,16", "--chunk-len", str(chunk),
                   "--log-every", str(steps // 4), "--run-dir", run_dir, *extra, cwd=cwd)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = (cwd / run_dir / "episodes.csv").read_text().splitlines()[1:]

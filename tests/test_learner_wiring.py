@@ -17,7 +17,9 @@ import torch
 
 from hpc_refer.actor import Actor
 from hpc_refer.algorithms import ALGORITHMS
+from hpc_refer.algorithms.ddpg import DDPG
 from hpc_refer.algorithms.step import EagerStep
+from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.collectives import SerialReducer
 from hpc_refer.config import (
     ActionBounds,
@@ -40,7 +42,7 @@ OBS, ACT = 3, 2
 ALGOS = sorted(ALGORITHMS)
 
 
-def make(algorithm: str = "vracer", refer: dict | None = None, **replay) -> Learner:
+def make(algorithm: str = VRacer.name, refer: dict | None = None, **replay) -> Learner:
     cfg = build_config({"run": {"algorithm": algorithm, "steps": 1000},
                         algorithm: {"hidden": [16], "batch": 32},
                         "refer": refer or {},
@@ -153,7 +155,7 @@ def test_vracer_sampled_rows_get_v_and_their_episodes_v_tbc(monkeypatch):
     """V-RACER: sampled rows store the pre-step V_w(s_k); the bootstrap state after them the
     post-step V; V-tbc of their episodes follows eq. 8 from the stored V and rho (with the
     reward scale)."""
-    learner = make("vracer")
+    learner = make(VRacer.name)
     fill(learner)
     replay = learner.replay
     candidates = np.flatnonzero(replay.sampleable(np.arange(replay.size)))
@@ -351,7 +353,7 @@ def test_vracer_minibatch_loss_is_eq_10_over_eqs_5_and_9_and_its_error_is_q_ret_
     from hpc_refer.algorithms.vracer import policy_loss, value_loss
     from hpc_refer.refer import near_policy, refer_loss
 
-    learner = make("vracer", refer={"beta_init": 0.3})
+    learner = make(VRacer.name, refer={"beta_init": 0.3})
     fill(learner)
     algo = learner.algo
     batch = learner.replay.batch(learner.replay.sample_rows(32, np.random.default_rng(2)))
@@ -375,7 +377,7 @@ def test_vracer_minibatch_loss_is_eq_10_over_eqs_5_and_9_and_its_error_is_q_ret_
 
 def test_steps_due_counts_from_the_start_of_training():
     """grad_ratio * (env steps - env steps when training started) - gradient steps done."""
-    learner = make("vracer", grad_ratio=0.5)
+    learner = make(VRacer.name, grad_ratio=0.5)
     fill(learner, episodes=1)
     assert learner.steps_due(10_000) == 0, "training has not started"
     learner.start_env_steps = None
@@ -403,7 +405,7 @@ def test_networks_start_near_zero_mean_and_value(algorithm):
 def test_reward_scale_and_state_moments_are_exact():
     """1 / std of the stored rewards (rows with an action only; final states carry none) and
     the mean / std of every stored state, from the replay's sums."""
-    learner = make("vracer")
+    learner = make(VRacer.name)
     fill(learner, reward_std=0.5)  # variance below 1
     replay = learner.replay
     acts = (replay.flags[: replay.size] & HAS_ACTION) != 0
@@ -420,7 +422,7 @@ def test_reward_scale_and_state_moments_are_exact():
 def test_batch_successors_and_done_flags_across_the_ring():
     """Batch.next_obs is s_{k+1} (the linked row, also across the ring's end), done marks
     terminal transitions, and rew is scaled."""
-    learner = make("ddpg", size=100)
+    learner = make(DDPG.name, size=100)
     fill(learner, episodes=5)  # 150+ states in a ring of 100: rows wrap around
     replay = learner.replay
     rows = np.flatnonzero(replay.sampleable(np.arange(replay.size)))
@@ -437,7 +439,7 @@ def test_batch_successors_and_done_flags_across_the_ring():
 def test_scaling_is_refreshed_every_stats_every_steps(monkeypatch):
     """The state and reward scaling are recomputed after every ``stats_every`` gradient
     steps (and only then)."""
-    learner = make("vracer", stats_every=3)
+    learner = make(VRacer.name, stats_every=3)
     fill(learner)
     calls = []
     original = learner.refresh_scaling
@@ -479,13 +481,13 @@ def test_stored_rows_get_rho_of_the_current_policy(algorithm):
 
 
 def test_uniform_sampling_keeps_no_priorities_and_per_does():
-    assert make("vracer").replay.tree is None
-    assert make("vracer", sampling="per").replay.tree is not None
+    assert make(VRacer.name).replay.tree is None
+    assert make(VRacer.name, sampling="per").replay.tree is not None
 
 
 def test_constant_rewards_keep_a_unit_reward_scale():
     """std(r) = 0 (a task whose reward never varies): the scale stays 1, not 1/0."""
-    learner = make("vracer")
+    learner = make(VRacer.name)
     fill(learner, reward_std=0.0)
     assert learner.replay.reward_scale == 1.0
 
@@ -496,7 +498,7 @@ def test_batch_scaling_sets_the_rows_per_learner_and_the_learning_rate(scaling, 
                                                                        lr_scale):
     """Two learners, B = 32: ``fixed`` takes B / 2 rows on each (global batch 32, same
     learning rate), ``per-learner`` B rows on each (global 64) with eta * sqrt(2)."""
-    cfg = build_config({"run": {"steps": 1000, "learners": 2}, "vracer": {"hidden": [16],
+    cfg = build_config({"run": {"steps": 1000, "learners": 2}, VRacer.name: {"hidden": [16],
                         "batch": 32, "lr": 1e-3},
                         "replay": {"size": 512, "learn_start": 64, "batch_scaling": scaling}})
     reducer = HalfOfTwoLearners()
@@ -516,7 +518,7 @@ def test_batch_scaling_sets_the_rows_per_learner_and_the_learning_rate(scaling, 
 
 def test_per_learner_batches_must_fit_the_states_at_the_start():
     with pytest.raises(ConfigError, match=r"over the 4 learners of replay\.batch_scaling"):
-        build_config({"run": {"learners": 4}, "vracer": {"batch": 64},
+        build_config({"run": {"learners": 4}, VRacer.name: {"batch": 64},
                       "replay": {"size": 512, "learn_start": 200,
                                  "batch_scaling": "per-learner"}})
 
@@ -532,7 +534,7 @@ def test_per_learner_batches_keep_the_learners_identical_under_mpi():
     comm = MPI.COMM_WORLD
     size = comm.Get_size()
     cfg = build_config({"run": {"steps": 1000, "learners": size},
-                        "vracer": {"hidden": [16], "batch": 32},
+                        VRacer.name: {"hidden": [16], "batch": 32},
                         "replay": {"size": 512 * size, "learn_start": 64 * size,
                                    "batch_scaling": "per-learner"}})
     learner = make_learner(cfg, OBS, ACT, MpiReducer(comm))

@@ -18,6 +18,7 @@ import hpc_refer.local_channel as local_channel
 import hpc_refer.parallel as parallel
 import hpc_refer.training as training
 from hpc_refer.algorithms import ALGORITHMS
+from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.collectives import SerialReducer
 from hpc_refer.config import build_config
 from hpc_refer.envs import episode_metric_names
@@ -34,7 +35,7 @@ W = COMM.Get_size()
 L = 2 if W >= 4 else 1
 
 
-def small_config(env="Diffusion1D", steps=600, size=4096, algorithm="vracer", **run):
+def small_config(env="Diffusion1D", steps=600, size=4096, algorithm=VRacer.name, **run):
     return build_config({
         "run": {"env": env, "steps": steps, "learners": L, "chunk_len": 20, "log_every": 200,
                 "checksum_every": 5, "algorithm": algorithm, **run},
@@ -219,7 +220,7 @@ def test_two_compiled_learners_take_the_eager_step():
         return
 
     def learner(mode):
-        cfg = build_config({"run": {"compile": mode}, "vracer": {"hidden": [16, 16],
+        cfg = build_config({"run": {"compile": mode}, VRacer.name: {"hidden": [16, 16],
                                                                 "batch": 32},
                             "replay": {"size": 512, "learn_start": 64}})
         out = make_learner(cfg, 3, 2, parallel.MpiReducer(comm))

@@ -38,6 +38,8 @@ import h5py
 import pytest
 
 from hpc_refer import checkpoint, policy_file
+from hpc_refer.algorithms.ddpg import DDPG
+from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.evaluate import main as evaluate_main
 from hpc_refer.report import main as report_main
 from hpc_refer.run import main as run_main
@@ -58,10 +60,11 @@ REPLAY_COLUMNS = ("obs", "act", "rew", "mu_mean", "mu_std", "log_mu", "value", "
 """The datasets of a replay shard in schema 1 (``/state/learner/replay``), one row each."""
 
 CASES = {
-    "schema1": ("vracer", {"vracer.hidden": [16, 16], "vracer.batch": 32,
+    "schema1": (VRacer.name, {f"{VRacer.name}.hidden": [16, 16], f"{VRacer.name}.batch": 32,
                            "refer.mode": "refer", "run.eval_every": 300}),
-    "schema1_ddpg": ("ddpg", {"ddpg.hidden": [16, 16], "ddpg.batch": 32,
-                              "ddpg.exploration": "ou", "ddpg.critic_lr_factor": 5.0,
+    "schema1_ddpg": (DDPG.name, {f"{DDPG.name}.hidden": [16, 16], f"{DDPG.name}.batch": 32,
+                              f"{DDPG.name}.exploration": "ou",
+                              f"{DDPG.name}.critic_lr_factor": 5.0,
                               "refer.mode": "er"}),
 }
 """Fixture name -> (algorithm, config values that must survive, dotted keys)."""

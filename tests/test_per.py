@@ -10,6 +10,7 @@ import torch
 
 from hpc_refer.algorithms import ALGORITHMS
 from hpc_refer.algorithms.base import ReferTerms
+from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.collectives import SerialReducer
 from hpc_refer.config import build_config
 from hpc_refer.learner import Learner, per_beta_at
@@ -132,7 +133,7 @@ def test_a_step_sets_the_sampled_rows_priorities_from_their_errors(algorithm, mo
 
 def test_vracer_loss_takes_the_importance_weights():
     """A sample of weight 0 gives no gradient; weight 2 doubles its contribution."""
-    learner = make("vracer")
+    learner = make(VRacer.name)
     replay = learner.replay
     rows = replay.sample_rows(8, np.random.default_rng(0))
     algo = learner.algo

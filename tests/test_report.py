@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from interval_records import interval_record
 
+from hpc_refer.algorithms.ddpg import DDPG
 from hpc_refer.config import build_config
 from hpc_refer.envs import TeamDriver
 from hpc_refer.envs.ks import HORIZON, KuramotoSivashinsky, N
@@ -206,7 +207,7 @@ def section(page: str, heading: str) -> str:
 def test_the_losses_panel_draws_every_statistic_of_the_algorithm(tmp_path):
     """The records' ``stats``, whatever the algorithm names them (DDPG: q and near_fraction
     beside its losses): one panel each, one line per run over the records that hold it."""
-    config = build_config({"run": {"env": "Pendulum-v1", "algorithm": "ddpg"}})
+    config = build_config({"run": {"env": "Pendulum-v1", "algorithm": DDPG.name}})
     run = RunDirectory(tmp_path / "r", config)
     names = ("loss_mu", "loss_q", "near_fraction", "q")
     for step in (100, 200, 300):  # no gradient step in the first interval: no statistics

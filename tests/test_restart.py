@@ -21,14 +21,15 @@ import numpy as np
 import pytest
 from mpi_launch import mpi_env, mpirun_exe
 
+from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.evaluate import main as evaluate_main
 from hpc_refer.plot import plot_runs
 from hpc_refer.run import main as run_main
 
 pytestmark = pytest.mark.mpi_skip
 
-SMALL = ["--replay.size", "2000", "--replay.learn-start", "300", "--vracer.batch", "32",
-         "--vracer.hidden", "16,16", "--log-every", "200", "--chunk-len", "100"]
+SMALL = ["--replay.size", "2000", "--replay.learn-start", "300", f"--{VRacer.name}.batch", "32",
+         f"--{VRacer.name}.hidden", "16,16", "--log-every", "200", "--chunk-len", "100"]
 TIMING = {"wall_s", "env_steps_per_s", "grad_steps_per_s", "learner_busy"}
 """Columns that hold wall-clock figures (the only ones a resumed run may change)."""
 
@@ -94,9 +95,9 @@ def test_resume_is_bit_for_bit_in_one_process(in_tmp):
 def test_restart_refuses_what_would_change_the_run(in_tmp, capsys):
     assert run_main(["--env", "Pendulum-v1", "--steps", "400", "--run-dir", "r", *SMALL]) == 0
     before = sorted(p.name for p in (in_tmp / "r").rglob("*"))
-    assert run_main(["--restart", "r", "--steps", "800", "--vracer.lr", "0.001"]) == 2
+    assert run_main(["--restart", "r", "--steps", "800", f"--{VRacer.name}.lr", "0.001"]) == 2
     err = capsys.readouterr().err
-    assert "vracer.lr cannot change" in err and "0.0001" in err and "0.001" in err
+    assert f"{VRacer.name}.lr cannot change" in err and "0.0001" in err and "0.001" in err
     assert run_main(["--restart", "r", "--steps", "400"]) == 2
     assert "not beyond the checkpoint's step 400" in capsys.readouterr().err
     assert run_main(["--restart", "nowhere", "--steps", "800"]) == 2
@@ -272,8 +273,8 @@ def stored_transitions(ckpt: Path) -> int:
 def test_evaluate_a_policy_of_a_team_solver_under_mpirun(in_tmp):
     """A Diffusion1D run with teams of 2 ranks, then its policy evaluated by one team of 2
     (rank 0 acts, rank 1 follows the solver's calls); a wrong rank count is one line."""
-    small = ["--replay.size", "1000", "--replay.learn-start", "200", "--vracer.batch", "16",
-             "--vracer.hidden", "16,16", "--log-every", "200", "--chunk-len", "50"]
+    small = ["--replay.size", "1000", "--replay.learn-start", "200", f"--{VRacer.name}.batch", "16",
+             f"--{VRacer.name}.hidden", "16,16", "--log-every", "200", "--chunk-len", "50"]
     trained = subprocess.run(mpirun(3, "--env", "Diffusion1D", "--ranks-per-env", "2",
                                     "--steps", "400", "--run-dir", "team", *small),
                              capture_output=True, text=True, timeout=300, env=mpi_env(),

@@ -9,6 +9,7 @@ import pytest
 from interval_records import interval_record
 from mpi_launch import run_snippet
 
+from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.config import ConfigError, build_config, load_toml
 from hpc_refer.run import main as run_main
 from hpc_refer.run import parse_args
@@ -45,21 +46,21 @@ def test_integer_key_refuses_non_integral_and_booleans_as_a_flag(value):
 
 def test_float_key_refuses_a_boolean_in_toml(tmp_path):
     path = tmp_path / "c.toml"
-    path.write_text("[vracer]\nlr = true\n")
-    with pytest.raises(ConfigError, match=r"^vracer\.lr = True is not a valid float"):
+    path.write_text(f"[{VRacer.name}]\nlr = true\n")
+    with pytest.raises(ConfigError, match=rf"^{VRacer.name}\.lr = True is not a valid float"):
         build_config(load_toml(path))
-    path.write_text("[vracer]\nlr = 1e-3\nsigma_init = 1\n")
+    path.write_text(f"[{VRacer.name}]\nlr = 1e-3\nsigma_init = 1\n")
     cfg = build_config(load_toml(path))
     assert cfg.algorithm.lr == 1e-3 and cfg.algorithm.sigma_init == 1.0
 
 
 def test_list_of_integers_takes_the_same_rule():
-    assert build_config({"vracer": {"hidden": [64, 3.2e1]}}).algorithm.hidden == (64, 32)
-    assert parse_args(["--vracer.hidden", "1e2,50"]).algorithm.hidden == (100, 50)
-    with pytest.raises(ConfigError, match=r"^vracer\.hidden = "):
-        build_config({"vracer": {"hidden": [64, True]}})
-    with pytest.raises(ConfigError, match=r"^vracer\.hidden = "):
-        build_config({"vracer": {"hidden": [64, 1.5]}})
+    assert build_config({VRacer.name: {"hidden": [64, 3.2e1]}}).algorithm.hidden == (64, 32)
+    assert parse_args([f"--{VRacer.name}.hidden", "1e2,50"]).algorithm.hidden == (100, 50)
+    with pytest.raises(ConfigError, match=rf"^{VRacer.name}\.hidden = "):
+        build_config({VRacer.name: {"hidden": [64, True]}})
+    with pytest.raises(ConfigError, match=rf"^{VRacer.name}\.hidden = "):
+        build_config({VRacer.name: {"hidden": [64, 1.5]}})
 
 
 # --- 2. --env package.module:Class must name a solver class ---------------------------------

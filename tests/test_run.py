@@ -10,11 +10,12 @@ import tomllib
 
 import numpy as np
 
+from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.plot import main as plot_main
 from hpc_refer.run import main as run_main
 
-SMALL = ["--replay.size", "600", "--replay.learn-start", "300", "--vracer.batch", "32",
-         "--vracer.hidden", "16,16", "--log-every", "200"]
+SMALL = ["--replay.size", "600", "--replay.learn-start", "300", f"--{VRacer.name}.batch", "32",
+         f"--{VRacer.name}.hidden", "16,16", "--log-every", "200"]
 
 
 def read_episodes(run_dir):
@@ -29,10 +30,10 @@ def test_entry_point_writes_a_complete_run_directory(in_tmp):
         capture_output=True, text=True, timeout=300, check=False,
     )
     assert proc.returncode == 0, proc.stderr
-    run_dir = in_tmp / "runs" / "Pendulum-v1-vracer-refer-seed2"
+    run_dir = in_tmp / "runs" / f"Pendulum-v1-{VRacer.name}-refer-seed2"
     assert "steps 800/800 (100.0%)" in proc.stdout and "ETA" in proc.stdout
     cfg = tomllib.loads((run_dir / "config.toml").read_text())
-    assert cfg["run"]["steps"] == 800 and cfg["vracer"]["hidden"] == [16, 16]
+    assert cfg["run"]["steps"] == 800 and cfg[VRacer.name]["hidden"] == [16, 16]
     episodes = read_episodes(run_dir)
     assert [int(e["length"]) for e in episodes] == [200] * 4  # Pendulum truncates at 200
     records = [json.loads(x) for x in (run_dir / "train.jsonl").read_text().splitlines()]
@@ -47,7 +48,7 @@ def test_entry_point_writes_a_complete_run_directory(in_tmp):
     assert log.count("learner step: eager") == 1, "a short run's step is eager, said once"
     # A second identical command gets a fresh directory instead of touching the first.
     assert run_main(["--env", "Pendulum-v1", "--steps", "200", "--seed", "2", *SMALL]) == 0
-    assert (in_tmp / "runs" / "Pendulum-v1-vracer-refer-seed2-2" / "episodes.csv").exists()
+    assert (in_tmp / "runs" / f"Pendulum-v1-{VRacer.name}-refer-seed2-2" / "episodes.csv").exists()
     assert len(read_episodes(run_dir)) == 4
 
 
@@ -58,7 +59,7 @@ def test_help_documents_every_flag(capsys):
         assert exc.code == 0
     out = capsys.readouterr().out
     for flag in ("--env", "--steps", "--seed", "--run-dir", "--config", "--refer.mode",
-                 "--refer.C", "--replay.size", "--vracer.lr", "(default: 0.995)"):
+                 "--refer.C", "--replay.size", f"--{VRacer.name}.lr", "(default: 0.995)"):
         assert flag in out
 
 

@@ -18,12 +18,13 @@ import numpy as np
 import pytest
 from mpi_launch import HERE, mpi_env, mpirun_exe
 
+from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.run import main as run_main
 
 pytestmark = pytest.mark.mpi_skip
 
-SMALL = ["--replay.size", "2000", "--replay.learn-start", "200", "--vracer.batch", "16",
-         "--vracer.hidden", "16,16", "--log-every", "200", "--chunk-len", "50"]
+SMALL = ["--replay.size", "2000", "--replay.learn-start", "200", f"--{VRacer.name}.batch", "16",
+         f"--{VRacer.name}.hidden", "16,16", "--log-every", "200", "--chunk-len", "50"]
 
 
 def records(run_dir: Path) -> list[dict]:

@@ -18,6 +18,7 @@ import pytest
 from mpi_launch import mpi_env, mpirun_exe
 
 import hpc_refer.envs.cylinder_jets as cj
+from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.config import ConfigError, RunConfig, build_config
 from hpc_refer.evaluate import main as evaluate_main
 from hpc_refer.report import write_report
@@ -57,7 +58,7 @@ def start(tmp_path_factory) -> Path:
 def run_flags(start: Path, run_dir: Path) -> list[str]:
     return ["--env", "CylinderJets", "--env.start_file", str(start), "--steps", "170",
             "--snapshot", "2", "--run-dir", str(run_dir), "--log-every", "85", "--seed", "4",
-            "--replay.learn-start", "100", "--vracer.batch", "32"]
+            "--replay.learn-start", "100", f"--{VRacer.name}.batch", "32"]
 
 
 @pytest.fixture(scope="module")

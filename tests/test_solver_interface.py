@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from mpi_launch import HERE, mpi_env, mpirun_exe, run_snippet
 
+from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.config import ConfigError, build_config
 from hpc_refer.envs import SolverSpec, TeamDriver, env_dims, make_driver, solver_params
 from hpc_refer.envs.diffusion import HORIZON
@@ -22,8 +23,8 @@ from hpc_refer.run import main as run_main
 from hpc_refer.run import parse_args
 from hpc_refer.series import read_series
 
-SHORT = ["--steps", "300", "--replay.learn-start", "200", "--vracer.batch", "64",
-         "--vracer.hidden", "16,16", "--log-every", "100"]
+SHORT = ["--steps", "300", "--replay.learn-start", "200", f"--{VRacer.name}.batch", "64",
+         f"--{VRacer.name}.hidden", "16,16", "--log-every", "100"]
 
 
 # --- 2. parameters -----------------------------------------------------------------------

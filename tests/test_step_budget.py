@@ -12,13 +12,15 @@ from pathlib import Path
 import pytest
 from mpi_launch import mpi_env, mpirun_exe
 
+from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.learner_loop import grant_steps
 from hpc_refer.schema import log_messages
 
 pytestmark = pytest.mark.mpi_skip
 
 KS = ["--env", "KS", "--chunk-len", "1000", "--log-every", "500", "--replay.learn-start",
-      "500", "--replay.size", "4000", "--vracer.batch", "32", "--vracer.hidden", "16,16"]
+      "500", "--replay.size", "4000", f"--{VRacer.name}.batch", "32",
+      f"--{VRacer.name}.hidden", "16,16"]
 
 
 def test_budgets_share_what_remains_and_never_exceed_it():

@@ -9,12 +9,13 @@ import json
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.run import main as run_main
 
 pytestmark = pytest.mark.mpi_skip
 
-SMALL = ["--replay.size", "600", "--replay.learn-start", "300", "--vracer.batch", "32",
-         "--vracer.hidden", "16,16", "--log-every", "200"]
+SMALL = ["--replay.size", "600", "--replay.learn-start", "300", f"--{VRacer.name}.batch", "32",
+         f"--{VRacer.name}.hidden", "16,16", "--log-every", "200"]
 
 
 def test_tensorboard_events_hold_the_same_scalars_as_train_jsonl(in_tmp):

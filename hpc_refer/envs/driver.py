@@ -9,6 +9,7 @@ saved.
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 import time
@@ -34,6 +35,8 @@ from hpc_refer.envs.interface import (
 from hpc_refer.records import StateTree
 from hpc_refer.series import StepSeries
 from hpc_refer.timeouts import CallTimeout, call_with_alarm, deadline_after
+
+LOG = logging.getLogger(__name__)
 
 METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -195,9 +198,8 @@ def _close_faulty(env: Any, deadline: float | None) -> None:
     try:
         call_with_alarm(env.close, deadline)
     except (Exception, CallTimeout) as err:
-        print(f"hpc_refer: closing the faulty {type(env).__name__} failed "
-              f"({type(err).__name__}: {err}); it is replaced anyway", file=sys.stderr,
-              flush=True)
+        LOG.warning("closing the faulty %s failed (%s: %s); it is replaced anyway",
+                    type(env).__name__, type(err).__name__, err)
 
 
 def rebuild_factory(env: Any) -> Callable[[Team | None], Any] | None:
@@ -508,8 +510,7 @@ class TeamDriver:
                          f"{solver}, env {self.index}, end of episode {episode}", extent,
                          circles)
         except OSError as err:
-            print(f"hpc_refer: {self.name}: snapshot of episode {episode} not written: {err}",
-                  file=sys.stderr, flush=True)
+            LOG.warning("%s: snapshot of episode %d not written: %s", self.name, episode, err)
 
     def series_state(self) -> StateTree | None:
         """The step series' rows written and counters (flushed first); None without one."""
