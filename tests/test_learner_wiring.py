@@ -14,6 +14,7 @@ import copy
 import numpy as np
 import pytest
 import torch
+from learners import ACT, OBS, small_learner
 
 from hpc_refer.actor import Actor
 from hpc_refer.algorithms import ALGORITHMS
@@ -32,22 +33,15 @@ from hpc_refer.config import (
 from hpc_refer.envs import TeamDriver
 from hpc_refer.envs.diffusion import Diffusion1D
 from hpc_refer.learner import Learner
+from hpc_refer.near import NearBounds, is_far
 from hpc_refer.networks import Normalizer, gaussian_kl, gaussian_log_prob
 from hpc_refer.records import TERMINATED, TRUNCATED, Chunk
 from hpc_refer.refer import beta_update, importance_ratio, kl_penalty
 from hpc_refer.replay import HAS_ACTION, TERMINAL
 from hpc_refer.training import make_learner
 
-OBS, ACT = 3, 2
 ALGOS = sorted(ALGORITHMS)
-
-
-def make(algorithm: str = VRacer.name, refer: dict | None = None, **replay) -> Learner:
-    cfg = build_config({"run": {"algorithm": algorithm, "steps": 1000},
-                        algorithm: {"hidden": [16], "batch": 32},
-                        "refer": refer or {},
-                        "replay": {"size": 512, "learn_start": 64, **replay}})
-    return make_learner(cfg, OBS, ACT, SerialReducer())
+make = small_learner
 
 
 def fill(learner: Learner, episodes: int = 6, seed: int = 0, reward_std: float = 2.0) -> None:
@@ -67,11 +61,12 @@ def fill(learner: Learner, episodes: int = 6, seed: int = 0, reward_std: float =
 
 
 def recount_far(learner: Learner, c_max: float) -> int:
+    """Far-policy transitions of the shard, counted here from its columns (the rule of
+    hpc_refer.near)."""
     replay = learner.replay
     used = np.arange(replay.size)
     acts = (replay.flags[used] & HAS_ACTION) != 0
-    rho = replay.rho[used]
-    return int(np.count_nonzero(acts & ((rho <= 1 / c_max) | (rho >= c_max))))
+    return int(np.count_nonzero(acts & is_far(replay.rho[used], NearBounds.of(c_max))))
 
 
 def record_rows(learner: Learner, monkeypatch, rows: np.ndarray | None = None) -> list:

@@ -7,18 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from learners import ACT, OBS, small_learner
 
 from hpc_refer.algorithms import ALGORITHMS
 from hpc_refer.algorithms.base import ReferTerms
 from hpc_refer.algorithms.vracer import VRacer
-from hpc_refer.collectives import SerialReducer
-from hpc_refer.config import build_config
 from hpc_refer.learner import Learner, per_beta_at
 from hpc_refer.records import OPEN, TERMINATED, TRUNCATED, Chunk
 from hpc_refer.replay import HAS_ACTION, PriorityConfig, ReplayShard
-from hpc_refer.training import make_learner
-
-OBS, ACT = 3, 2
 
 
 def chunk(rng: np.random.Generator, n: int, end, source: int = 0) -> Chunk:
@@ -91,12 +87,9 @@ def test_beta_is_is_annealed_linearly_to_one():
 
 
 def make(algorithm: str) -> Learner:
-    cfg = build_config({"run": {"algorithm": algorithm, "steps": 1000},
-                        algorithm: {"hidden": [16], "batch": 32},
-                        "refer": {"mode": "er"},
-                        "replay": {"size": 512, "learn_start": 64, "sampling": "per",
-                                   "per_alpha": 0.6, "per_beta": 0.4}})
-    learner = make_learner(cfg, OBS, ACT, SerialReducer())
+    """A PER learner (the paper's baseline: plain ER) filled with six episodes."""
+    learner = small_learner(algorithm, {"mode": "er"}, sampling="per", per_alpha=0.6,
+                            per_beta=0.4)
     rng = np.random.default_rng(4)
     for e in range(6):
         learner.store(chunk(rng, 30, TERMINATED if e % 2 else TRUNCATED, e))
