@@ -338,6 +338,10 @@ class AlgorithmConfig:
         require(self.replay_size >= 2, f"{name}.replay_size", self.replay_size,
                  "integers >= 2")
 
+    squashes: ClassVar[bool] = False
+    """Whether the algorithm's policy is tanh-squashed by definition (SAC's): its actors then
+    always map a sample u to the action box by tanh, whatever ``run.action_bounds`` says."""
+
     @property
     def exploration(self) -> Exploration:
         """The behaviour noise of the algorithm's actors: the stored Gaussian (tables may
@@ -472,6 +476,12 @@ class Config:
             "gaussian with refer.mode refer, refer1 or refer2 (ReF-ER needs the Gaussian mu "
             "that is stored); ou only with refer.mode er",
         )
+
+    @property
+    def action_bounds(self) -> ActionBounds:
+        """How the actors bound their actions: tanh for an algorithm whose policy squashes,
+        else ``run.action_bounds``."""
+        return ActionBounds.TANH if self.algorithm.squashes else self.run.action_bounds
 
     @property
     def compiles(self) -> bool:

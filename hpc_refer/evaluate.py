@@ -3,7 +3,7 @@
 Loads ``RUN_DIR/policy.h5`` (written at every checkpoint and at the end of a run) and the
 run's ``config.toml``, builds the run's environment, and runs K episodes of the deterministic
 policy: the action is the mean m_w(s) of the behaviour Gaussian, mapped to the action box
-like training does (``run.action_bounds``), nothing is learned or stored. A solver spanning
+like training does (``Config.action_bounds``), nothing is learned or stored. A solver spanning
 K ranks (``run.ranks_per_env``) is evaluated under ``mpirun -n K``: rank 0 acts, the others
 follow the solver's calls. Prints one line per episode and the statistics, and writes them
 to ``RUN_DIR/evaluation.json`` (or ``--out``). ``--snapshot RULE`` (the syntax of
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
                       links=MpiLinks(), snapshot_dir=args.run_dir / "evaluation-snapshots",
                       snapshot_due=snapshots.snapshot_due if args.snapshot else None)
     try:
-        actor = Actor(env, saved.policy, config.run.action_bounds, args.seed, config.run.chunk_len,
+        actor = Actor(env, saved.policy, config.action_bounds, args.seed, config.run.chunk_len,
                       max_failures=config.run.max_env_failures)
         episodes = actor.evaluate(args.episodes, seed=args.seed)
     finally:

@@ -135,6 +135,20 @@ class NumpyMLP:
         return x
 
 
+class QNetwork(nn.Module):
+    """Q_w(s, a) = mlp([normalise(s), a]) (one output): the critic of DDPG, SAC and TD3-like
+    algorithms."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...]) -> None:
+        super().__init__()
+        self.normalizer = Normalizer(obs_dim)
+        self.trunk = mlp([obs_dim + act_dim, *hidden, 1])
+
+    def forward(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
+        """Q [B]."""
+        return self.trunk(torch.cat([self.normalizer(obs), act], dim=-1))[..., 0]
+
+
 class BehaviourPolicy(nn.Module):
     """A module actors sample from: ``policy(s)`` -> (mean [B, A], std [A] or [B, A]) of the
     Gaussian behaviour mu(.|s), and the same for one state in numpy

@@ -73,7 +73,7 @@ def make_actor(config: Config, env: TeamDriver, index: int, source: int) -> Acto
     """The actor of environment ``index`` with a fresh copy of the behaviour policy."""
     cls = algorithm_class(config.run.algorithm)
     net: BehaviourPolicy = cls.behaviour_policy(env.obs_dim, env.act_dim, config.algorithm)
-    return Actor(env, net, config.run.action_bounds,
+    return Actor(env, net, config.action_bounds,
                  role_seed(config.run.seed, SeedRole.ACTOR, index), config.run.chunk_len,
                  source=source, exploration=config.algorithm.exploration,
                  max_failures=config.run.max_env_failures)

@@ -17,12 +17,12 @@ from typing import ClassVar
 import torch
 
 from hpc_refer.algorithms.base import Algorithm, Losses, OptimizerSpec, TensorBatch
-from hpc_refer.algorithms.ddpg import Critic, DeterministicActor
+from hpc_refer.algorithms.ddpg import DeterministicActor
 from hpc_refer.algorithms.registry import register
 from hpc_refer.algorithms.shared import squared_td_loss, td_target
 from hpc_refer.config import AlgorithmConfig, ReferConfig, option, require
 from hpc_refer.near import NearBounds
-from hpc_refer.networks import BehaviourPolicy, gaussian_log_prob
+from hpc_refer.networks import BehaviourPolicy, QNetwork, gaussian_log_prob
 from hpc_refer.refer import importance_ratio, kl_penalty, near_policy, refer_loss, rule1_mask
 
 
@@ -57,7 +57,7 @@ class DelayedAC(Algorithm):
         super().__init__(obs_dim, act_dim, config, refer, seed)
         self.config: DelayedACConfig = config
         self.actor = DeterministicActor(obs_dim, act_dim, config.hidden, config.sigma)
-        self.critic = Critic(obs_dim, act_dim, config.hidden)
+        self.critic = QNetwork(obs_dim, act_dim, config.hidden)
         self.modules = {"actor": self.actor, "critic": self.critic}
         actor_opt = torch.optim.Adam(self.actor.parameters(), lr=config.lr, fused=True)
         critic_opt = torch.optim.Adam(self.critic.parameters(), lr=config.lr, fused=True)

@@ -194,7 +194,8 @@ class CompiledStep:
         self.compile_seconds = 0.0
         self._grad = grad(self._loss, has_aux=True)
         options: dict[str, str | int | bool | Callable[..., Any]] = {
-            "cpp_wrapper": True}  # the kernels are called from C++, not from Python
+            "cpp_wrapper": True,  # the kernels are called from C++, not from Python
+            "fallback_random": True}  # a loss's noise (SAC's) drawn as the eager step draws it
         bits = _vector_bits()
         if bits is not None:
             options["cpp.simdlen"] = bits

@@ -32,7 +32,6 @@ from typing import ClassVar
 
 import numpy as np
 import torch
-from torch import nn
 from torch.func import functional_call
 
 from hpc_refer.algorithms.base import Algorithm, Losses, OptimizerSpec, TensorBatch
@@ -52,6 +51,7 @@ from hpc_refer.networks import (
     BehaviourPolicy,
     Normalizer,
     NumpyMLP,
+    QNetwork,
     gaussian_log_prob,
     mlp,
     small_output_,
@@ -130,19 +130,6 @@ class DeterministicActor(BehaviourPolicy):
         return lambda obs: (np.tanh(forward(obs)), sigma)
 
 
-class Critic(nn.Module):
-    """Q_w'(s, a) = mlp([normalise(s), a]) (one output)."""
-
-    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...]) -> None:
-        super().__init__()
-        self.normalizer = Normalizer(obs_dim)
-        self.trunk = mlp([obs_dim + act_dim, *hidden, 1])
-
-    def forward(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
-        """Q [B]."""
-        return self.trunk(torch.cat([self.normalizer(obs), act], dim=-1))[..., 0]
-
-
 @register
 class DDPG(Algorithm):
     """DDPG with ReF-ER: actor, critic, their Polyak targets, and two Adam optimizers.
@@ -164,7 +151,7 @@ class DDPG(Algorithm):
         super().__init__(obs_dim, act_dim, config, refer, seed)
         self.config: DDPGConfig = config
         self.actor = DeterministicActor(obs_dim, act_dim, config.hidden, config.sigma)
-        self.critic = Critic(obs_dim, act_dim, config.hidden)
+        self.critic = QNetwork(obs_dim, act_dim, config.hidden)
         self.target_actor = copy.deepcopy(self.actor).requires_grad_(False)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         critic_lr = config.critic_lr_factor * config.lr

@@ -1,0 +1,245 @@
+"""SAC (Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications") with ReF-ER.
+
+The policy is a tanh-squashed Gaussian: u ~ N(m_w(s), sigma_w(s)^2 I) (state-dependent std,
+log sigma clipped to [-20, 2]) and the normalised action a = tanh(u). The actors store the
+pre-squash sample u with its Gaussian (mu_k's mean and std), so that
+
+    rho_k = pi_w(u_k|s_k) / mu_k(u_k|s_k)
+
+is a ratio of two Gaussians over u (the tanh's Jacobian is the same factor in both and cancels)
+and the KL penalty of eq. 11 is the closed form between the two Gaussians: both are exact. Two
+critics Q_i(s, a) (i = 1, 2, on the normalised action) with Polyak targets Q'_i, and the
+temperature alpha = exp(log alpha) tuned toward the target entropy H (Haarnoja et al. 2018b,
+sec. 5). Per sample k, with fresh samples u' ~ pi(.|s_{k+1}), u~ = m_w + sigma_w eps ~ pi(.|s_k)
+(reparameterised, eps ~ N(0, I)):
+
+    log pi~(a|s) = log N(u; m, sigma^2) - sum_i log(1 - tanh(u_i)^2)   (2018a eq. 26: tanh)
+    y_k     = r_{k+1} + gamma (1 - done_k) [min_i Q'_i(s', tanh u') - alpha log pi~(u'|s')]
+    L_Q,k   = sum_i 1/2 (y_k - Q_i(s_k, tanh u_k))^2                  (eq. 5, y_k fixed)
+    L_pi,k  = alpha log pi~(u~|s_k) - min_i Q_i(s_k, tanh u~)         (eq. 10, critics fixed)
+    L_alpha = -log alpha (log pi~(u~|s_k) + H)                        (eq. 18)
+
+(s' = s_{k+1}; equation numbers of Haarnoja et al. 2018b unless marked.)
+
+ReF-ER: Rule 1 removes far-policy samples' gradient from the actor's and the critics' terms
+(their mask keep_k), Rule 2 weights the actor's by beta and adds (1 - beta) KL_k
+(:func:`hpc_refer.refer.refer_loss`); the critics' regression is not weighted by beta (as
+DDPG's), nor is the temperature's dual step. ``refer.mode = er`` is plain SAC. The noise eps
+comes from torch's generator inside the loss (checkpointed with the learner; the compiled step
+draws it the eager way, so both steps see the same numbers).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from hpc_refer.algorithms.base import Algorithm, Losses, OptimizerSpec, TensorBatch
+from hpc_refer.algorithms.registry import register
+from hpc_refer.algorithms.shared import polyak_, squared_td_loss, td_target
+from hpc_refer.config import AlgorithmConfig, ReferConfig, option, require
+from hpc_refer.near import NearBounds
+from hpc_refer.networks import (
+    BehaviourPolicy,
+    Normalizer,
+    NumpyMLP,
+    QNetwork,
+    gaussian_log_prob,
+    mlp,
+    small_output_,
+)
+from hpc_refer.refer import importance_ratio, kl_penalty, near_policy, refer_loss, rule1_mask
+
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+"""The clip of log sigma_w(s) (as Haarnoja et al.'s code)."""
+
+
+@dataclass(frozen=True)
+class SACConfig(AlgorithmConfig):
+    """SAC with ReF-ER (Haarnoja et al. 2018b's settings: 256 x 256, Adam 3e-4, B = 256,
+    gamma 0.99, tau 0.005, the temperature tuned toward -dim A)."""
+
+    section: ClassVar[str] = "sac"
+    squashes: ClassVar[bool] = True
+    hidden: tuple[int, ...] = option((256, 256), "hidden layer widths (softsign activations)")
+    lr: float = option(3e-4, "Adam learning rate of the actor, the critics and the temperature")
+    batch: int = option(256, "minibatch size B (global over all learners)")
+    gamma: float = option(0.99, "discount factor")
+    replay_size: int = option(2**20, "the algorithm's replay capacity N (replay.size 0 uses it)")
+    tau: float = option(0.005, "Polyak rate of the target critics: w' <- (1 - tau) w' + tau w")
+    alpha_init: float = option(1.0, "initial temperature alpha")
+    target_entropy: float = option(
+        -1.0, "target entropy H of the temperature's update, per action dimension (H = this x "
+        "act_dim; -1: Haarnoja et al.'s -dim A)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(0 < self.tau <= 1, "sac.tau", self.tau, "0 < tau <= 1")
+        require(self.alpha_init > 0, "sac.alpha_init", self.alpha_init, "values > 0")
+
+
+def squashed_log_prob(u: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """log pi~(tanh u | s) = log N(u; m, sigma^2) - sum_i log(1 - tanh(u_i)^2) (Haarnoja et
+    al. 2018a, eq. 26), with log(1 - tanh(x)^2) = 2 (log 2 - x - softplus(-2 x)) for
+    stability."""
+    correction = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))
+    return gaussian_log_prob(u, mean, std) - correction.sum(-1)
+
+
+def critic_target(rew: torch.Tensor, done: torch.Tensor, gamma: float, q_next: torch.Tensor,
+                  alpha: torch.Tensor, log_pi_next: torch.Tensor) -> torch.Tensor:
+    """y_k = r_{k+1} + gamma (1 - done_k) [min_i Q'_i(s', a') - alpha log pi~(a'|s')], fixed
+    (``q_next`` is the minimum over the target critics)."""
+    return td_target(rew, done, gamma, q_next - alpha * log_pi_next)
+
+
+def actor_loss(alpha: torch.Tensor, log_pi: torch.Tensor, q_pi: torch.Tensor) -> torch.Tensor:
+    """Per-sample L_pi,k = alpha log pi~(u~|s_k) - min_i Q_i(s_k, tanh u~) (eq. 10 of
+    Haarnoja et al. 2018b), alpha held fixed; ``q_pi`` from critics with detached parameters,
+    so the gradient reaches the actor only (through the reparameterised u~)."""
+    return alpha.detach() * log_pi - q_pi
+
+
+def temperature_loss(log_alpha: torch.Tensor, log_pi: torch.Tensor,
+                     target: float) -> torch.Tensor:
+    """Per-sample L_alpha = -log alpha (log pi~(u~|s) + H), log pi~ held fixed (eq. 18 of
+    Haarnoja et al. 2018b, on log alpha): alpha grows while the entropy -log pi~ is below H."""
+    return -log_alpha * (log_pi.detach() + target)
+
+
+class SquashedGaussianActor(BehaviourPolicy):
+    """s -> (m_w(s), sigma_w(s)) of the Gaussian over u (the action is tanh u): one MLP
+    trunk with 2 A outputs, the last layer started small (m ~ 0, sigma ~ 1)."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...]) -> None:
+        super().__init__()
+        self.act_dim = act_dim
+        self.normalizer = Normalizer(obs_dim)
+        self.trunk = mlp([obs_dim, *hidden, 2 * act_dim])
+        small_output_(self.trunk)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean [B, A] and std [B, A] of u."""
+        out = self.trunk(self.normalizer(obs))
+        mean, log_std = out[..., : self.act_dim], out[..., self.act_dim :]
+        return mean, torch.exp(torch.clamp(log_std, LOG_STD_MIN, LOG_STD_MAX))
+
+    def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self(obs)
+
+    def numpy_policy(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        forward = NumpyMLP(self.trunk, self.normalizer)
+        a = self.act_dim
+
+        def policy(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            out = forward(obs)
+            return out[..., :a], np.exp(np.clip(out[..., a:], LOG_STD_MIN, LOG_STD_MAX))
+
+        return policy
+
+
+class Temperature(nn.Module):
+    """log alpha, a parameter of its own (its own Adam), so that alpha > 0."""
+
+    def __init__(self, alpha: float) -> None:
+        super().__init__()
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(alpha)))
+
+
+@register
+class SAC(Algorithm):
+    """SAC with ReF-ER: the squashed-Gaussian actor, twin critics with Polyak targets, the
+    tuned temperature; three Adam optimizers (actor, critics, temperature)."""
+
+    name = "sac"
+    Config = SACConfig
+    retrace = False
+
+    def __init__(self, obs_dim: int, act_dim: int, config: SACConfig, refer: ReferConfig,
+                 seed: int) -> None:
+        super().__init__(obs_dim, act_dim, config, refer, seed)
+        self.config: SACConfig = config
+        self.actor = SquashedGaussianActor(obs_dim, act_dim, config.hidden)
+        self.critic1 = QNetwork(obs_dim, act_dim, config.hidden)
+        self.critic2 = QNetwork(obs_dim, act_dim, config.hidden)
+        self.target1 = copy.deepcopy(self.critic1).requires_grad_(False)
+        self.target2 = copy.deepcopy(self.critic2).requires_grad_(False)
+        self.temperature = Temperature(config.alpha_init)
+        self.target_entropy = config.target_entropy * act_dim
+        self.modules = {"actor": self.actor, "critic1": self.critic1, "critic2": self.critic2,
+                        "target1": self.target1, "target2": self.target2,
+                        "temperature": self.temperature}
+
+        def adam(params: list[nn.Parameter]) -> OptimizerSpec:
+            opt = torch.optim.Adam(params, lr=config.lr, foreach=False, fused=True)
+            return OptimizerSpec(opt, config.lr)
+
+        self.optimizers = {
+            "actor": adam(list(self.actor.parameters())),
+            "critics": adam([*self.critic1.parameters(), *self.critic2.parameters()]),
+            "temperature": adam(list(self.temperature.parameters()))}
+
+    @classmethod
+    def behaviour_policy(cls, obs_dim: int, act_dim: int,
+                         config: AlgorithmConfig) -> BehaviourPolicy:
+        assert isinstance(config, SACConfig)
+        return SquashedGaussianActor(obs_dim, act_dim, config.hidden)
+
+    @property
+    def behaviour(self) -> BehaviourPolicy:
+        return self.actor
+
+    def q_of_policy(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
+        """min_i Q_i(s, a) with the critics' parameters detached: gradient to ``act`` only."""
+        qs = []
+        for critic in (self.critic1, self.critic2):
+            frozen = {k: v.detach() for k, v in critic.named_parameters()}
+            qs.append(functional_call(critic, frozen, (obs, act)))
+        return torch.minimum(qs[0], qs[1])
+
+    def loss_terms(self, batch: TensorBatch, beta: float | torch.Tensor,
+                   bounds: NearBounds) -> Losses:
+        """ReF-ER loss of a minibatch (module docstring), its diagnostics, rho_k and the TD
+        error y_k - Q_1(s_k, a_k) (both detached, before the step)."""
+        mode = self.refer_config.mode
+        obs, weight = batch.obs, batch.weight
+        log_alpha = self.temperature.log_alpha
+        alpha = torch.exp(log_alpha)
+        mean, std = self.actor(obs)
+        rho = importance_ratio(gaussian_log_prob(batch.act, mean, std), batch.log_mu).detach()
+        near = near_policy(rho, bounds)
+        with torch.no_grad():
+            m_next, s_next = self.actor(batch.next_obs)
+            u_next = m_next + s_next * torch.randn_like(m_next)
+            a_next = torch.tanh(u_next)
+            q_next = torch.minimum(self.target1(batch.next_obs, a_next),
+                                   self.target2(batch.next_obs, a_next))
+            y = critic_target(batch.rew, batch.done, self.config.gamma, q_next, alpha,
+                              squashed_log_prob(u_next, m_next, s_next))
+        act = torch.tanh(batch.act)
+        q1, q2 = self.critic1(obs, act), self.critic2(obs, act)
+        l_q = squared_td_loss(y, q1) + squared_td_loss(y, q2)
+        u = mean + std * torch.randn_like(mean)
+        log_pi = squashed_log_prob(u, mean, std)
+        l_pi = actor_loss(alpha, log_pi, self.q_of_policy(obs, torch.tanh(u)))
+        kl = kl_penalty(batch.mu_mean, batch.mu_std, mean, std, self.refer_config.kl_direction)
+        l_alpha = temperature_loss(log_alpha, log_pi, self.target_entropy)
+        keep = rule1_mask(near, mode, l_q)
+        loss = (refer_loss(l_pi, kl, near, beta, mode, weight)
+                + (keep * weight * l_q).mean() + l_alpha.mean())
+        stats = {"loss_q": l_q, "loss_pi": l_pi, "kl": kl, "near_fraction": near,
+                 "entropy": -log_pi.detach(), "alpha": alpha.detach().expand_as(l_q), "q": q1}
+        return Losses(loss, stats, rho, None, (y - q1).detach())
+
+    def after_step(self, t: int) -> None:
+        """The target critics follow: w' <- (1 - tau) w' + tau w."""
+        polyak_(self.target1, self.critic1, self.config.tau)
+        polyak_(self.target2, self.critic2, self.config.tau)
