@@ -1,0 +1,228 @@
+"""Return per environment step, hpc_refer's algorithms beside Stable-Baselines3's SAC and TD3
+(issue 24, point 1): the same env ids, env-step budget and seeds, then one report.
+
+    python bench/sample_efficiency.py run [--tasks T ...] [--agents A ...] [--steps N]
+        [--seeds S ...] [--root DIR] [--jobs J]
+    python bench/sample_efficiency.py report [--root DIR] [--name NAME]
+
+``run`` starts every (task, agent, seed) not finished yet under ``--root`` (default
+``bench/runs/sample_efficiency``), ``--jobs`` at a time (one core each); ``report`` reads them
+and writes ``bench/results/<name>.json`` (per task, budget and agent: the mean over seeds of
+the return in the last window and of the last evaluation of the mean policy, the 20th and 80th
+percentiles, wall time, and ``over_sac``, the ratio to SB3 SAC's of the same run set),
+``<name>.md`` (the table) and ``<name>.png`` (return against env steps, mean over seeds with the
+20-80 % band, one panel per task). The published anchors at 10^5 steps are in the JSON beside
+them. An agent is SB3's (``sb3-sac``, ``sb3-td3``: bench/sb3_runner.py, the ``bench`` extra) or
+one of hpc_refer's named settings (:data:`HPC_AGENTS`: flags of ``python -m hpc_refer.run``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+from ablation import Job, execute
+from common import RESULTS, write
+
+from hpc_refer.plot import evaluation_rounds, seed_band, windowed_returns
+
+ROOT = Path(__file__).resolve().parent / "runs" / "sample_efficiency"
+TASKS = ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5")
+WINDOW = 5_000
+"""Environment steps per window of the learning curves (and of the final return)."""
+
+LEARN_START = ["--replay.learn-start", "10000"]
+HPC_AGENTS: dict[str, list[str]] = {
+    "vracer": [*LEARN_START],
+    "vracer-er": [*LEARN_START, "--refer.mode", "er"],
+    "sac-er": ["--algorithm", "sac", "--refer.mode", "er", *LEARN_START],
+    "sac-refer": ["--algorithm", "sac", *LEARN_START],
+    "sac-refer-beta1": ["--algorithm", "sac", "--refer.beta-init", "1", *LEARN_START],
+}
+"""hpc_refer's settings by name: flags of ``python -m hpc_refer.run``."""
+SB3_AGENTS = ("sb3-sac", "sb3-td3")
+
+PUBLISHED = {
+    "Tianshou SAC (10 seeds)": {"HalfCheetah-v5": 6515, "Hopper-v5": 2613, "Walker2d-v5": 1305},
+    "CrossQ": {"HalfCheetah-v5": 8112, "Hopper-v5": 2764, "Walker2d-v5": 3914},
+}
+"""Published mean returns at 10^5 environment steps (issue 24), for the report."""
+
+
+class RunKey(NamedTuple):
+    task: str
+    agent: str
+    seed: int
+
+    def directory(self, root: Path) -> Path:
+        return root / self.task / f"{self.agent}-seed{self.seed}"
+
+
+def command(key: RunKey, steps: int, run_dir: Path, eval_every: int) -> list[str]:
+    """The command line of one run."""
+    if key.agent in SB3_AGENTS:
+        return [sys.executable, str(Path(__file__).with_name("sb3_runner.py")),
+                key.agent.removeprefix("sb3-"), key.task, str(steps), str(key.seed),
+                str(run_dir), "--eval-every", str(eval_every)]
+    return [sys.executable, "-m", "hpc_refer.run", "--env", key.task, "--steps", str(steps),
+            "--seed", str(key.seed), "--run-dir", str(run_dir), "--eval-every",
+            str(eval_every), "--eval-episodes", "5", "--log-every", str(eval_every),
+            "--checkpoint-every", "0", *HPC_AGENTS[key.agent]]
+
+
+def finished(run_dir: Path) -> bool:
+    state = run_dir / "state.txt"
+    return state.is_file() and state.read_text().split(":")[0].strip() == "finished"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    unknown = [a for a in args.agents if a not in HPC_AGENTS and a not in SB3_AGENTS]
+    if unknown:
+        print(f"sample_efficiency: unknown agents {unknown}: allowed are "
+              f"{', '.join([*SB3_AGENTS, *HPC_AGENTS])}", file=sys.stderr)
+        return 2
+    jobs = []
+    for task in args.tasks:
+        for agent in args.agents:
+            for seed in args.seeds:
+                key = RunKey(task, agent, seed)
+                d = key.directory(args.root)
+                if finished(d):
+                    continue
+                if d.exists():
+                    print(f"sample_efficiency: {d} exists but did not finish: remove it to "
+                          "run it again", file=sys.stderr)
+                    return 2
+                d.parent.mkdir(parents=True, exist_ok=True)
+                jobs.append(Job(f"{task} {agent} seed {seed}",
+                                command(key, args.steps, d, args.eval_every),
+                                d.with_name(d.name + ".log")))
+    print(f"{len(jobs)} runs to go, {args.jobs} at a time")
+    codes = execute(jobs, args.jobs)
+    return 0 if all(c == 0 for c in codes) else 1
+
+
+def wall_seconds(run_dir: Path) -> float:
+    """The wall time of a run: the last episode's ``wall_s``."""
+    with (run_dir / "episodes.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    return float(rows[-1]["wall_s"]) if rows else float("nan")
+
+
+def summary(runs: list[Path], steps: int) -> dict[str, Any]:
+    """Mean over seeds (and 20th/80th percentiles) of the return in the last window before
+    ``steps`` and of the evaluation round at the largest step <= ``steps``."""
+    finals, evals = [], []
+    for d in runs:
+        ends, means = windowed_returns(d, WINDOW)
+        inside = means[(ends <= steps) & np.isfinite(means)]
+        finals.append(float(inside[-1]) if inside.size else float("nan"))
+        rounds = evaluation_rounds(d)
+        if rounds is not None and (rounds[0] <= steps).any():
+            evals.append(float(rounds[1][rounds[0] <= steps][-1]))
+    out: dict[str, Any] = {"seeds": len(runs)}
+    for name, xs in (("return", finals), ("eval", evals)):
+        xs = [x for x in xs if np.isfinite(x)]
+        out[name] = float(np.mean(xs)) if xs else None
+        out[f"{name}_p20_p80"] = ([float(v) for v in np.percentile(xs, [20, 80])]
+                                  if xs else None)
+    out["wall_s_mean"] = float(np.nanmean([wall_seconds(d) for d in runs]))
+    return out
+
+
+def collect(root: Path) -> dict[str, dict[str, list[Path]]]:
+    """Finished runs by task and agent."""
+    out: dict[str, dict[str, list[Path]]] = {}
+    for d in sorted(root.glob("*/*-seed*")):
+        if d.is_dir() and finished(d):
+            agent = d.name.rsplit("-seed", 1)[0]
+            out.setdefault(d.parent.name, {}).setdefault(agent, []).append(d)
+    return out
+
+
+def last_step(runs: list[Path]) -> int:
+    ends = [int(windowed_returns(d, WINDOW)[0][-1]) for d in runs]
+    return min(ends) if ends else 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    found = collect(args.root)
+    if not found:
+        print(f"sample_efficiency: no finished run under {args.root}", file=sys.stderr)
+        return 2
+    results: dict[str, Any] = {}
+    fig, axes = plt.subplots(1, len(found), figsize=(5.2 * len(found), 4.0), squeeze=False)
+    rows = ["| task | budget | agent | seeds | return (last 5k) | eval (mean policy) | "
+            "over SB3 SAC | wall min |", "|---|---|---|---|---|---|---|---|"]
+    for ax, (task, agents) in zip(axes[0], sorted(found.items()), strict=True):
+        budgets = sorted({b for b in args.budgets if b <= max(last_step(r)
+                                                               for r in agents.values())})
+        results[task] = {}
+        for budget in budgets:
+            table = {a: summary(r, budget) for a, r in sorted(agents.items())
+                     if last_step(r) >= budget}
+            sac = (table.get("sb3-sac") or {}).get("return")
+            for a, s in table.items():
+                s["over_sac"] = (s["return"] / sac if sac and s["return"] is not None
+                                 and sac > 0 else None)
+                wall = s["wall_s_mean"] / 60
+                rows.append(f"| {task} | {budget:,} | {a} | {s['seeds']} | {_f(s['return'])} | "
+                            f"{_f(s['eval'])} | {_f(s['over_sac'], 2)} | {wall:.1f} |")
+            results[task][str(budget)] = table
+        for agent, runs in sorted(agents.items()):
+            x, mean, lo, hi = seed_band([windowed_returns(d, WINDOW) for d in runs])
+            line, = ax.plot(x, mean, label=f"{agent} ({len(runs)})")
+            ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2)
+        for label, values in PUBLISHED.items():
+            if task in values:
+                ax.scatter([100_000], [values[task]], marker="*", s=60, label=label)
+        ax.set_title(task)
+        ax.set_xlabel("environment steps")
+        ax.set_ylabel(f"mean episode return per {WINDOW:,} steps")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    png = RESULTS / f"{args.name}.png"
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    (RESULTS / f"{args.name}.md").write_text("\n".join(rows) + "\n")
+    path = write(args.name, {"window": WINDOW, "root": str(args.root), "tasks": results,
+                             "published_at_1e5": PUBLISHED, "agents": HPC_AGENTS})
+    print("\n".join(rows))
+    print(f"wrote {path}, {png} and {png.with_suffix('.md')}")
+    return 0
+
+
+def _f(x: float | None, digits: int = 0) -> str:
+    return "-" if x is None else f"{x:,.{digits}f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="start the runs not finished yet")
+    run.add_argument("--tasks", nargs="+", default=list(TASKS))
+    run.add_argument("--agents", nargs="+", default=["sb3-sac", "sac-er", "vracer"])
+    run.add_argument("--steps", type=int, default=100_000)
+    run.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    run.add_argument("--eval-every", type=int, default=10_000)
+    run.add_argument("--jobs", type=int, default=2)
+    run.add_argument("--root", type=Path, default=ROOT)
+    report = sub.add_parser("report", help="tables, JSON and the figure of the finished runs")
+    report.add_argument("--root", type=Path, default=ROOT)
+    report.add_argument("--name", default="sample_efficiency")
+    report.add_argument("--budgets", nargs="+", type=int, default=[100_000, 300_000])
+    args = parser.parse_args(argv)
+    return cmd_run(args) if args.command == "run" else cmd_report(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
