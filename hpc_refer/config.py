@@ -138,6 +138,15 @@ class BatchScaling(StrEnum):
     PER_LEARNER = "per-learner"
 
 
+class Forget(StrEnum):
+    """Which stored steps a full replay shard forgets for new ones: the oldest rows
+    (first in, first out: the paper's runs), or whole episodes, those with the largest
+    fraction of far-policy transitions first (the reference code's rule for DDPG and NAF)."""
+
+    OLDEST = "oldest"
+    FAR_POLICY = "far_policy"
+
+
 class CompileMode(StrEnum):
     """Whether the learner's gradient step runs as one compiled graph (``torch.compile``):
     ``on``, ``off`` (eager autograd and torch's Adam), or ``auto``: on when the run owes at
@@ -411,6 +420,12 @@ class ReplayConfig:
         "linearly to 1 at the run's last one"
     )
     per_eps: float = option(1e-6, "PER priority offset eps (no transition is never sampled)")
+    forget: Forget = option(
+        Forget.OLDEST,
+        "what a full shard forgets: oldest (FIFO over rows) or far_policy (whole episodes, the "
+        "largest fraction of far-policy transitions first; ties: the oldest)",
+        choices(Forget),
+    )
     batch_scaling: BatchScaling = option(
         BatchScaling.FIXED,
         "fixed: the algorithm's batch B is global, B / L rows per learner; per-learner: B rows "
@@ -421,6 +436,7 @@ class ReplayConfig:
     def __post_init__(self) -> None:
         enum_field(self, "sampling", Sampling)
         enum_field(self, "batch_scaling", BatchScaling)
+        enum_field(self, "forget", Forget)
         require(self.size == 0 or self.size >= 2, "replay.size", self.size,
                  "0 (the algorithm's N) or integers >= 2")
         require(self.learn_start == -1 or self.learn_start > 0, "replay.learn_start",

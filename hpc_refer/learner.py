@@ -112,7 +112,7 @@ class Learner:
                       if replay.sampling is Sampling.PER else None)
         self.replay = ReplayShard(shard_capacity(replay.size, n_learners), algo.obs_dim,
                                   algo.act_dim, config.algorithm.gamma, algo.retrace,
-                                  priorities)
+                                  priorities, replay.forget)
         per_learner = replay.batch_scaling is BatchScaling.PER_LEARNER
         self.local_batch = (config.algorithm.batch if per_learner
                             else max(1, config.algorithm.batch // n_learners))

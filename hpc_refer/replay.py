@@ -10,9 +10,13 @@ with other actors' chunks. The last state s_T of an episode cut by a time limit 
 row without action: its V_w(s_T) is the bootstrap value. After a terminal transition nothing
 is stored (V-tbc after a terminal state is 0).
 
-Forgetting is first-in first-out over rows: a new row overwrites the oldest one, and an
-episode whose first steps were forgotten simply starts later (its remaining transitions stay
-valid). The capacity counts stored states, final states of truncated episodes included.
+Forgetting (``replay.forget``) is first-in first-out over rows by default: a new row
+overwrites the oldest one, and an episode whose first steps were forgotten simply starts later
+(its remaining transitions stay valid). With ``far_policy`` a full shard forgets whole
+episodes instead, the one with the largest fraction of far-policy transitions first (ties:
+the oldest; an episode whose next chunk is still to come only when no other is left), and new
+rows take the freed rows, wherever they are. The capacity counts stored states, final states
+of truncated episodes included. Every row knows its episode (``episode``, an id per shard).
 
 Only the learner writes these columns (:class:`~hpc_refer.learner.Learner`): algorithms read
 minibatches (:class:`Batch`) and return the values the learner stores back.
@@ -54,6 +58,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from hpc_refer.config import Forget
 from hpc_refer.near import NearBounds, is_far
 from hpc_refer.records import OPEN, TERMINATED, TRUNCATED, Chunk, StateTree
 from hpc_refer.replay_kernels import (
@@ -70,10 +75,10 @@ from hpc_refer.replay_kernels import (
 from hpc_refer.sumtree import SumTree
 
 COLUMNS = ("obs", "act", "rew", "mu_mean", "mu_std", "log_mu", "value", "rho", "vtbc", "prev",
-           "next", "flags")
+           "next", "flags", "episode")
 """The per-row columns of a shard, as a checkpoint stores them."""
 
-_UNUSED_FILL = {"mu_std": 1, "rho": 1, "prev": -1, "next": -1}
+_UNUSED_FILL = {"mu_std": 1, "rho": 1, "prev": -1, "next": -1, "episode": -1}
 """Value of a column in rows never written (0 for the columns not named)."""
 
 _MARK_MAX = int(np.iinfo(np.int32).max)
@@ -145,12 +150,15 @@ class ReplayShard:
 
     ``retrace``: keep V-tbc (eq. 8) and Q-ret for algorithms that use them (V-RACER); without
     it the V and V-tbc columns are left at zero. ``priorities``: a :class:`PriorityConfig`
-    for prioritized replay, None for uniform sampling.
+    for prioritized replay, None for uniform sampling. ``forget``: what a full shard forgets
+    (see the module docstring).
     """
 
     def __init__(self, capacity: int, obs_dim: int, act_dim: int, gamma: float,
-                 retrace: bool = True, priorities: PriorityConfig | None = None) -> None:
+                 retrace: bool = True, priorities: PriorityConfig | None = None,
+                 forget: Forget = Forget.OLDEST) -> None:
         self.capacity = capacity
+        self.forget = forget
         self.gamma = gamma
         self.retrace = retrace
         self.priorities = priorities
@@ -168,6 +176,9 @@ class ReplayShard:
         self.prev = np.full(capacity, -1, np.int32)
         self.next = np.full(capacity, -1, np.int32)
         self.flags = np.zeros(capacity, np.uint8)
+        self.episode = np.full(capacity, -1, np.int64)
+        """The episode of each row in use (ids in the order episodes began here)."""
+        self._next_episode = 0
         self._stamp = np.zeros(capacity, np.int32)
         self._mark = 0
         self.head = 0
@@ -199,6 +210,7 @@ class ReplayShard:
             capacity=self.capacity, retrace=self.retrace, head=self.head, size=n,
             n_transitions=self.n_transitions, n_far=self.n_far, n_removed=self.n_removed,
             reward_scale=float(self.reward_scale), written=self._written,
+            next_episode=self._next_episode,
             open={"source": np.array(sources, np.int64),
                   "row": np.array([self._open[k][0] for k in sources], np.int64),
                   "written": np.array([self._open[k][1] for k in sources], np.int64)},
@@ -222,9 +234,10 @@ class ReplayShard:
             raise ValueError("replay shard does not match the checkpoint: " + "; ".join(differ))
         n = int(tree["size"])
         for name in COLUMNS:
-            column = getattr(self, name)
-            column[:n] = tree[name]
-            column[n:] = _UNUSED_FILL.get(name, 0)
+            if name in tree:
+                column = getattr(self, name)
+                column[:n] = tree[name]
+                column[n:] = _UNUSED_FILL.get(name, 0)
         self._stamp[:] = 0
         self._mark = 0
         self.head, self.size = int(tree["head"]), n
@@ -237,6 +250,13 @@ class ReplayShard:
                                          strict=True)}
         if self.tree is not None:
             self.tree.restore_state(tree["priorities"])
+        if "episode" in tree:
+            self._next_episode = int(tree["next_episode"])
+        else:  # a schema-1 shard: the episodes from the links, oldest first
+            self.episode[:] = -1
+            for k, rows in enumerate(stored_episodes(tree)):
+                self.episode[rows] = k
+            self._next_episode = int(self.episode.max()) + 1
 
     def forget_open_tails(self) -> None:
         """No chunk will continue the open episodes any more (their actors went elsewhere):
@@ -248,7 +268,8 @@ class ReplayShard:
     def column_bytes(self) -> int:
         """Raw bytes of the stored columns (the memory target's reference)."""
         columns = (self.obs, self.act, self.rew, self.mu_mean, self.mu_std, self.log_mu,
-                   self.value, self.rho, self.vtbc, self.prev, self.next, self.flags, self._stamp)
+                   self.value, self.rho, self.vtbc, self.prev, self.next, self.flags,
+                   self.episode, self._stamp)
         return sum(a.nbytes for a in columns)
 
     def _far(self, rows: np.ndarray, c_max: float) -> int:
@@ -278,10 +299,7 @@ class ReplayShard:
         m = chunk.act.shape[0]
         if n > self.capacity:
             raise ValueError(f"chunk of {n} states exceeds the replay capacity {self.capacity}")
-        rows = (self.head + np.arange(n)) % self.capacity
-        old = rows[(self.flags[rows] & IN_USE) != 0]
-        if old.size:
-            self._forget(old, c_max)
+        rows = self._rows_for(n, c_max)
         self.obs[rows] = chunk.obs
         self.act[rows[:m]] = chunk.act
         self.rew[rows[:m]] = chunk.rew
@@ -299,12 +317,18 @@ class ReplayShard:
         self.prev[rows[1:]] = rows[:-1]
         self.next[rows[:-1]] = rows[1:]
         self.next[rows[-1]] = -1
-        self.prev[rows[0]] = self._link(chunk.source, rows[0], n)
+        tail = self._link(chunk.source, rows[0], n)
+        self.prev[rows[0]] = tail
+        if tail >= 0:
+            self.episode[rows] = self.episode[tail]
+        else:
+            self.episode[rows] = self._next_episode
+            self._next_episode += 1
         if chunk.end == OPEN:  # (``_link`` took the source's previous open tail)
             self._open[chunk.source] = (int(rows[-1]), self._written + n - 1)
         self._written += n
-        self.head = int((self.head + n) % self.capacity)
-        self.size = min(self.capacity, self.size + n)
+        self.head = int((rows[-1] + 1) % self.capacity)
+        self.size = max(self.size, int(rows.max()) + 1)
         self.n_transitions += m
         if self.tree is not None:
             linked = rows if self.prev[rows[0]] < 0 else np.append(rows, self.prev[rows[0]])
@@ -312,11 +336,46 @@ class ReplayShard:
             self.tree.update(fresh, np.full(fresh.size, max(self.tree.max_priority, 1.0)))
         return rows
 
+    def _rows_for(self, n: int, c_max: float) -> np.ndarray:
+        """The ``n`` rows a new chunk takes: the next ones of the ring, forgetting what they
+        held (``oldest``), or free rows, forgetting whole episodes until there are ``n``
+        (``far_policy``, :meth:`_forget_worst_episode`)."""
+        if self.forget is Forget.OLDEST:
+            rows = (self.head + np.arange(n)) % self.capacity
+            old = rows[(self.flags[rows] & IN_USE) != 0]
+            if old.size:
+                self._forget(old, c_max)
+            return rows
+        free = np.flatnonzero(self.flags == 0)
+        while free.size < n:
+            self._forget_worst_episode(c_max)
+            free = np.flatnonzero(self.flags == 0)
+        return free[:n]
+
+    def _forget_worst_episode(self, c_max: float) -> None:
+        """Forget the stored episode with the largest fraction of far-policy transitions
+        (ties: the oldest), preferring episodes whose next chunk is not awaited."""
+        used = np.flatnonzero(self.flags != 0)
+        ids, inverse = np.unique(self.episode[used], return_inverse=True)
+        acts = (self.flags[used] & HAS_ACTION) != 0
+        far = acts & is_far(self.rho[used], NearBounds.of(c_max))
+        n_act = np.bincount(inverse, weights=acts, minlength=ids.size)
+        n_far = np.bincount(inverse, weights=far, minlength=ids.size)
+        fraction = np.divide(n_far, n_act, out=np.zeros(ids.size), where=n_act > 0)
+        awaited = np.isin(ids, [self.episode[row] for row, _ in self._open.values()])
+        order = np.lexsort((ids, -fraction, awaited))  # closed first, then far, then old
+        victim = ids[order[0]]
+        rows = used[self.episode[used] == victim]
+        self._open = {k: v for k, v in self._open.items() if self.episode[v[0]] != victim}
+        self._forget(rows, c_max)
+
     def _link(self, source: int, first: int, n: int) -> int:
         """Row continued by ``first`` (the open tail of ``source``), or -1 if it is forgotten
-        (also when the ``n`` rows being written now overwrite it)."""
+        (under FIFO also when the ``n`` rows being written now overwrite it; ``far_policy``
+        drops the tail of an episode it forgets)."""
         tail = self._open.pop(source, None)
-        if tail is None or self._written + n - tail[1] > self.capacity:
+        if tail is None or (self.forget is Forget.OLDEST
+                            and self._written + n - tail[1] > self.capacity):
             return -1
         self.next[tail[0]] = first
         return tail[0]
@@ -329,6 +388,7 @@ class ReplayShard:
         succ = self.next[rows]
         self.prev[succ[succ >= 0]] = -1
         self.flags[rows] = 0
+        self.episode[rows] = -1
         if self.tree is not None:
             self.tree.update(rows, np.zeros(rows.size))
 
@@ -456,7 +516,7 @@ class ReplayShard:
         """Eq. 8 over every stored episode (after the reward scale changed)."""
         if not self.retrace:
             return
-        used = np.arange(self.size)
+        used = np.flatnonzero(self.flags[: self.size])
         self.recompute_vtbc(used[self.next[used] < 0], exact=True)
 
     def recount_far(self, c_max: float) -> int:
@@ -466,9 +526,9 @@ class ReplayShard:
 
     def scaling_sums(self) -> ScalingSums:
         """Local sums for the input and reward scaling, to be added over learners."""
-        s_sum, s_sq, n_rew, r_sum, r_sq = state_reward_sums(self.obs, self.rew, self.flags,
-                                                            self.size)
-        return ScalingSums(self.size, n_rew, s_sum, s_sq, r_sum, r_sq)
+        n_obs, s_sum, s_sq, n_rew, r_sum, r_sq = state_reward_sums(self.obs, self.rew,
+                                                                   self.flags, self.size)
+        return ScalingSums(n_obs, n_rew, s_sum, s_sq, r_sum, r_sq)
 
 
 class StoredEpisode(NamedTuple):
@@ -492,7 +552,7 @@ def stored_episodes(tree: StateTree) -> list[np.ndarray]:
     """
     n, head, capacity = int(tree["size"]), int(tree["head"]), int(tree["capacity"])
     prev, nxt = tree["prev"], tree["next"]
-    starts = np.flatnonzero(prev[:n] < 0)
+    starts = np.flatnonzero((prev[:n] < 0) & (tree["flags"][:n] != 0))
     starts = starts[np.argsort((starts - head) % capacity, kind="stable")]
     episodes = []
     for s in starts:

@@ -153,13 +153,17 @@ def gather(rows, obs, act, mu_mean, mu_std, log_mu, rew, vtbc, nxt, flags, scale
 
 @numba.njit(cache=True, nogil=True)
 def state_reward_sums(obs, rew, flags, n):
-    """In one pass over the first ``n`` rows, in float64: sum s and sum s^2 per state
-    component, the number of rewards (rows with an action), sum r and sum r^2."""
+    """In one pass over the rows in use among the first ``n``, in float64: their number,
+    sum s and sum s^2 per state component, the number of rewards (rows with an action),
+    sum r and sum r^2."""
     d = obs.shape[1]
     s_sum = np.zeros(d)
     s_sq = np.zeros(d)
-    n_rew, r_sum, r_sq = 0, 0.0, 0.0
+    n_obs, n_rew, r_sum, r_sq = 0, 0, 0.0, 0.0
     for i in range(n):
+        if flags[i] == 0:
+            continue
+        n_obs += 1
         for c in range(d):
             x = np.float64(obs[i, c])
             s_sum[c] += x
@@ -169,7 +173,7 @@ def state_reward_sums(obs, rew, flags, n):
             n_rew += 1
             r_sum += r
             r_sq += r * r
-    return s_sum, s_sq, n_rew, r_sum, r_sq
+    return n_obs, s_sum, s_sq, n_rew, r_sum, r_sq
 
 
 @numba.njit(cache=True, nogil=True)

@@ -123,9 +123,10 @@ class NumpyShard(ReplayShard):
 
     def scaling_sums(self) -> ScalingSums:
         n = self.size
-        obs = self.obs[:n].astype(np.float64)
+        used = self.flags[:n] != 0
+        obs = self.obs[:n][used].astype(np.float64)
         rew = self.rew[:n][(self.flags[:n] & HAS_ACTION) != 0].astype(np.float64)
-        return ScalingSums(n, rew.size, obs.sum(0), (obs**2).sum(0), float(rew.sum()),
+        return ScalingSums(obs.shape[0], rew.size, obs.sum(0), (obs**2).sum(0), float(rew.sum()),
                            float((rew**2).sum()))
 
 
@@ -149,7 +150,7 @@ class Twins:
 
     def __init__(self, sc: Scenario, retrace: bool, per: bool) -> None:
         priorities = PriorityConfig(0.6, 1e-3) if per else None
-        self.shards = [cls(sc.capacity, 2, 1, sc.gamma, retrace, priorities)
+        self.shards = [cls(sc.capacity, 2, 1, sc.gamma, retrace, priorities, sc.forget)
                        for cls in (ReplayShard, NumpyShard)]
         for shard in self.shards:
             shard.reward_scale = sc.scale
@@ -169,7 +170,7 @@ class Twins:
     def check(self) -> None:
         a, b = self.shards
         for name in ("obs", "act", "rew", "log_mu", "value", "rho", "vtbc", "prev", "next",
-                     "flags"):
+                     "flags", "episode"):
             assert same(getattr(a, name), getattr(b, name)), f"column {name} differs"
         assert (a.n_far, a.n_transitions, a.head, a.size) == (
             b.n_far, b.n_transitions, b.head, b.size)

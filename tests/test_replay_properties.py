@@ -1,17 +1,20 @@
 """Property-based tests (hypothesis) of the replay shard against the test's own record.
 
-A scenario is a random shard (small capacity, so FIFO forgetting happens), gamma, c_max and
-reward scale, and a random sequence of operations as the learner performs them: chunks of
-episodes from several interleaved sources (actors) ending OPEN, TERMINATED or TRUNCATED (with
-the final state s_T as a row without action), each stored and refreshed with V and rho at
-once like ``VRacer.ingest``; refreshes of random stored rows with repetitions; training-like
-steps (``sample_rows``, refresh of the minibatch, refresh of the s_T rows that follow it);
-c_max changes with ``recount_far``; reward scale changes with ``recompute_all_vtbc``.
+A scenario is a random shard (small capacity, so forgetting happens, under either rule of
+``replay.forget``), gamma, c_max and reward scale, and a random sequence of operations as the
+learner performs them: chunks of episodes from several interleaved sources (actors) ending
+OPEN, TERMINATED or TRUNCATED (with the final state s_T as a row without action), each stored
+and refreshed with V and rho at once like ``VRacer.ingest``; refreshes of random stored rows
+with repetitions; training-like steps (``sample_rows``, refresh of the minibatch, refresh of
+the s_T rows that follow it); c_max changes with ``recount_far``; reward scale changes with
+``recompute_all_vtbc``.
 
 The test records every state it sent (episode, order, reward, the last V and rho it gave)
 and derives from that record alone what the shard must hold: the stored states are the last
-``capacity`` sent, V-tbc is a plain backward loop of eq. 8 over each episode's stored states,
-and the counts are recounts. Each test checks one property after every operation.
+``capacity`` sent (``oldest``), or what remains after forgetting whole episodes by the rule
+of ``far_policy`` replayed on the record (:meth:`Harness.forget_episodes`); V-tbc is a plain
+backward loop of eq. 8 over each episode's stored states, and the counts are recounts. Each
+test checks one property after every operation.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from hpc_refer.config import Forget
 from hpc_refer.records import OPEN, TERMINATED, TRUNCATED, Chunk
 from hpc_refer.replay import HAS_ACTION, IN_USE, TERMINAL, ReplayShard
 from hpc_refer.replay_kernels import ATOL, RTOL
@@ -87,6 +91,7 @@ class Scenario(NamedTuple):
     scale: float
     ops: tuple
     order_seed: int
+    forget: Forget = Forget.OLDEST
 
 
 f32 = {"width": 32, "allow_nan": False, "allow_infinity": False}
@@ -141,7 +146,7 @@ def scenarios(draw) -> Scenario:
         else:
             ops.append(SetScale(draw(scales)))
     return Scenario(capacity, draw(st.floats(0.5, 1.0)), draw(c_maxes), draw(scales),
-                    tuple(ops), draw(st.integers(0, 2**16)))
+                    tuple(ops), draw(st.integers(0, 2**16)), draw(st.sampled_from(Forget)))
 
 
 CONTINUED_TAIL = Scenario(
@@ -173,11 +178,13 @@ class Harness:
     def __init__(self, sc: Scenario, on_store=None) -> None:
         self.on_store = on_store
         """Called after ``add``, before the refresh of the new rows (which walks the links)."""
-        self.capacity, self.gamma = sc.capacity, sc.gamma
+        self.capacity, self.gamma, self.forget = sc.capacity, sc.gamma, sc.forget
         self.c_max, self.scale = sc.c_max, sc.scale
-        self.shard = ReplayShard(sc.capacity, 2, 1, sc.gamma)
+        self.shard = ReplayShard(sc.capacity, 2, 1, sc.gamma, forget=sc.forget)
         self.shard.reward_scale = sc.scale
         self.states: list[Sent] = []
+        self.kept: set[int] = set()
+        """Send indices of the states the shard must hold."""
         self.row_of: list[int] = []
         """Ring row that ``add`` returned for each sent state."""
         self.at_row: dict[int, int] = {}
@@ -192,8 +199,26 @@ class Harness:
     # -- the record --------------------------------------------------------------------------
 
     def stored(self) -> list[int]:
-        """Send indices of the stored states: FIFO keeps the last ``capacity`` sent."""
-        return list(range(max(0, len(self.states) - self.capacity), len(self.states)))
+        """Send indices of the stored states, in the order sent."""
+        return sorted(self.kept)
+
+    def forget_episodes(self, n: int) -> None:
+        """``far_policy``: until ``n`` more states fit, drop the kept states of the episode
+        with the largest fraction of far-policy transitions among them (0 without any),
+        preferring episodes no source continues, then the one whose first kept state is the
+        oldest."""
+        while self.capacity - len(self.kept) < n:
+            awaited = set(self.open.values())
+            keys = []
+            for e, episode in enumerate(self.episodes):
+                kept = [w for w in episode if w in self.kept]
+                if not kept:
+                    continue
+                acts = [w for w in kept if self.states[w].has_action]
+                far = far_recount([self.states[w].rho for w in acts], self.c_max)
+                keys.append(((e in awaited, -(far / len(acts) if acts else 0.0), kept[0]),
+                             kept))
+            self.kept -= set(min(keys)[1])
 
     def rows(self, ids: list[int]) -> np.ndarray:
         return np.array([self.row_of[w] for w in ids], np.int64)
@@ -205,10 +230,9 @@ class Harness:
     def reference_vtbc(self) -> dict[int, float]:
         """Eq. 8 by a plain loop, backward over the stored states of each episode."""
         out: dict[int, float] = {}
-        first = len(self.states) - self.capacity
         for episode in self.episodes:
             after = None  # V-tbc of the successor, None while it has not arrived
-            for w in reversed([w for w in episode if w >= first]):
+            for w in reversed([w for w in episode if w in self.kept]):
                 s = self.states[w]
                 rb = min(1.0, s.rho)
                 if not s.has_action:  # s_T of a truncated episode: the bootstrap value
@@ -264,6 +288,8 @@ class Harness:
         n = m + (op.end == TRUNCATED)
         first = len(self.states)
         ids = list(range(first, first + n))
+        if self.forget is Forget.FAR_POLICY:
+            self.forget_episodes(n)
         if op.source in self.open:
             episode = self.open.pop(op.source)
             self.states[self.episodes[episode][-1]].succ = first
@@ -282,6 +308,9 @@ class Harness:
             self.row_of.append(int(rows[i]))
             self.at_row[int(rows[i])] = w
         self.episodes[episode].extend(ids)
+        self.kept.update(ids)
+        if self.forget is Forget.OLDEST:
+            self.kept -= set(range(len(self.states) - self.capacity))
         if op.end == OPEN:
             self.open[op.source] = episode
         if self.on_store is not None:
@@ -390,8 +419,11 @@ def assert_counts(h: Harness) -> None:
     shard, stored = h.shard, h.stored()
     acts = [w for w in stored if h.states[w].has_action]
     sent_acts = sum(s.has_action for s in h.states)
-    assert shard.size == len(stored)
-    assert np.all(shard.flags[: shard.size] & IN_USE)
+    used = np.flatnonzero(shard.flags & IN_USE)
+    assert sorted(used.tolist()) == sorted(h.rows(stored).tolist())
+    if h.forget is Forget.OLDEST:  # the ring fills from row 0 and never leaves a hole
+        assert shard.size == len(stored)
+    assert used.size == 0 or used.max() < shard.size
     with_action = (shard.flags[: shard.size] & HAS_ACTION) != 0
     assert shard.n_transitions == np.count_nonzero(with_action) == len(acts)
     assert shard.n_removed == sent_acts - len(acts)
@@ -455,9 +487,8 @@ def test_q_ret_and_sample_rows(sc):
 
 def assert_links(h: Harness) -> None:
     shard = h.shard
-    first = len(h.states) - h.capacity
     for episode in h.episodes:
-        kept = [w for w in episode if w >= first]
+        kept = [w for w in episode if w in h.kept]
         if not kept:
             continue
         row = h.row_of[kept[0]]
@@ -480,8 +511,9 @@ def assert_links(h: Harness) -> None:
 @given(scenarios())
 def test_next_links_reproduce_each_episode(sc):
     """Following ``next`` from the first stored row of every episode gives its stored states
-    in the order sent (across chunks of interleaved sources, FIFO dropping the oldest), and
-    ends there; ``prev`` mirrors it; HAS_ACTION and TERMINAL flags are those sent.
+    in the order sent (across chunks of interleaved sources, forgetting dropping the oldest
+    rows or whole episodes), and ends there; ``prev`` mirrors it; HAS_ACTION and TERMINAL
+    flags are those sent.
 
     Checked also right after each ``add``, before the refresh walks the new links."""
     run(sc, assert_links, on_store=assert_links)

@@ -117,18 +117,18 @@ def test_replay_larger_than_memory_is_one_line_and_writes_nothing(in_tmp, capsys
 def test_replay_memory_estimate_names_the_sizes(in_tmp, capsys, monkeypatch):
     import hpc_refer.run as run_module
 
-    # Pendulum: obs 3, act 1: 4*3 + 12*1 + 33 = 57 bytes per stored state
+    # Pendulum: obs 3, act 1: 4*3 + 12*1 + 33 + 8 (the int64 episode id) = 65 bytes per state
     monkeypatch.setattr(run_module, "available_memory", lambda: 2**30)
     argv = ["--env", "Pendulum-v1", "--steps", "10", "--run-dir", "r"]
-    assert run_main([*argv, "--replay.size", str(2**30 // 57 + 1)]) == 2
+    assert run_main([*argv, "--replay.size", str(2**30 // 65 + 1)]) == 2
     err = capsys.readouterr().err
     assert "needs 1.0 GiB of memory for the replay, but 1.0 GiB is available" in err
     assert not (in_tmp / "r").exists()
     config = run_module.parse_args(["--env", "Pendulum-v1", "--replay.size", "1000"])
-    assert run_module.replay_bytes(config, (3, 1), 1) == 57_000
-    assert run_module.replay_bytes(config, (3, 1), 2) == 28_500
+    assert run_module.replay_bytes(config, (3, 1), 1) == 65_000
+    assert run_module.replay_bytes(config, (3, 1), 2) == 32_500
     layout = run_module.compute_layout(1, 1, 1)
-    fits = run_module.parse_args(["--env", "Pendulum-v1", "--replay.size", str(2**30 // 57)])
+    fits = run_module.parse_args(["--env", "Pendulum-v1", "--replay.size", str(2**30 // 65)])
     run_module.check_replay_memory(run_module.Start(fits, layout, None, (3, 1)))
     run_module.check_replay_memory(run_module.Start(config, layout, None, None))  # external
 
