@@ -114,7 +114,9 @@ def take_steps(eager: Trainee, compiled: Trainee, steps: int) -> None:
     for i in range(steps):
         batch = make_batch(eager.algo, 32, seed=i)
         terms = ReferTerms(beta=0.9 - 0.1 * i, c_max=2.0 + 0.1 * i, lr_factor=1.0 - 0.05 * i)
+        noise = torch.get_rng_state()  # both steps draw the same noise (SAC's loss has some)
         want = eager.train_step(batch, terms)
+        torch.set_rng_state(noise)
         got = compiled.train_step(batch, terms)
         assert compiled.step.compiled
         assert got.stats.keys() == want.stats.keys()
