@@ -68,9 +68,9 @@ hpc_refer's actor side imports the protocol constants from here).
 
 from __future__ import annotations
 
+import logging
 import os
 import re
-import sys
 import time
 import traceback
 from collections.abc import Iterable, Mapping, Sequence
@@ -161,14 +161,15 @@ def parse_params(data: bytes) -> dict[str, str]:
 
 
 def _fail(message: str) -> None:
-    """Print ``hpc_refer_client: error on world rank R: message`` and abort the whole job
-    (both apps under MPMD): used where only some ranks know of the error, so that none is
-    left waiting in a collective."""
+    """Log ``hpc_refer_client: error on world rank R: message`` (critical: it reaches stderr
+    also where the solver configured no logging) and abort the whole job (both apps under
+    MPMD): used where only some ranks know of the error, so that none is left waiting in a
+    collective."""
     from mpi4py import MPI
 
     world = MPI.COMM_WORLD
-    print(f"hpc_refer_client: error on world rank {world.Get_rank()}: {message}",
-          file=sys.stderr, flush=True)
+    logging.getLogger(__name__).critical("hpc_refer_client: error on world rank %d: %s",
+                                         world.Get_rank(), message)
     world.Abort(2)
 
 

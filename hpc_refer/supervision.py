@@ -4,9 +4,9 @@ faults")."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -82,8 +82,9 @@ def end_stuck_process(text: str, run: RunDirectory | None) -> None:
     """One process stuck in a solver call (from the watchdog thread): nothing can run a
     checkpoint any more; record the failure and end the process (the last checkpoint
     stands)."""
-    print(f"hpc_refer.run: error: {text}; stopping without a final checkpoint (resume from "
-          f"the last one with --restart)", file=sys.stderr, flush=True)
+    logging.getLogger(__name__).critical(
+        "%s; stopping without a final checkpoint (resume from the last one with --restart)",
+        text)
     if run is not None:
         run.set_state("failed")
     os._exit(1)
