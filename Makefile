@@ -115,7 +115,7 @@ test-portable: install system-mpi system-browser
 	if [ -n "$$failed" ]; then echo "test-portable failed with:$$failed"; exit 1; fi; \
 	echo "test-portable: every variant passed"
 
-# Mutation testing of refer.py, replay.py, learner.py and algorithms/ ([tool.mutmut] in
+# Mutation testing of refer.py, near.py, replay.py, learner.py and algorithms/ ([tool.mutmut] in
 # pyproject.toml); not part of `make test`. It resumes where it stopped (state in mutants/;
 # delete it after changing the tests). The score and the surviving mutants judged equivalent
 # are in BENCHMARKS.md.
