@@ -5,6 +5,7 @@ fallback to the eager step with one log line where compiling fails; and ``run.co
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -273,3 +274,138 @@ def test_run_compile_decides_whether_learners_compile(mode: str, steps: int,
     edge = build_config({"run": {"compile": "auto", "steps": COMPILE_AUTO_STEPS + 1000},
                          "replay": {"size": 2000, "learn_start": 1000}})
     assert edge.compiles, "grad_ratio x (steps - replay start) = COMPILE_AUTO_STEPS compiles"
+
+
+def _adam(*params: torch.Tensor, **options) -> torch.optim.Adam:
+    return torch.optim.Adam(list(params), lr=1e-2, foreach=False, fused=True, **options)
+
+
+def test_the_compiled_step_takes_only_plain_single_group_adam() -> None:
+    """Non-Adam, two-group Adam, amsgrad or maximize: TypeError with its exact message."""
+    from hpc_refer.algorithms.compiled import _Group
+
+    a, b = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(3))
+    names = {id(a): "a", id(b): "b"}
+    one_group = "the compiled step supports one torch.optim.Adam group per optimizer, not "
+    two = torch.optim.Adam([{"params": [a]}, {"params": [b], "lr": 1e-3}])
+    cases = [(torch.optim.SGD([a, b], lr=0.1), one_group + "SGD"), (two, one_group + "Adam")]
+    for flag in ("amsgrad", "maximize"):
+        cases.append((_adam(a, b, **{flag: True}),
+                      "the compiled step does not support amsgrad or maximize"))
+    for opt, message in cases:
+        with pytest.raises(TypeError) as err:
+            _Group(opt, 1e-2, names)
+        assert str(err.value) == message
+    assert _Group(_adam(a, b), 1e-2, names).names == ["a", "b"]
+
+
+def test_group_state_is_fused_adams_shared_and_cached_until_a_new_state_dict() -> None:
+    """state(): fused Adam's layout, one shared step, cached until a state dict is loaded."""
+    from hpc_refer.algorithms.compiled import _Group
+
+    a, b = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(3, 2))
+    opt = _adam(a, b)
+    group = _Group(opt, 1e-2, {id(a): "a", id(b): "b"})
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        m, v, step = group.state()
+    finally:
+        torch.set_default_dtype(default)
+    assert step.dtype == torch.float32 and float(step) == 0.0
+    for p, mp, vp in zip((a, b), m, v, strict=True):
+        assert opt.state[p]["step"] is step
+        assert mp is opt.state[p]["exp_avg"] and vp is opt.state[p]["exp_avg_sq"]
+        assert mp.shape == p.shape and not mp.any() and not vp.any()
+    assert group.state() is group.state()
+    ref_a, ref_b = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(3, 2))
+    ref = _adam(ref_a, ref_b)
+    ref_a.grad, ref_b.grad = torch.full((2,), 0.5), torch.full((3, 2), -1.0)
+    ref.step()
+    first = group.state()
+    opt.load_state_dict(ref.state_dict())
+    m, v, step = group.state()
+    assert m[0] is opt.state[a]["exp_avg"] and m[0] is not first[0][0]
+    torch.testing.assert_close(m[0], torch.full((2,), 0.05))
+    assert float(step) == 1.0 and all(opt.state[p]["step"] is step for p in (a, b))
+
+
+def test_unshare_gives_each_parameter_its_own_step_count() -> None:
+    """unshare() gives each parameter its own step tensor; state() then shares anew."""
+    from hpc_refer.algorithms.compiled import _Group
+
+    a, b = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(3))
+    opt = _adam(a, b)
+    group = _Group(opt, 1e-2, {id(a): "a", id(b): "b"})
+    group.unshare()
+    assert not opt.state[a] and not opt.state[b]
+    first = group.state()
+    first[2].add_(3.0)
+    group.unshare()
+    steps = [opt.state[p]["step"] for p in (a, b)]
+    assert steps[0] is not steps[1] and all(s is not first[2] for s in steps)
+    assert all(isinstance(s, torch.Tensor) and float(s) == 3.0 for s in steps)
+    again = group.state()
+    assert again is not first and again[2] is steps[0]
+    assert opt.state[b]["step"] is steps[0]
+
+
+def test_failure_reason_edge_cases() -> None:
+    """From the first 'error:' on; an empty message; the 300-character cap."""
+    assert failure_reason(RuntimeError("k.cpp:3:1: error: bad error: here")) == (
+        "RuntimeError: error: bad error: here")
+    assert failure_reason(OSError("")) == "OSError: "
+    long = failure_reason(RuntimeError("x" * 500))
+    assert long == "RuntimeError: " + "x" * (300 - len("RuntimeError: "))
+
+
+@pytest.mark.parametrize("two_learners", [False, True])
+def test_a_compile_failure_falls_back_to_the_eager_step_in_process(
+        two_learners: bool, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A compile failure: one warning, then the eager step's exact results from then on."""
+    from hpc_refer.algorithms.compiled import CompiledOrEagerStep
+    from hpc_refer.algorithms.sac import SAC
+    from hpc_refer.algorithms.step import EagerStep
+
+    config = build_config({"run": {"algorithm": SAC.name},
+                           SAC.name: {"hidden": [8], "batch": 16}})
+    algo, ref = (make_algorithm(config, OBS, ACT, seed=1) for _ in range(2))
+    reducers = [OtherLearner(4) if two_learners else None for _ in range(2)]
+    step = CompiledOrEagerStep(algo, reducers[0])
+    eager = EagerStep(ref, reducers[1])
+    calls = []
+
+    def fail(*args):
+        calls.append(args)
+        raise RuntimeError("InvalidCxxCompiler: no working C++ compiler found")
+
+    assert step._compiled is not None
+    monkeypatch.setattr(step._compiled, "_grads" if two_learners else "_fused", fail)
+    for i in range(3):
+        batch = make_batch(ref, 16, seed=i)
+        terms = ReferTerms(0.9 - 0.1 * i, 2.0, 1.0 - 0.1 * i)
+        with caplog.at_level(logging.WARNING, logger="hpc_refer.algorithms.compiled"):
+            torch.manual_seed(50 + i)
+            got = step(batch, terms, i)
+        torch.manual_seed(50 + i)
+        want = eager(batch, terms, i)
+        assert got.stats == want.stats
+        assert np.array_equal(got.rho, want.rho) and np.array_equal(got.error, want.error)
+        assert got.value is None and want.value is None
+        assert not step.compiled and step.kind == "eager" and step.compile_seconds == 0.0
+    assert len(calls) == 1
+    records = [r for r in caplog.records if r.name == "hpc_refer.algorithms.compiled"]
+    assert [(r.levelno, r.getMessage()) for r in records] == [
+        (logging.WARNING, "sac: compiled learner step unavailable (RuntimeError: "
+         "InvalidCxxCompiler: no working C++ compiler found); using the eager step")]
+    for k, module in ref.modules.items():
+        for (n, a), b in zip(module.state_dict().items(),
+                             algo.modules[k].state_dict().values(), strict=True):
+            assert torch.equal(a, b), f"{k}.{n}"
+    for k, spec in ref.optimizers.items():
+        for p, q in zip(spec.optimizer.param_groups[0]["params"],
+                        algo.optimizers[k].optimizer.param_groups[0]["params"], strict=True):
+            sp, sq = spec.optimizer.state[p], algo.optimizers[k].optimizer.state[q]
+            assert float(sq["step"]) == float(sp["step"]) == 3.0, k
+            assert torch.equal(sq["exp_avg"], sp["exp_avg"]), k

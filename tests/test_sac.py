@@ -236,3 +236,150 @@ def test_the_actor_stores_the_pre_squash_sample_and_acts_with_its_tanh(monkeypat
     assert np.abs(chunk.act).max() > 1.0, "the stored actions are the samples u"
     np.testing.assert_allclose(np.array(sent)[: chunk.act.shape[0]], 2.0 * np.tanh(chunk.act),
                                rtol=1e-5, atol=1e-6)
+
+
+def test_config_bounds_tau_and_alpha_init_with_exact_messages():
+    """tau in (0, 1] and alpha_init > 0, each error naming its key, value and allowed range."""
+    from hpc_refer.config import ConfigError
+
+    assert SACConfig(tau=1.0).tau == 1.0 and SACConfig(alpha_init=1e-3).alpha_init == 1e-3
+    for tau in (0.0, 1.5):
+        with pytest.raises(ConfigError) as err:
+            SACConfig(tau=tau)
+        assert str(err.value) == f"sac.tau = {tau!r} is invalid: allowed values are 0 < tau <= 1"
+    with pytest.raises(ConfigError) as err:
+        SACConfig(alpha_init=0.0)
+    assert str(err.value) == "sac.alpha_init = 0.0 is invalid: allowed values are values > 0"
+
+
+def test_modules_targets_and_optimizers_as_built():
+    """Modules by name, frozen target copies, three fused non-foreach Adams at config.lr."""
+    algo = make_sac(lr=1e-2)
+    assert algo.modules == {"actor": algo.actor, "critic1": algo.critic1,
+                            "critic2": algo.critic2, "target1": algo.target1,
+                            "target2": algo.target2, "temperature": algo.temperature}
+    for target, critic in ((algo.target1, algo.critic1), (algo.target2, algo.critic2)):
+        assert target is not critic
+        assert not any(p.requires_grad for p in target.parameters())
+        assert all(p.requires_grad for p in critic.parameters())
+        for a, b in zip(target.parameters(), critic.parameters(), strict=True):
+            assert torch.equal(a, b)
+    owned = {"actor": list(algo.actor.parameters()),
+             "critics": [*algo.critic1.parameters(), *algo.critic2.parameters()],
+             "temperature": [algo.temperature.log_alpha]}
+    for name, params in owned.items():
+        spec = algo.optimizers[name]
+        assert isinstance(spec.optimizer, torch.optim.Adam) and spec.lr0 == 1e-2
+        (group,) = spec.optimizer.param_groups
+        assert group["lr"] == 1e-2 and group["fused"] is True and group["foreach"] is False
+        assert [id(p) for p in group["params"]] == [id(p) for p in params], name
+
+
+def test_critic_target_subtracts_alpha_times_log_pi_next():
+    """y = r + gamma (1 - done) (q' - alpha log pi') where alpha / log pi' would differ."""
+    y = critic_target(torch.tensor([0.5, 1.0]), torch.tensor([0.0, 0.0]), 0.5,
+                      torch.tensor([2.0, -1.0]), torch.tensor(0.5), torch.tensor([2.0, -4.0]))
+    torch.testing.assert_close(y, torch.tensor([0.5 + 0.5 * (2.0 - 1.0),
+                                                1.0 + 0.5 * (-1.0 + 2.0)]))
+
+
+def test_squashed_log_prob_sums_the_tanh_correction_over_the_action_axis():
+    """On [4, 3, A] inputs the tanh correction is summed over the last (action) axis."""
+    torch.manual_seed(1)
+    mean, std = torch.randn(4, 3, ACT), torch.rand(4, 3, ACT) + 0.2
+    u = mean + std * torch.randn(4, 3, ACT)
+    want = TransformedDistribution(Normal(mean, std), [TanhTransform()]).log_prob(
+        torch.tanh(u)).sum(-1)
+    got = squashed_log_prob(u, mean, std)
+    assert got.shape == (4, 3)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_log_std_is_clipped_to_its_range_in_torch_and_numpy():
+    """log-std outputs -30 and +5 give sigma exp(-20) and exp(2), in torch and in numpy."""
+    actor = make_sac().actor
+    last = actor.trunk[-1]
+    with torch.no_grad():
+        last.weight.zero_()
+        last.bias.copy_(torch.tensor([0.3, -0.2, -30.0, 5.0]))
+    obs = np.random.default_rng(0).standard_normal((3, OBS)).astype(np.float32)
+    want = torch.tensor([math.exp(-20.0), math.exp(2.0)]).expand(3, ACT)
+    with torch.no_grad():
+        mean, std = actor(torch.from_numpy(obs))
+    torch.testing.assert_close(mean, torch.tensor([0.3, -0.2]).expand(3, ACT))
+    torch.testing.assert_close(std, want, rtol=1e-5, atol=0.0)
+    np_mean, np_std = actor.numpy_policy()(obs[0])
+    np.testing.assert_allclose(np_mean, [0.3, -0.2], rtol=1e-6)
+    np.testing.assert_allclose(np_std, want[0].numpy(), rtol=1e-5, atol=0.0)
+
+
+def test_q_of_policy_is_the_minimum_of_both_critics_with_a_gradient_to_the_action_only():
+    """Elementwise min of two differing critics, with a gradient to the action only."""
+    algo = make_sac()
+    with torch.no_grad():
+        algo.critic2.trunk[-1].weight.mul_(-3.0)
+    obs = torch.randn(16, OBS, generator=torch.Generator().manual_seed(2))
+    act = torch.tanh(torch.randn(16, ACT, generator=torch.Generator().manual_seed(3)))
+    act.requires_grad_()
+    with torch.no_grad():
+        q1, q2 = algo.critic1(obs, act), algo.critic2(obs, act)
+    assert (q1 < q2).any() and (q2 < q1).any()
+    q = algo.q_of_policy(obs, act)
+    torch.testing.assert_close(q.detach(), torch.minimum(q1, q2))
+    q.sum().backward()
+    assert act.grad is not None and act.grad.abs().max() > 0
+    assert all(p.grad is None for c in (algo.critic1, algo.critic2) for p in c.parameters())
+
+
+def test_loss_terms_compose_the_weighted_critic_actor_and_temperature_losses(monkeypatch):
+    """With eps = 0, loss, stats, TD error and per-module gradients match the terms by hand."""
+    algo = make_sac(alpha_init=0.4)
+    with torch.no_grad():
+        algo.critic2.trunk[-1].bias.fill_(0.7)  # the critics differ
+    batch = make_batch(algo, n=8, far=(2, 5))
+    weight = np.linspace(0.2, 1.6, 8).astype(np.float32)
+    batch = batch._replace(weight=weight)
+    beta, c_max = 0.4, 2.0
+    # eps = 0: u~ = m_w(s), u' = m_w(s'), so the sign of the noise is moot (either is SAC)
+    monkeypatch.setattr(torch, "randn_like", torch.zeros_like)
+    out = algo.losses(batch, ReferTerms(beta, c_max, 1.0))
+
+    t = TensorBatch.of(batch)
+    w = torch.from_numpy(weight)
+    log_alpha = algo.temperature.log_alpha
+    alpha = log_alpha.detach().exp()
+    mean, std = algo.actor(t.obs)
+    rho = torch.exp(gaussian_log_prob(t.act, mean, std) - t.log_mu).detach()
+    keep = ((rho > 1.0 / c_max) & (rho < c_max)).float()
+    assert 0 < keep.sum() < 8, "near and far rows"
+    with torch.no_grad():
+        m2, s2 = algo.actor(t.next_obs)
+        a2 = torch.tanh(m2)
+        q_next = torch.minimum(algo.target1(t.next_obs, a2), algo.target2(t.next_obs, a2))
+        y = t.rew + 0.99 * (1.0 - t.done) * (q_next - alpha * squashed_log_prob(m2, m2, s2))
+    act = torch.tanh(t.act)
+    q1, q2 = algo.critic1(t.obs, act), algo.critic2(t.obs, act)
+    log_pi = squashed_log_prob(mean, mean, std)
+    l_pi = alpha * log_pi - torch.minimum(algo.critic1(t.obs, torch.tanh(mean)),
+                                          algo.critic2(t.obs, torch.tanh(mean)))
+    kl = (torch.log(std / t.mu_std) + (t.mu_std**2 + (t.mu_mean - mean) ** 2) / (2 * std**2)
+          - 0.5).sum(-1)
+    terms = {"actor": (w * (beta * keep * l_pi + (1 - beta) * kl)).mean(),
+             "critic1": (keep * w * 0.5 * (y - q1) ** 2).mean(),
+             "critic2": (keep * w * 0.5 * (y - q2) ** 2).mean(),
+             "temperature": (-log_alpha * (log_pi.detach() - ACT)).mean()}
+    close = dict(rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out.loss, sum(terms.values()), **close)
+    torch.testing.assert_close(out.error, (y - q1).detach(), **close)
+    want = {"loss_q": 0.5 * ((y - q1) ** 2 + (y - q2) ** 2), "loss_pi": l_pi, "kl": kl,
+            "entropy": -log_pi, "alpha": alpha.expand(8), "q": q1}
+    assert set(out.stats) == {*want, "near_fraction"}
+    for k, v in want.items():
+        torch.testing.assert_close(out.stats[k].detach(), v.detach(), **close, msg=k)
+    assert torch.equal(out.stats["near_fraction"].float(), keep)
+    for name, term in terms.items():
+        params = list(algo.modules[name].parameters())
+        got = torch.autograd.grad(out.loss, params, retain_graph=True)
+        for g, h in zip(got, torch.autograd.grad(term, params, retain_graph=True),
+                        strict=True):
+            torch.testing.assert_close(g, h, rtol=1e-4, atol=1e-6, msg=name)
