@@ -24,7 +24,7 @@ import torch
 
 from hpc_refer import __version__, checkpoint, policy_file
 from hpc_refer.algorithms import ALGORITHMS, make_algorithm
-from hpc_refer.algorithms.base import module_state, optimizer_tree
+from hpc_refer.algorithms.base import module_state, optimizer_state_dict, optimizer_tree
 from hpc_refer.algorithms.ddpg import DDPG
 from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.checkpoint import CheckpointError
@@ -639,3 +639,59 @@ def test_a_policy_file_rebuilds_the_behaviour_with_its_input_scaling(tmp_path, a
     checkpoint.write_tree(tmp_path / "other.h5", {"x": 1}, {})
     with pytest.raises(CheckpointError, match="not a policy file"):
         policy_file.load_policy(tmp_path / "other.h5")
+
+
+# --- optimizer state as a pickle-free tree ----------------------------------------------------
+
+
+def _adam(**kwargs) -> torch.optim.Adam:
+    """An Adam over two small parameters after one step (so it has per-parameter state)."""
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(3, 2)), torch.nn.Parameter(torch.randn(2))]
+    opt = torch.optim.Adam(params, **kwargs)
+    sum((p ** 2).sum() for p in params).backward()
+    opt.step()
+    return opt
+
+
+def test_optimizer_tree_round_trips_adam_with_its_types():
+    """Adam's defaults (foreach None, betas a tuple) and a tensor learning rate come back in
+    the template's types; a float64 value stored for a float32 tensor becomes float32; a
+    hyper-parameter the checkpoint lacks keeps the template's value."""
+    a = _adam(lr=torch.tensor(0.01))
+    tree = optimizer_tree(a)
+    assert tree["param_groups"]["0"]["foreach"] is None
+    tree["param_groups"]["0"]["lr"] = np.asarray(0.02, np.float64)
+    del tree["param_groups"]["0"]["eps"]
+    template = _adam(lr=torch.tensor(0.5), eps=1e-3).state_dict()
+    sd = optimizer_state_dict(tree, template)
+    group = sd["param_groups"][0]
+    assert isinstance(group["betas"], tuple) and group["betas"] == (0.9, 0.999)
+    assert group["lr"].dtype == torch.float32 and float(group["lr"]) == pytest.approx(0.02)
+    assert group["eps"] == 1e-3
+    for i, s in a.state_dict()["state"].items():
+        for k, v in s.items():
+            torch.testing.assert_close(sd["state"][i][k], v, rtol=0, atol=0)
+
+
+def test_optimizer_tree_names_what_it_cannot_store():
+    """A value that is neither a tensor, a sequence of numbers nor a scalar is a TypeError
+    naming where it is; a checkpoint whose groups hold other parameters is refused."""
+    opt = _adam()
+    opt.param_groups[0]["tag"] = object()
+    with pytest.raises(TypeError) as err:
+        optimizer_tree(opt)
+    assert str(err.value) == "param_groups 0 tag: cannot store a value of type object"
+    del opt.param_groups[0]["tag"]
+    first = next(iter(opt.state.values()))
+    first["note"] = ["a"]
+    with pytest.raises(TypeError) as err:
+        optimizer_tree(opt)
+    assert str(err.value) == "state 0 note: cannot store ['a'] (not a sequence of numbers)"
+    del first["note"]
+    tree = optimizer_tree(opt)
+    tree["param_groups"]["0"]["params"] = np.asarray([0, 5])
+    with pytest.raises(ValueError) as err:
+        optimizer_state_dict(tree, _adam().state_dict())
+    assert str(err.value) == ("parameter group 0: parameters [0, 5] in the checkpoint, "
+                              "[0, 1] here")

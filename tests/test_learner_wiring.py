@@ -544,3 +544,68 @@ def test_per_learner_batches_keep_the_learners_identical_under_mpi():
         learner.train_step()
         assert len(set(comm.allgather(learner.algo.checksum()))) == 1
     assert learner.terms.lr_factor == pytest.approx(learner.refer.lr_factor * size ** 0.5)
+
+
+# --- adopt: a resized restart stores another shard's episodes ---------------------------------
+
+
+def _long_episode(n: int, seed: int) -> Chunk:
+    """A terminated episode of ``n`` steps with distinct values in every column."""
+    rng = np.random.default_rng(seed)
+    f32 = np.float32
+    return Chunk(rng.normal(size=(n, OBS)).astype(f32), rng.normal(size=(n, ACT)).astype(f32),
+                 rng.normal(size=n).astype(f32), rng.normal(size=(n, ACT)).astype(f32),
+                 rng.uniform(0.5, 1.5, size=(n, ACT)).astype(f32), TERMINATED)
+
+
+@pytest.mark.parametrize("extra", [1, 88])
+@pytest.mark.parametrize("sampling", ["uniform", "per"])
+def test_adopt_keeps_the_last_capacity_rows_of_a_longer_episode_and_their_priorities(
+        sampling, extra):
+    """An episode longer than the shard keeps its last N rows in every column; under PER each
+    sampleable row keeps its priority (rows of priority 0 keep the one ingest gave them) and
+    the tree the old running maximum; a shard that holds states refuses to adopt."""
+    from hpc_refer.replay import StoredEpisode
+
+    learner = small_learner(sampling=sampling)
+    replay = learner.replay
+    n = replay.capacity + extra
+    chunk = _long_episode(n, seed=1)
+    priorities = None
+    if sampling == "per":
+        priorities = np.random.default_rng(2).uniform(0.1, 2.0, n)
+        priorities[n - 40:n - 30] = 0.0
+    learner.adopt([StoredEpisode(chunk, priorities, 7.5 if priorities is not None else 0.0)])
+    assert replay.size == replay.capacity
+    rows = np.flatnonzero(replay.flags != 0)
+    order = rows[np.argsort(rows)]
+    for name in ("obs", "act", "rew", "mu_mean", "mu_std"):
+        np.testing.assert_array_equal(getattr(replay, name)[order], getattr(chunk, name)[extra:],
+                                      err_msg=name)
+    if priorities is not None:
+        kept = priorities[extra:]
+        sampleable = replay.sampleable(order)
+        got = replay.tree.get(order)
+        positive = sampleable & (kept > 0)
+        np.testing.assert_allclose(got[positive], kept[positive])
+        assert np.all(got[sampleable & (kept == 0)] > 0)
+        assert replay.tree.max_priority == 7.5
+    with pytest.raises(ValueError, match=f"this one holds {replay.capacity} states"):
+        learner.adopt([StoredEpisode(_long_episode(4, 3), None, 0.0)])
+
+
+@pytest.mark.parametrize(("mode", "given", "want"), [
+    ("on", None, "CompiledOrEagerStep"), ("off", None, "EagerStep"),
+    ("on", False, "EagerStep"), ("off", True, "CompiledOrEagerStep")])
+def test_the_learner_composes_the_step_run_compile_asks_for_unless_told(mode, given, want):
+    """``run.compile`` chooses the eager or the compiled step; an explicit ``compiled``
+    argument overrides it; the step averages gradients over the learner's reducer."""
+    cfg = build_config({"run": {"steps": 1000, "compile": mode},
+                        VRacer.name: {"hidden": [16], "batch": 32},
+                        "replay": {"size": 512, "learn_start": 64}})
+    reducer = SerialReducer()
+    algo = ALGORITHMS[VRacer.name](OBS, ACT, cfg.algorithm, cfg.refer, 0)
+    learner = Learner(algo, cfg, 0, reducer, compiled=given)
+    assert type(learner.step).__name__ == want
+    eager = learner.step if want == "EagerStep" else learner.step._eager
+    assert eager.average.reducer is reducer

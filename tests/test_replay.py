@@ -208,3 +208,54 @@ def test_sampling_with_no_complete_transition_is_an_error():
     replay.add(make_chunk(np.random.default_rng(0), 1, OPEN), 2.0)
     with pytest.raises(ValueError, match="nothing to sample"):
         replay.sample_rows(4, np.random.default_rng(1))
+
+
+# --- the stored episodes of a shard checkpoint (a resized restart deals them out) -----------
+
+
+def _episode(n_act: int, end: int, start: float) -> Chunk:
+    """An episode chunk whose every column holds distinct values beginning at ``start``."""
+    n = n_act + (end == TRUNCATED)
+    obs = (start + np.arange(n, dtype=np.float32))[:, None]
+    acts = obs[:n_act]
+    return Chunk(obs=obs, act=acts + 0.25, rew=acts[:, 0] + 0.5, mu_mean=acts - 0.5,
+                 mu_std=acts + 100.0, end=end)
+
+
+def test_stored_episodes_of_a_wrapped_ring_come_back_oldest_first_as_their_chunks():
+    """After the ring wrapped (FIFO cut the oldest episode's first rows), every stored
+    episode is found from its first remaining row, in ring age order, and gives back its
+    chunk: columns, and an end of TERMINATED, TRUNCATED or OPEN from its last row."""
+    from hpc_refer.replay import episode_chunk, stored_episodes
+
+    shard = ReplayShard(10, 1, 1, 0.9)
+    episodes = [_episode(4, TERMINATED, 0.0), _episode(3, TRUNCATED, 10.0),
+                _episode(2, TERMINATED, 20.0), _episode(1, OPEN, 30.0)]
+    for e in episodes:
+        shard.add(e, 2.0)
+    tree = shard.checkpoint_state()
+    found = stored_episodes(tree)
+    assert [r.tolist() for r in found] == [[1, 2, 3], [4, 5, 6, 7], [8, 9], [0]]
+    cut_first = episodes[0]._replace(obs=episodes[0].obs[1:], act=episodes[0].act[1:],
+                                     rew=episodes[0].rew[1:], mu_mean=episodes[0].mu_mean[1:],
+                                     mu_std=episodes[0].mu_std[1:])
+    for rows, want in zip(found, [cut_first, *episodes[1:]], strict=True):
+        got = episode_chunk(tree, rows)
+        assert got.end == want.end
+        for name in ("obs", "act", "rew", "mu_mean", "mu_std"):
+            np.testing.assert_array_equal(getattr(got, name), getattr(want, name), name)
+
+
+def test_an_episode_that_fills_the_shard_is_not_a_cycle():
+    """One episode of exactly N rows is one episode; links that loop are refused."""
+    from hpc_refer.replay import stored_episodes
+
+    shard = ReplayShard(6, 1, 1, 0.9)
+    shard.add(_episode(6, TERMINATED, 0.0), 2.0)
+    tree = shard.checkpoint_state()
+    assert [r.tolist() for r in stored_episodes(tree)] == [list(range(6))]
+    tree["next"] = tree["next"].copy()
+    tree["next"][5] = 1
+    with pytest.raises(ValueError) as err:
+        stored_episodes(tree)
+    assert str(err.value) == "replay checkpoint: the next links of its rows form a cycle"
