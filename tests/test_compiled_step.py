@@ -409,3 +409,20 @@ def test_a_compile_failure_falls_back_to_the_eager_step_in_process(
             sp, sq = spec.optimizer.state[p], algo.optimizers[k].optimizer.state[q]
             assert float(sq["step"]) == float(sp["step"]) == 3.0, k
             assert torch.equal(sq["exp_avg"], sp["exp_avg"]), k
+
+
+def test_the_step_reports_compiled_and_its_compile_time_after_its_first_call():
+    """Before its first call the step is not compiled and took 0 s to compile; after it, it
+    is compiled and its compile time is positive and within the call's own duration."""
+    import time
+
+    eager, compiled = pair(VRacer.name)
+    step = compiled.step
+    assert step.compiled is False and step.compile_seconds == 0.0
+    batch = make_batch(compiled.algo, 32, seed=0)
+    start = time.perf_counter()
+    compiled.train_step(batch, ReferTerms(beta=0.5, c_max=2.0, lr_factor=1.0))
+    elapsed = time.perf_counter() - start
+    assert step.compiled is True
+    assert 0.0 < step.compile_seconds <= elapsed
+    assert step.kind == f"compiled ({step.compile_seconds:.1f} s to compile)"
