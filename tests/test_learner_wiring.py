@@ -609,3 +609,17 @@ def test_the_learner_composes_the_step_run_compile_asks_for_unless_told(mode, gi
     assert type(learner.step).__name__ == want
     eager = learner.step if want == "EagerStep" else learner.step._eager
     assert eager.average.reducer is reducer
+
+
+def test_a_step_stores_the_new_rho_of_its_rows_when_its_batch_needs_bootstrap_values():
+    """Rows sampled with truncated episodes' final states (bootstrap rows, rho = 1) still get
+    the rho and V the step computed for them."""
+    learner = small_learner(learn_start=32)
+    fill(learner)
+    seed = next(k for k in range(100) if learner.replay.bootstrap_rows(
+        learner.replay.sample_rows(learner.local_batch, np.random.default_rng(k))).size)
+    seen = learner.replay.sample_rows(learner.local_batch, np.random.default_rng(seed))
+    learner.rng = np.random.default_rng(seed)
+    result = learner.train_step()
+    np.testing.assert_array_equal(learner.replay.rho[seen], result.rho)
+    np.testing.assert_array_equal(learner.replay.value[seen], result.value)
