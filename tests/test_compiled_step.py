@@ -416,7 +416,7 @@ def test_the_step_reports_compiled_and_its_compile_time_after_its_first_call():
     is compiled and its compile time is positive and within the call's own duration."""
     import time
 
-    eager, compiled = pair(VRacer.name)
+    _, compiled = pair(VRacer.name)
     step = compiled.step
     assert step.compiled is False and step.compile_seconds == 0.0
     batch = make_batch(compiled.algo, 32, seed=0)
