@@ -184,6 +184,15 @@ def snapshot() -> tuple[dict[str, type], dict[str, type], list[str]]:
     return dict(registry._ALGORITHMS), dict(config._TABLES), list(config._DEFAULT)
 
 
+def assert_refused(error: type[Exception], expected: str, call, before) -> None:
+    """``call()`` raises ``error`` with exactly the message ``expected`` and leaves the
+    registries as ``before``."""
+    with pytest.raises(error, match=re.escape(expected)) as excinfo:
+        call()
+    assert str(excinfo.value) == expected
+    assert snapshot() == before
+
+
 def test_the_package_registry_is_consistent():
     names = package_algorithms()
     assert names, "the package registers algorithms"
@@ -246,10 +255,7 @@ def test_a_config_section_other_than_the_name_is_refused(registries):
     before = snapshot()
     expected = ("algorithm 'probe': its Config table's section is 'probe_table'; it must be "
                 "the algorithm's name")
-    with pytest.raises(ValueError, match=re.escape(expected)) as excinfo:
-        registry.register(probe)
-    assert str(excinfo.value) == expected
-    assert snapshot() == before
+    assert_refused(ValueError, expected, lambda: registry.register(probe), before)
 
 
 def test_another_class_under_a_taken_name_is_refused_naming_the_registered_one(registries):
@@ -271,10 +277,7 @@ def test_another_class_under_a_taken_name_is_refused_naming_the_registered_one(r
     expected = (f"algorithm {parent.name!r} is registered already (by "
                 f"{parent.__module__}.{parent.__qualname__})")
     assert parent.__module__.startswith("hpc_refer.algorithms.")
-    with pytest.raises(ValueError, match=re.escape(expected)) as excinfo:
-        registry.register(impostor)
-    assert str(excinfo.value) == expected
-    assert snapshot() == before
+    assert_refused(ValueError, expected, lambda: registry.register(impostor), before)
 
 
 def test_register_default_makes_the_default_algorithm(registries, monkeypatch):
@@ -295,14 +298,8 @@ def test_a_second_default_is_refused(registries):
     probe = throwaway("probe")
     before = snapshot()
     expected = f"[probe] cannot be the default algorithm: {default!r} is"
-    with pytest.raises(ValueError, match=re.escape(expected)) as excinfo:
-        registry.register(probe, default=True)
-    assert str(excinfo.value) == expected
-    assert snapshot() == before
-    with pytest.raises(ValueError, match=re.escape(expected)) as excinfo:
-        registry.register(default=True)(probe)
-    assert str(excinfo.value) == expected
-    assert snapshot() == before
+    assert_refused(ValueError, expected, lambda: registry.register(probe, default=True), before)
+    assert_refused(ValueError, expected, lambda: registry.register(default=True)(probe), before)
 
 
 def test_algorithm_class_of_an_unknown_name_lists_the_registered_ones_sorted(
@@ -361,10 +358,7 @@ def test_register_table_refuses_an_invalid_section(registries, section):
     before = snapshot()
     expected = (f"algorithm table section {section!r} is invalid: an identifier other than "
                 "run, refer, replay, env")
-    with pytest.raises(ValueError, match=re.escape(expected)) as excinfo:
-        config.register_table(table)
-    assert str(excinfo.value) == expected
-    assert snapshot() == before
+    assert_refused(ValueError, expected, lambda: config.register_table(table), before)
 
 
 def test_register_table_refuses_a_second_table_of_a_section(registries):
@@ -372,16 +366,12 @@ def test_register_table_refuses_a_second_table_of_a_section(registries):
     config.register_table(first)
     before = snapshot()
     expected = "an algorithm table [probe] is registered already"
-    with pytest.raises(ValueError, match=re.escape(expected)) as excinfo:
-        config.register_table(throwaway_table("probe"))
-    assert str(excinfo.value) == expected
-    assert snapshot() == before
+    assert_refused(ValueError, expected,
+                   lambda: config.register_table(throwaway_table("probe")), before)
     parent = default_class()
     expected = f"an algorithm table [{parent.name}] is registered already"
-    with pytest.raises(ValueError, match=re.escape(expected)) as excinfo:
-        config.register_table(throwaway_table(parent.name))
-    assert str(excinfo.value) == expected
-    assert snapshot() == before
+    assert_refused(ValueError, expected,
+                   lambda: config.register_table(throwaway_table(parent.name)), before)
 
 
 def test_register_table_default(registries, monkeypatch):
@@ -389,10 +379,7 @@ def test_register_table_default(registries, monkeypatch):
     table = throwaway_table("probe")
     before = snapshot()
     expected = f"[probe] cannot be the default algorithm: {default!r} is"
-    with pytest.raises(ValueError, match=re.escape(expected)) as excinfo:
-        config.register_table(table, default=True)
-    assert str(excinfo.value) == expected
-    assert snapshot() == before
+    assert_refused(ValueError, expected, lambda: config.register_table(table, default=True), before)
     config.register_table(config._TABLES[default], default=True)
     assert snapshot() == before, "the default table registers as the default again"
     monkeypatch.setattr(config, "_DEFAULT", [])
