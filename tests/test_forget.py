@@ -138,3 +138,18 @@ def test_a_bad_rule_names_the_field_and_the_allowed_values():
     with pytest.raises(ConfigError, match=r"replay\.forget = 'newest' is invalid: allowed "
                                           r"values are oldest, far_policy"):
         build_config({"replay": {"forget": "newest"}})
+
+
+def test_the_stored_episodes_of_a_shard_with_holes_skip_the_holes():
+    """Rows freed by forgetting a whole episode (flags 0 inside the used range) are no
+    episode of a checkpoint: a resized restart deals out exactly the episodes in use."""
+    from hpc_refer.replay import stored_episodes
+
+    shard = far_shard()
+    a = store(shard, 4, 1)
+    b = store(shard, 4, 3)  # forgotten first
+    c = store(shard, 4, 0)
+    d = store(shard, 3, 0)  # takes three of b's rows: b[3] stays a hole
+    assert shard.flags[b[3]] == 0
+    found = stored_episodes(shard.checkpoint_state())
+    assert sorted(r.tolist() for r in found) == sorted(x.tolist() for x in (a, c, d))
