@@ -159,6 +159,14 @@ def test_compiled_step_of_several_learners_averages_gradients() -> None:
     assert differ, "the other learner's gradient changes the step"
 
 
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_the_two_graph_step_of_several_learners_equals_the_eager_step(name: str) -> None:
+    """With L > 1 (gradients, reduction, Adam as separate graphs) every algorithm's compiled
+    step agrees with its eager step to round-off, a stochastic loss's noise included."""
+    eager, compiled = pair(name, reducer_seed=7)
+    take_steps(eager, compiled, 3)
+
+
 def test_checkpoints_move_between_compiled_and_eager_steps() -> None:
     """The compiled step keeps torch's Adam state layout: its checkpoint continues eagerly,
     and an eager checkpoint continues compiled (two more steps each)."""
