@@ -39,6 +39,7 @@ module of ``run.plugins``).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
@@ -131,6 +132,13 @@ class OptimizerSpec(NamedTuple):
     """Initial learning rate (scaled by ReF-ER's eta(t) / eta0, eq. 13)."""
     every: int = 1
     """It steps at the gradient steps t with t % every == 0 (1: every step)."""
+
+
+def adam(params: Iterable[nn.Parameter], lr: float, weight_decay: float = 0.0) -> OptimizerSpec:
+    """Adam over ``params`` at the initial rate ``lr`` (torch's fused CPU kernel, one group: the
+    form the compiled step takes over), as an optimizer the step applies every time."""
+    opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, foreach=False, fused=True)
+    return OptimizerSpec(opt, lr)
 
 
 def module_state(module: nn.Module) -> dict[str, np.ndarray]:

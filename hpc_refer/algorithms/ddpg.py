@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from torch.func import functional_call
 
-from hpc_refer.algorithms.base import Algorithm, Losses, OptimizerSpec, TensorBatch
+from hpc_refer.algorithms.base import Algorithm, Losses, TensorBatch, adam
 from hpc_refer.algorithms.registry import register
 from hpc_refer.algorithms.shared import polyak_, squared_td_loss, td_target
 from hpc_refer.config import (
@@ -155,14 +155,11 @@ class DDPG(Algorithm):
         self.target_actor = copy.deepcopy(self.actor).requires_grad_(False)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         critic_lr = config.critic_lr_factor * config.lr
-        actor_opt = torch.optim.Adam(self.actor.parameters(), lr=config.lr, foreach=False,
-                                     fused=True)
-        critic_opt = torch.optim.Adam(self.critic.parameters(), lr=critic_lr,
-                                      weight_decay=config.critic_l2, foreach=False, fused=True)
         self.modules = {"actor": self.actor, "critic": self.critic,
                         "target_actor": self.target_actor, "target_critic": self.target_critic}
-        self.optimizers = {"actor": OptimizerSpec(actor_opt, config.lr),
-                           "critic": OptimizerSpec(critic_opt, critic_lr)}
+        self.optimizers = {"actor": adam(self.actor.parameters(), config.lr),
+                           "critic": adam(self.critic.parameters(), critic_lr,
+                                          weight_decay=config.critic_l2)}
 
     @classmethod
     def behaviour_policy(cls, obs_dim: int, act_dim: int,

@@ -30,7 +30,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from hpc_refer.algorithms.base import Algorithm, Losses, OptimizerSpec, TensorBatch
+from hpc_refer.algorithms.base import Algorithm, Losses, TensorBatch, adam
 from hpc_refer.algorithms.registry import register
 from hpc_refer.algorithms.shared import polyak_, squared_td_loss, td_target
 from hpc_refer.config import AlgorithmConfig, ReferConfig, option, require
@@ -174,10 +174,8 @@ class NAF(Algorithm):
         self.net = NAFNet(obs_dim, act_dim, config.hidden, config.sigma)
         self.target = copy.deepcopy(self.net)
         self.target.requires_grad_(False)
-        optimizer = torch.optim.Adam(self.net.parameters(), lr=config.lr, foreach=False,
-                                     fused=True)
         self.modules = {"net": self.net, "target": self.target}
-        self.optimizers = {"adam": OptimizerSpec(optimizer, config.lr)}
+        self.optimizers = {"adam": adam(self.net.parameters(), config.lr)}
 
     @classmethod
     def behaviour_policy(cls, obs_dim: int, act_dim: int,

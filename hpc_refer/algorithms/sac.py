@@ -42,7 +42,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from hpc_refer.algorithms.base import Algorithm, Losses, OptimizerSpec, TensorBatch
+from hpc_refer.algorithms.base import Algorithm, Losses, TensorBatch, adam
 from hpc_refer.algorithms.registry import register
 from hpc_refer.algorithms.shared import polyak_, squared_td_loss, td_target
 from hpc_refer.config import AlgorithmConfig, ReferConfig, option, require
@@ -177,15 +177,10 @@ class SAC(Algorithm):
         self.modules = {"actor": self.actor, "critic1": self.critic1, "critic2": self.critic2,
                         "target1": self.target1, "target2": self.target2,
                         "temperature": self.temperature}
-
-        def adam(params: list[nn.Parameter]) -> OptimizerSpec:
-            opt = torch.optim.Adam(params, lr=config.lr, foreach=False, fused=True)
-            return OptimizerSpec(opt, config.lr)
-
         self.optimizers = {
-            "actor": adam(list(self.actor.parameters())),
-            "critics": adam([*self.critic1.parameters(), *self.critic2.parameters()]),
-            "temperature": adam(list(self.temperature.parameters()))}
+            "actor": adam(self.actor.parameters(), config.lr),
+            "critics": adam([*self.critic1.parameters(), *self.critic2.parameters()], config.lr),
+            "temperature": adam(self.temperature.parameters(), config.lr)}
 
     @classmethod
     def behaviour_policy(cls, obs_dim: int, act_dim: int,

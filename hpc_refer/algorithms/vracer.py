@@ -24,7 +24,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from hpc_refer.algorithms.base import Algorithm, Losses, OptimizerSpec, TensorBatch
+from hpc_refer.algorithms.base import Algorithm, Losses, TensorBatch, adam
 from hpc_refer.algorithms.registry import register
 from hpc_refer.config import AlgorithmConfig, ReferConfig, option, require
 from hpc_refer.near import NearBounds
@@ -88,10 +88,8 @@ class VRacer(Algorithm):
                  seed: int) -> None:
         super().__init__(obs_dim, act_dim, config, refer, seed)
         self.net = GaussianPolicyValueNet(obs_dim, act_dim, config.hidden, config.sigma_init)
-        optimizer = torch.optim.Adam(self.net.parameters(), lr=config.lr, foreach=False,
-                                     fused=True)
         self.modules = {"net": self.net}
-        self.optimizers = {"adam": OptimizerSpec(optimizer, config.lr)}
+        self.optimizers = {"adam": adam(self.net.parameters(), config.lr)}
         self._numpy_net: tuple[int, NumpyMLP] | None = None
 
     @classmethod
