@@ -434,3 +434,50 @@ def test_the_step_reports_compiled_and_its_compile_time_after_its_first_call():
     assert step.compiled is True
     assert 0.0 < step.compile_seconds <= elapsed
     assert step.kind == f"compiled ({step.compile_seconds:.1f} s to compile)"
+
+
+def test_a_minibatch_of_another_size_gets_its_own_graph() -> None:
+    """The guards the step keeps (:func:`call_guards`) include the minibatch's shapes: after
+    steps on 32 rows, steps on 16 rows (a new graph) still equal the eager step's."""
+    eager, compiled = pair(VRacer.name)
+    take_steps(eager, compiled, 2)
+    for i in range(2):
+        batch = make_batch(eager.algo, 16, seed=20 + i)
+        terms = ReferTerms(0.7, 2.2, 0.8)
+        want, got = eager.train_step(batch, terms), compiled.train_step(batch, terms)
+        assert got.rho.shape == (16,)
+        np.testing.assert_allclose(got.rho, want.rho, rtol=1e-5)
+        np.testing.assert_allclose(got.error, want.error, rtol=1e-5, atol=1e-6)
+    assert_same_state(eager.algo, compiled.algo)
+
+
+def test_call_guards_drop_only_what_is_fixed_for_the_life_of_the_step() -> None:
+    """Guards on the step's own attributes, module globals, the parameters and Adam's
+    moments are dropped; those on the minibatch, beta, the bounds, the step terms, the
+    schedule and torch's global state are kept."""
+    from types import SimpleNamespace
+
+    from hpc_refer.algorithms.compiled import call_guards
+
+    dropped = ["self.root._modules['parts']", "self.groups[0].eps", "G['torch'].nn",
+               "__import__('torch').utils._pytree.SUPPORTED_NODES",
+               "dict(type(self.root).__mro__[1].__dict__)", "params['parts.net.w']",
+               "states[0][0][1]"]
+    kept = ["batch.obs", "beta", "bounds[0]", "terms[1][0]", "now[0]", "now", ""]
+    entries = [SimpleNamespace(name=n) for n in dropped + kept]
+    assert call_guards(entries) == [False] * len(dropped) + [True] * len(kept)
+
+
+def test_group_state_refuses_a_moment_of_another_shape() -> None:
+    """A loaded Adam moment whose shape is not its parameter's is refused by name (the
+    step's graph does not guard the moments' shapes)."""
+    from hpc_refer.algorithms.compiled import _Group
+
+    a = torch.nn.Parameter(torch.ones(2))
+    opt = _adam(a)
+    group = _Group(opt, 1e-2, {id(a): "net.a"})
+    group.state()
+    opt.state[a]["exp_avg"] = torch.zeros(3)
+    with pytest.raises(ValueError, match=r"Adam state of net.a has shape \(3,\), its "
+                                         r"parameter \(2,\)"):
+        group.state()
