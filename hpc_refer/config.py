@@ -1,9 +1,10 @@
 """Configuration: one frozen dataclass per concern, a TOML file, command-line overrides.
 
 Every default of the program is defined here, once, as a dataclass field; its help text lives
-in the field's metadata and is what ``--help`` prints. A config is resolved in three layers:
-dataclass defaults < TOML file (``--config``) < command-line flags. The resolved config is
-written to the run directory as ``config.toml``.
+in the field's metadata and is what ``--help`` prints. A config is resolved in layers:
+dataclass defaults < a named preset (``--preset``, :mod:`hpc_refer.presets`) < TOML file
+(``--config``) < command-line flags. The resolved config is written to the run directory as
+``config.toml``.
 
 TOML layout (every section and key optional)::
 
@@ -63,6 +64,8 @@ from types import MappingProxyType
 from typing import Any, ClassVar
 
 import tomli_w
+
+from hpc_refer.presets import PRESETS, preset_layers
 
 
 class ConfigError(ValueError):
@@ -194,6 +197,11 @@ class RunConfig:
         "", "off-policy algorithm: a registered one (its table of the same name holds its "
         "settings); empty: the default algorithm"
     )
+    preset: str = option(
+        "", "named settings applied over the defaults and under --config and the flags: paper "
+        "(the paper's, pinned), expensive (the most return per environment step on the "
+        "benchmark: SAC with plain ER); empty: none (hpc_refer/presets.py)", tuple(PRESETS)
+    )
     plugins: tuple[str, ...] = option(
         (), "modules imported before the config is resolved, each registering algorithms of "
         "its own (comma-separated, e.g. my_package.td7); kept in config.toml, so every rank "
@@ -276,6 +284,8 @@ class RunConfig:
         for module in self.plugins:
             require(all(part.isidentifier() for part in module.split(".")), "run.plugins",
                      self.plugins, "dotted module names (package.module)")
+        require(self.preset in ("", *PRESETS), "run.preset", self.preset,
+                f"{', '.join(PRESETS)} or empty")
         require(self.steps > 0, "run.steps", self.steps, "integers > 0")
         require(self.log_every > 0, "run.log_every", self.log_every, "integers > 0")
         require(self.threads > 0, "run.threads", self.threads, "integers > 0")
@@ -721,12 +731,16 @@ def _table(cls: type, section: str, values: Any) -> Any:
 def build_config(overrides: Mapping[str, Any]) -> Config:
     """Config from ``{section: {key: value}}`` over the defaults; unknown keys are errors.
 
-    ``run`` is read first and its plugins imported (:func:`load_plugins`); ``run.algorithm``
-    (empty: the default algorithm) chooses the algorithm table. The tables of the other
+    ``run`` is read first and its plugins imported (:func:`load_plugins`); a ``run.preset``
+    puts its tables under ``overrides`` (:mod:`hpc_refer.presets`); ``run.algorithm`` (empty:
+    the default algorithm) chooses the algorithm table. The tables of the other
     registered algorithms, if given, are validated and left out of the result.
     """
     run = _table(RunConfig, "run", overrides.get("run", {}))
     tables = algorithm_tables(run.plugins)
+    if run.preset:
+        overrides = _with_preset(run, overrides)
+        run = _table(RunConfig, "run", overrides["run"])
     name = run.algorithm or default_algorithm()
     require(name in tables, "run.algorithm", name, ", ".join(sorted(tables)))
     run = dataclasses.replace(run, algorithm=name)
@@ -748,6 +762,18 @@ def build_config(overrides: Mapping[str, Any]) -> Config:
     return Config(run=run, algorithm=sections.get(name, tables[name]()),
                   refer=sections.get("refer", ReferConfig()),
                   replay=sections.get("replay", ReplayConfig()), env=sections.get("env", {}))
+
+
+def _with_preset(run: RunConfig, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``overrides`` over the tables of ``run.preset`` (for the algorithm the run resolves
+    to: the one given, else the preset's, else the default)."""
+    preset_run = PRESETS[run.preset].tables.get("run", {})
+    algorithm = run.algorithm or preset_run.get("algorithm") or default_algorithm()
+    merged: dict[str, Any] = preset_layers(run.preset, algorithm)
+    for section, values in overrides.items():
+        merged[section] = ({**merged.get(section, {}), **values} if isinstance(values, dict)
+                           else values)
+    return merged
 
 
 def load_toml(path: Path) -> dict[str, dict[str, Any]]:
