@@ -481,3 +481,37 @@ def test_group_state_refuses_a_moment_of_another_shape() -> None:
     with pytest.raises(ValueError, match=r"Adam state of net.a has shape \(3,\), its "
                                          r"parameter \(2,\)"):
         group.state()
+
+
+def test_new_input_scaling_reaches_the_graph() -> None:
+    """The normaliser's statistics change between steps (every ``replay.stats_every``): the
+    compiled step reads the new ones, as the eager step does."""
+    eager, compiled = pair(VRacer.name)
+    take_steps(eager, compiled, 1)
+    for trainee in (eager, compiled):
+        trainee.algo.set_input_scaling(np.linspace(-1, 1, OBS), np.full(OBS, 0.5))
+    batch, terms = make_batch(eager.algo, 32, seed=5), ReferTerms(0.9, 2.0, 1.0)
+    want, got = eager.train_step(batch, terms), compiled.train_step(batch, terms)
+    np.testing.assert_allclose(got.value, want.value, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got.rho, want.rho, rtol=1e-5)
+
+
+def test_steps_of_other_widths_and_constants_in_one_process_each_use_their_own_graphs(
+        ) -> None:
+    """Each compiled step finds only its own graphs (the guards on its networks and
+    constants are dropped): in one process, a V-RACER of other widths after a first one, and
+    a DDPG of another gamma (a constant of its loss) after a first one, each equal their
+    eager steps."""
+    def sized(name: str, hidden: list[int], gamma: float) -> tuple[Trainee, Trainee]:
+        config = build_config({"run": {"algorithm": name, "compile": "off"},
+                               name: {"hidden": hidden, "batch": 32, "gamma": gamma}})
+        out = []
+        for compiled in (False, True):
+            algo = make_algorithm(config, OBS, ACT, seed=3)
+            algo.set_input_scaling(np.full(OBS, 0.1), np.full(OBS, 1.5))
+            out.append(Trainee(algo, make_step(algo, None, compiled)))
+        return out[0], out[1]
+
+    for name, hidden, gamma in ((VRacer.name, [16, 16], 0.99), (VRacer.name, [24, 8], 0.99),
+                                (DDPG.name, [16, 16], 0.99), (DDPG.name, [16, 16], 0.9)):
+        take_steps(*sized(name, hidden, gamma), 2)

@@ -34,6 +34,7 @@ import contextlib
 import logging
 import math
 import time
+import types
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, cast
@@ -208,9 +209,9 @@ class CompiledStep:
         bits = _vector_bits()
         if bits is not None:
             options["cpp.simdlen"] = bits
-        self._fused = torch.compile(self._fused_step, dynamic=False, options=options)
-        self._grads = torch.compile(self._gradients, dynamic=False, options=options)
-        self._adam = torch.compile(self._adam_all, dynamic=False, options=options)
+        self._fused = torch.compile(own_code(self._fused_step), dynamic=False, options=options)
+        self._grads = torch.compile(own_code(self._gradients), dynamic=False, options=options)
+        self._adam = torch.compile(own_code(self._adam_all), dynamic=False, options=options)
 
     def _loss(self, params: dict[str, torch.Tensor], batch: TensorBatch, beta: torch.Tensor,
               bounds: NearBounds) -> tuple[torch.Tensor, Aux]:
@@ -292,6 +293,17 @@ class CompiledStep:
             raise CompileUnavailableError(failure_reason(err)) from err
 
 
+def own_code(method: Callable[..., Any]) -> Callable[..., Any]:
+    """The bound ``method`` with a code object of its own. Dynamo keeps its compiled graphs
+    and their guards on the code object: with a copy per :class:`CompiledStep`, a step only
+    ever finds its own graphs, so :func:`call_guards` may drop the guards on what is fixed
+    for its life (another step's networks, widths, gamma or Adam constants never match it)."""
+    func = cast(types.MethodType, method).__func__
+    copy = types.FunctionType(func.__code__.replace(), func.__globals__, func.__name__,
+                              func.__defaults__, func.__closure__)
+    return types.MethodType(copy, cast(types.MethodType, method).__self__)
+
+
 _FIXED_FOR_LIFE = ("self", "G[", "__import__", "dict(type(self", "params", "states")
 """Roots of the guards :func:`call_guards` drops."""
 
@@ -300,10 +312,11 @@ def call_guards(entries: list[Any]) -> list[bool]:
     """Which of dynamo's guards a call of the step evaluates: those on the minibatch, beta,
     the bounds, Adam's step terms, the optimizer schedule ``now`` (which picks the graph) and
     torch's global state (grad mode, deterministic algorithms, ...), not those on what is
-    fixed for the life of a :class:`CompiledStep`: the parameters and Adam moments (the same
-    shapes and dtypes for good: updated in place, a loaded state dict copied into them, a
-    moment of another shape refused by :meth:`_Group.state`), this object's attributes (the
-    modules, group names, betas, eps) and module globals.
+    fixed for the life of a :class:`CompiledStep` (whose graphs no other step sees:
+    :func:`own_code`): the parameters and Adam moments (the same shapes and dtypes for good:
+    updated in place, a loaded state dict copied into them, a moment of another shape
+    refused by :meth:`_Group.state`), this object's attributes (the modules, group names,
+    betas, eps, the algorithm's constants) and module globals.
 
     There are about 300 such guards, 80 us of a 0.8 ms step on one core, about a tenth of it
     (BENCHMARKS section 1)."""
