@@ -19,7 +19,7 @@ changes later.
 ``expensive``
     For environments whose step costs far more than a gradient step (CFD): what returns the
     most per environment step on the sample-efficiency benchmark
-    (``bench/sample_efficiency.py``, BENCHMARKS section 9): SAC with plain experience replay,
+    (``bench/sample_efficiency.py``, BENCHMARKS section 12): SAC with plain experience replay,
     learning from 10,000 stored steps, one gradient step per environment step, the SAC
     table's defaults (2 x 256, Adam 3e-4, B = 256, twin critics, tuned temperature).
 """

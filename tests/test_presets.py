@@ -64,6 +64,6 @@ def test_an_unknown_preset_names_the_allowed_ones(in_tmp, capsys) -> None:
         main(["--preset", "fast"])
     assert exc.value.code == 2
     assert "choose from 'paper', 'expensive'" in capsys.readouterr().err
-    with pytest.raises(ConfigError, match="run.preset = 'fast' is invalid: allowed values are "
+    with pytest.raises(ConfigError, match=r"run\.preset = 'fast' is invalid: allowed values are "
                                           "paper, expensive or empty"):
         build_config({"run": {"preset": "fast"}})
