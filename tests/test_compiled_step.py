@@ -9,6 +9,7 @@ import logging
 import os
 import subprocess
 import sys
+from typing import Any
 
 import numpy as np
 import pytest
@@ -141,6 +142,9 @@ def test_compiled_step_equals_eager_step(name: str) -> None:
     agree to round-off."""
     eager, compiled = pair(name)
     take_steps(eager, compiled, 5)
+    plans = compiled.step._compiled._fused._plans
+    assert plans and all(plan is not None for plan in plans.values()), \
+        "after its first call the step calls its graph directly (DirectGraph)"
 
 
 def test_compiled_step_of_several_learners_averages_gradients() -> None:
@@ -165,6 +169,9 @@ def test_the_two_graph_step_of_several_learners_equals_the_eager_step(name: str)
     step agrees with its eager step to round-off, a stochastic loss's noise included."""
     eager, compiled = pair(name, reducer_seed=7)
     take_steps(eager, compiled, 3)
+    step = compiled.step._compiled
+    assert all(plan is not None for graph in (step._grads, step._adam)
+               for plan in graph._plans.values())
 
 
 def test_checkpoints_move_between_compiled_and_eager_steps() -> None:
@@ -515,3 +522,59 @@ def test_steps_of_other_widths_and_constants_in_one_process_each_use_their_own_g
     for name, hidden, gamma in ((VRacer.name, [16, 16], 0.99), (VRacer.name, [24, 8], 0.99),
                                 (DDPG.name, [16, 16], 0.99), (DDPG.name, [16, 16], 0.9)):
         take_steps(*sized(name, hidden, gamma), 2)
+
+
+def _direct(fn, module: torch.nn.Module):
+    from hpc_refer.algorithms.compiled import DirectGraph, call_guards
+
+    return DirectGraph(fn, module, {"guard_filter_fn": call_guards, "fallback_random": True})
+
+
+class _Scaled(torch.nn.Module):
+    """A module whose buffer a function reads (as the loss reads the normaliser's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("scale", torch.full((3,), 2.0))
+
+    def apply(self, x: torch.Tensor, w: dict[str, torch.Tensor]) -> dict[str, Any]:
+        w["w"].add_(1.0)  # an input changed in place, as Adam changes the parameters
+        return {"y": x * self.scale + w["w"], "name": "y", "none": None}
+
+
+def test_direct_graph_calls_take_new_arguments_buffers_and_in_place_updates() -> None:
+    """After the first call of a key, calls go to the graph directly: with new argument
+    tensors, a module buffer changed in place, the in-place update of an input, and the
+    result's constants, as eager code computes them; a new key gets its own plan."""
+    module = _Scaled()
+    step = _direct(module.apply, module)
+    w = {"w": torch.zeros(3)}
+    for i in range(4):
+        x = torch.arange(3.0) + i
+        module.scale.fill_(2.0 + i)
+        want = x * (2.0 + i) + (w["w"] + 1.0)
+        got = step("k", x, w)
+        torch.testing.assert_close(got["y"], want)
+        assert got["name"] == "y" and got["none"] is None
+    torch.testing.assert_close(w["w"], torch.full((3,), 4.0))
+    assert step._plans["k"] is not None, "later calls of the key go direct"
+    got = step("k5", torch.arange(5.0)[:3], w)
+    assert set(step._plans) == {"k", "k5"}
+
+
+def test_direct_graph_keeps_dynamo_where_an_input_comes_from_elsewhere() -> None:
+    """A tensor the function reads from neither its arguments nor the modules (a global):
+    no plan for the key; every call goes through dynamo and sees the global's new value."""
+    module = torch.nn.Module()
+    step = _direct(_reads_global, module)
+    for i in range(3):
+        _GLOBAL.fill_(float(i))
+        torch.testing.assert_close(step("k", torch.ones(2)), torch.full((2,), 1.0 + i))
+    assert step._plans["k"] is None
+
+
+_GLOBAL = torch.zeros(2)
+
+
+def _reads_global(x: torch.Tensor) -> torch.Tensor:
+    return x + _GLOBAL
