@@ -11,7 +11,7 @@
 3. Memory of a full 2^18 replay: resident memory added by allocating and filling it, against
    the raw bytes of its columns.
 
-Writes bench/results/learner.json.
+Writes bench/results/learner.json (``--name``: another file).
 """
 
 from __future__ import annotations
@@ -142,6 +142,9 @@ def bench_end_to_end(steps: int, tmp: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short blocks (a smoke run)")
+    parser.add_argument("--name", default="learner",
+                        help="results file bench/results/NAME.json (another machine's figures "
+                             "beside this one's)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     n, repeats, e2e = (50, 3, 6000) if args.quick else (500, 7, 30000)
@@ -154,7 +157,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         e2e_rates = bench_end_to_end(e2e, Path(tmp))
-    path = write("learner", {"gradient": grads, "end_to_end": e2e_rates, "memory": memory,
+    path = write(args.name, {"gradient": grads, "end_to_end": e2e_rates, "memory": memory,
                              "targets": {"vracer_steps_per_s": 500, "memory_ratio": 1.5}})
     mlp = grads["median"]["mlp"]
     print(f"gradient steps/s, one core, full 2^18 replay (bare MLP update {mlp:.0f}/s):")
