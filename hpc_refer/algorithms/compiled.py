@@ -320,7 +320,7 @@ class DirectGraph:
 
     A call through dynamo evaluates the frame: its guards, the bytecode that gathers the
     graph's inputs from the arguments, and the wrappers around the graph, about 100 us of a
-    0.75 ms step at the paper's sizes (BENCHMARKS section 1); the graph itself is a callable
+    0.75 ms step at the paper's sizes (BENCHMARKS section 13); the graph itself is a callable
     of a flat tuple of tensors. The first call of each ``key`` (what picks or shapes a graph:
     the optimizer schedule and the minibatch shape) goes through dynamo, which compiles and
     calls the graph through this object's backend; the tensors that call passed and got
@@ -422,7 +422,7 @@ def call_guards(entries: list[Any]) -> list[bool]:
     betas, eps, the algorithm's constants) and module globals.
 
     There are about 300 such guards, 80 us of a 0.8 ms step on one core, about a tenth of it
-    (BENCHMARKS section 1)."""
+    (BENCHMARKS section 13)."""
     return [not e.name.startswith(_FIXED_FOR_LIFE) for e in entries]
 
 
