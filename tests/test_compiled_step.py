@@ -578,3 +578,12 @@ _GLOBAL = torch.zeros(2)
 
 def _reads_global(x: torch.Tensor) -> torch.Tensor:
     return x + _GLOBAL
+
+
+def test_direct_graph_keeps_no_record_of_later_calls() -> None:
+    """Only the first call of a key is recorded (for its plan): the calls of a key that stays
+    with dynamo leave nothing behind (no tensors held from call to call)."""
+    step = _direct(_reads_global, torch.nn.Module())
+    for _ in range(3):
+        step("k", torch.ones(2))
+    assert step._plans["k"] is None and step._calls == []

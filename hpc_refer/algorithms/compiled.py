@@ -335,6 +335,7 @@ class DirectGraph:
                  options: dict[str, Any]) -> None:
         patches = {k: v for k, v in options.items() if k != "guard_filter_fn"}
         self._calls: list[tuple[Callable[..., Any], tuple[Any, ...], Any]] = []
+        self._capturing = False
 
         def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]
                     ) -> Callable[..., Any]:
@@ -343,7 +344,8 @@ class DirectGraph:
 
             def run(*inputs: Any) -> Any:
                 out = graph(*inputs)
-                self._calls.append((graph, inputs, out))
+                if self._capturing:  # (only the first call of a key is looked at)
+                    self._calls.append((graph, inputs, out))
                 return out
 
             return run
@@ -355,8 +357,11 @@ class DirectGraph:
 
     def __call__(self, key: Hashable, *args: Any) -> Any:
         if key not in self._plans:
-            self._calls.clear()
-            result = self._dynamo(*args)
+            self._capturing = True
+            try:
+                result = self._dynamo(*args)
+            finally:
+                self._capturing = False
             self._plans[key] = self._plan(args, result) if len(self._calls) == 1 else None
             self._calls.clear()
             return result
