@@ -160,6 +160,20 @@ def parse_params(data: bytes) -> dict[str, str]:
     return out
 
 
+def world_note(uses_world: bool | None, world_size: int, group_size: int) -> str:
+    """The line an MPMD-launched solver group's rank 0 logs at start-up when the code did not
+    say which communicator it uses (``uses_world`` None): its ``MPI.COMM_WORLD`` is not its
+    group, so a code that communicates on COMM_WORLD would wait forever. Empty when the code
+    declared it (False: it uses :attr:`Client.comm`; True is refused before this)."""
+    if uses_world is not None:
+        return ""
+    return (f"hpc_refer_client: MPMD launch: MPI.COMM_WORLD has {world_size} ranks "
+            f"(hpc_refer's and every environment's), this environment's group has "
+            f"{group_size}: communicate on Client.comm, not MPI.COMM_WORLD, or the solver "
+            f"hangs; launch with spawn or connect for a code tied to COMM_WORLD "
+            f"(Client(..., uses_world=False) silences this line)")
+
+
 def _fail(message: str) -> None:
     """Log ``hpc_refer_client: error on world rank R: message`` (critical: it reaches stderr
     also where the solver configured no logging) and abort the whole job (both apps under
@@ -196,12 +210,15 @@ def _connect(path: str) -> Any:
 class Client:
     """One environment's solver group, joined to its hpc_refer actor (every rank).
 
-    ``Client(obs_dim, act_dim, low, high, step_metrics=(), uses_world=False)`` joins
+    ``Client(obs_dim, act_dim, low, high, step_metrics=(), uses_world=None)`` joins
     (collective over the solver's ranks; under MPMD also the Allgather and Split that
     hpc_refer makes), declares the sizes, the action bounds and the names of the per-step
     series (``step_metrics``, distinct identifiers, possibly none) and receives the run's
-    parameters. ``uses_world``: the code communicates on ``MPI.COMM_WORLD`` itself, so an
-    MPMD launch (where COMM_WORLD holds hpc_refer's ranks too) is refused with an error.
+    parameters. ``uses_world``: True when the code communicates on ``MPI.COMM_WORLD``
+    itself, so that an MPMD launch (where COMM_WORLD holds hpc_refer's ranks too) is refused
+    with an error; False when it uses :attr:`comm`; None (not said): under MPMD the group's
+    rank 0 logs one line at start-up saying that COMM_WORLD is not the group
+    (:func:`world_note`), the usual cause of a solver that hangs there.
 
     Attributes: ``comm`` (this environment's ranks: use it, or in spawn/connect mode
     COMM_WORLD, for the solver's own traffic), ``rank``, ``size`` (in ``comm``), ``env``,
@@ -212,7 +229,7 @@ class Client:
 
     def __init__(self, obs_dim: int, act_dim: int, low: Iterable[float],
                  high: Iterable[float], step_metrics: Sequence[str] = (), *,
-                 uses_world: bool = False) -> None:
+                 uses_world: bool | None = None) -> None:
         from mpi4py import MPI
 
         self._mpi = MPI
@@ -260,7 +277,7 @@ class Client:
             self.peer.Recv(text, source=self.actor, tag=TAG_PARAMS)
         self.params = parse_params(self.comm.bcast(text.tobytes(), root=0))
 
-    def _join_mpmd(self, uses_world: bool) -> None:
+    def _join_mpmd(self, uses_world: bool | None) -> None:
         """MPMD start-up: the Allgather of APPNUM and the Split that hpc_refer makes, the E
         ASSIGN messages (to the app's rank 0), the split into E equal groups."""
         mpi = self._mpi
@@ -297,6 +314,9 @@ class Client:
         self.env = arank // (asize // self.envs)
         self.actor = actors[self.env]
         self.comm = self._app.Split(self.env, arank)
+        note = world_note(uses_world, world.Get_size(), self.comm.Get_size())
+        if note and self.comm.Get_rank() == 0:
+            logging.getLogger(__name__).warning(note)
 
     def _assign_mpmd(self) -> list[int]:
         """The E actors' world ranks, from their ASSIGN messages (the app's rank 0)."""

@@ -15,7 +15,13 @@ import pytest
 from mpi_launch import mpi_env, mpirun_exe
 
 from hpc_refer.algorithms.vracer import VRacer
-from hpc_refer.client import metric_names_text, params_text, parse_metric_names, parse_params
+from hpc_refer.client import (
+    metric_names_text,
+    params_text,
+    parse_metric_names,
+    parse_params,
+    world_note,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLVER = ROOT / "solvers/examples/halo_python/solver.py"
@@ -33,6 +39,16 @@ def test_params_round_trip_as_key_value_lines():
         params_text({"a=b": 1})
     with pytest.raises(ValueError, match=r"solver parameter path = 'x\\ny' is invalid"):
         params_text({"path": "x\ny"})
+
+
+def test_an_undeclared_communicator_is_named_at_start_up_under_mpmd():
+    """A code that did not say which communicator it uses gets one line naming COMM_WORLD's
+    size against its group's and what to do; one that said so gets none."""
+    note = world_note(None, 6, 2)
+    assert note.startswith("hpc_refer_client: MPMD launch: MPI.COMM_WORLD has 6 ranks")
+    assert "this environment's group has 2: communicate on Client.comm" in note
+    assert "\n" not in note
+    assert world_note(False, 6, 2) == "" and world_note(True, 6, 2) == ""
 
 
 def test_metric_names_are_distinct_identifiers():
@@ -152,3 +168,4 @@ def test_training_against_a_python_solver_in_the_same_mpirun(tmp_path):
     proc = _train([*head, "--run-dir", "run", ":", "-n", "2", sys.executable, str(SOLVER)],
                   tmp_path)
     _check_training(proc, tmp_path / "run", world=4)
+    assert "hpc_refer_client: MPMD launch" not in proc.stderr, "uses_world=False said it"

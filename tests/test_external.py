@@ -39,6 +39,7 @@ from hpc_refer.envs.external import (
     SPAWN,
     ExternalEnv,
     ExternalSolverError,
+    SolverFailure,
     SolverFault,
     SolverStartError,
     check_apps,
@@ -615,6 +616,46 @@ def test_params_metrics_and_step_values_of_protocol_2():
         "env_index": "3", "run_dir": "", "seed": "0"}
 
 
+class SilentAfterHandshake(ScriptedLink):
+    """The handshake, then no answer: ``recv`` times out (a solver waiting in a collective on
+    MPI_COMM_WORLD)."""
+
+    def recv(self, deadline: float | None = None) -> tuple[int, np.ndarray]:
+        if not self.messages:
+            raise TimeoutError
+        return super().recv(deadline)
+
+
+class MpmdLinks(ScriptedLinks):
+    def mpmd(self, index: int, envs: int) -> ScriptedLink:
+        return self.link
+
+
+def test_no_first_answer_under_mpmd_names_comm_world():
+    """Under MPMD a first RESET without answer is a start-up error (one line) naming the
+    usual cause, MPI_COMM_WORLD holding hpc_refer's ranks; after a first answer, or under
+    spawn, it stays a failure of the environment."""
+    env = ExternalEnv("external", 0, 1, 2.0,
+                      links=MpmdLinks(SilentAfterHandshake(_handshake()), apps=2))
+    with pytest.raises(SolverStartError) as exc:
+        env.reset(1)
+    text = str(exc.value)
+    assert "\n" not in text and "no answer to its first RESET within run.env_step_timeout" in text
+    assert "MPI_COMM_WORLD also holds hpc_refer's ranks" in text and "Client.comm" in text
+    state = (TAG_STATE, np.array([0.0, 0.0, 0.0, 0.5, 0.25, 1.5, -2.0]))
+    env = ExternalEnv("external", 0, 1, 2.0,
+                      links=MpmdLinks(SilentAfterHandshake([*_handshake(), state]), apps=2))
+    env.reset(1)
+    with pytest.raises(SolverFailure) as failure:
+        env.step(np.zeros(1))
+    assert not isinstance(failure.value, SolverStartError)
+    env, _ = _scripted(_handshake())
+    env.link = SilentAfterHandshake([])
+    with pytest.raises(SolverFailure) as failure:
+        env.reset(1)
+    assert "COMM_WORLD" not in str(failure.value)
+
+
 @pytest.mark.parametrize(
     ("values", "field"),
     [([0.0, 1.0, 0.0, 0.5, 0.25, np.nan, 1.0], "field 'step value cd' = nan is not finite"),
@@ -699,3 +740,19 @@ def test_fortran_client_reads_params_and_sends_step_metrics(fortran_mpi, heat1d_
                     f"external:-n 2 {heat1d_fortran}"], fortran_mpi.env())], tmp_path,
                  timeout=120)[0]
     _check_param_driver(proc)
+
+
+def test_a_failed_spawn_as_root_names_the_variables_to_set():
+    """MPI_Comm_spawn as root under Open MPI 5 fails with a bare MPI_ERR_UNKNOWN unless the
+    PRTE_ALLOW_RUN_AS_ROOT pair is set: the start-up error says which are missing."""
+    from hpc_refer.parallel.solver_link import spawn_failure
+
+    text = spawn_failure("./heat1d", 2, "MPI_ERR_UNKNOWN: unknown error", 0,
+                         {"PRTE_ALLOW_RUN_AS_ROOT": "1"})
+    assert text == ("MPI_Comm_spawn of 2 rank(s) of ./heat1d failed: MPI_ERR_UNKNOWN: unknown "
+                    "error; running as root, Open MPI spawns only with "
+                    "PRTE_ALLOW_RUN_AS_ROOT=1 and PRTE_ALLOW_RUN_AS_ROOT_CONFIRM=1 in the "
+                    "environment (not set: PRTE_ALLOW_RUN_AS_ROOT_CONFIRM)")
+    both = {"PRTE_ALLOW_RUN_AS_ROOT": "1", "PRTE_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    assert "root" not in spawn_failure("./heat1d", 2, "MPI_ERR_SPAWN", 0, both)
+    assert "root" not in spawn_failure("./heat1d", 2, "MPI_ERR_SPAWN", 1000, {})

@@ -47,9 +47,14 @@ launch mode and the timeout). No STATE in time makes the environment fail for go
 (:class:`SolverFailure`): the solver cannot be told to abandon its step, and an answer that
 came late would be taken for the answer to the next message, so it is not driven further
 (at close it gets STOP without ``MPI_Comm_disconnect``, which a stuck group would never
-join). ``MPI_Comm_spawn`` itself returns only once the spawned program has initialised MPI,
-and ``MPI_Comm_accept`` only once a solver job connects: neither can be interrupted, so the
-time limit starts when the group is there (a separate job may legitimately wait in a queue).
+join). Under MPMD no answer to the *first* RESET is a start-up error instead, whose message
+names the usual cause: the solver communicates on ``MPI_COMM_WORLD``, which there holds
+hpc_refer's ranks too (the Python client also says so at start-up, see
+:mod:`hpc_refer.client`). ``MPI_Comm_spawn`` itself returns only once the spawned program
+has initialised MPI, and ``MPI_Comm_accept`` only once a solver job connects: neither can be
+interrupted, so the time limit starts when the group is there (a separate job may
+legitimately wait in a queue). A failed spawn is a start-up error that names, for root, the
+variables Open MPI needs (:func:`hpc_refer.parallel.solver_link.spawn_failure`).
 """
 
 from __future__ import annotations
@@ -290,6 +295,9 @@ class ExternalEnv:
         """The step metrics' values in the last valid STATE (float64)."""
         self.link.send_params(text)
         self.t = 0
+        self.answered = False
+        """Whether a STATE came yet: under MPMD, no first one in time is a start-up error
+        that names the likely cause (a solver communicating on MPI_COMM_WORLD)."""
 
     def _recv(self, what: str, start: bool = False) -> tuple[int, np.ndarray]:
         """The next message, expected as ``what``: a timeout is a start-up error while
@@ -303,6 +311,16 @@ class ExternalEnv:
                     f"run.env_step_timeout = {self.timeout:g} s; does the program call "
                     f"hpc_refer_init?") from None
             self.broken = True
+            if self.how == MPMD and not self.answered:
+                raise SolverStartError(
+                    f"{self.name}: no answer to its first {what} within "
+                    f"run.env_step_timeout = {self.timeout:g} s. Under MPMD (--env external) "
+                    f"MPI_COMM_WORLD also holds hpc_refer's ranks and the other "
+                    f"environments' groups, so a solver that communicates on MPI_COMM_WORLD "
+                    f"(a collective, a halo exchange) waits forever: make it use the "
+                    f"client's communicator (Client.comm in Python, c.comm in C and Fortran), or "
+                    f"launch it with spawn (--env \"external:-n K PROGRAM\") or connect "
+                    f"(--env \"external:--connect DIR\")") from None
             raise SolverFailure(f"{self.name}: no answer to {what} within "
                                 f"run.env_step_timeout = {self.timeout:g} s; the solver is "
                                 f"no longer driven") from None
@@ -375,6 +393,7 @@ class ExternalEnv:
             raise self._fault(f"step value {self.step_metric_names[bad[0]]}",
                               f"= {values[bad[0]]} is not finite")
         self.step_values = values
+        self.answered = True
         return state, float(reward), Status(int(status))
 
     def _check_alive(self) -> None:

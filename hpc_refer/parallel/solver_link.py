@@ -5,6 +5,7 @@ and how the entry points hand the making of links down to the environments
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -18,8 +19,26 @@ from hpc_refer.client import (  # the external-solver wire protocol (see SolverL
 )
 from hpc_refer.client import TAG_PARAMS as TAG_SOLVER_PARAMS
 from hpc_refer.client import TAG_STOP as TAG_SOLVER_STOP
+from hpc_refer.envs.interface import SolverStartError
 from hpc_refer.parallel.world import _appnums, _mpi, app_count
 from hpc_refer.timeouts import poll_until
+
+ROOT_SPAWN_VARIABLES = ("PRTE_ALLOW_RUN_AS_ROOT", "PRTE_ALLOW_RUN_AS_ROOT_CONFIRM")
+"""What Open MPI 5's runtime needs in the environment to spawn processes as root (the
+``OMPI_ALLOW_RUN_AS_ROOT`` pair only lets ``mpirun`` itself start)."""
+
+
+def spawn_failure(program: str, ranks: int, error: str, euid: int,
+                  environ: Mapping[str, str]) -> str:
+    """The one-line start-up error of a failed MPI_Comm_spawn: the program, the MPI error
+    and, for root without :data:`ROOT_SPAWN_VARIABLES` set, the variables to set."""
+    text = f"MPI_Comm_spawn of {ranks} rank(s) of {program} failed: {error}"
+    missing = [v for v in ROOT_SPAWN_VARIABLES if environ.get(v) != "1"]
+    if euid == 0 and missing:
+        text += (f"; running as root, Open MPI spawns only with "
+                 f"{' and '.join(f'{v}=1' for v in ROOT_SPAWN_VARIABLES)} in the environment "
+                 f"(not set: {', '.join(missing)})")
+    return text
 
 
 class SolverLink:
@@ -103,8 +122,13 @@ class SolverLink:
               envs: int) -> SolverLink:
         """Start ``ranks`` processes of ``program`` with MPI_Comm_spawn (they find this actor
         with MPI_Comm_get_parent) and send them ASSIGN."""
-        return cls._join(_mpi().COMM_SELF.Spawn(program, args=args, maxprocs=ranks), index,
-                         envs)
+        mpi = _mpi()
+        try:
+            inter = mpi.COMM_SELF.Spawn(program, args=args, maxprocs=ranks)
+        except mpi.Exception as err:
+            raise SolverStartError(spawn_failure(program, ranks, err.Get_error_string(),
+                                                 os.geteuid(), os.environ)) from None
+        return cls._join(inter, index, envs)
 
     @classmethod
     def accept(cls, port_file: str, index: int, envs: int) -> SolverLink:
