@@ -9,6 +9,12 @@ follow the solver's calls. Prints one line per episode and the statistics, and w
 to ``RUN_DIR/evaluation.json`` (or ``--out``). ``--snapshot RULE`` (the syntax of
 ``run.snapshot``, episodes of this evaluation counted from 1) writes the solver's snapshots
 (CylinderJets: the vorticity, .h5 and .png) to ``RUN_DIR/evaluation-snapshots``.
+
+``--baseline ACTION`` runs, beside the policy, the uncontrolled reference: the same number
+of episodes from the same seeds with one constant action in the environment's units
+(``zero``, one value for every dimension, or one per dimension, comma-separated), and prints
+both with the solver's episode metrics, so that a policy that barely acts is not taken for a
+result. The JSON then holds the baseline's statistics under ``baseline``.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import argparse
 import dataclasses
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +31,9 @@ import numpy as np
 
 from hpc_refer.actor import Actor
 from hpc_refer.checkpoint import CheckpointError
-from hpc_refer.config import ConfigError, build_config, load_toml
+from hpc_refer.config import ActionBounds, ConfigError, build_config, load_toml
 from hpc_refer.envs import SolverSpec, env_factory, make_driver, serve_team
+from hpc_refer.networks import BehaviourPolicy
 from hpc_refer.parallel import MpiLinks, world_rank_size, world_team
 from hpc_refer.policy_file import load_policy
 from hpc_refer.records import EpisodeRecord
@@ -47,6 +55,67 @@ def statistics(episodes: list[EpisodeRecord], names: tuple[str, ...]) -> dict[st
     return out
 
 
+def baseline_action(text: str, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """The constant action of ``--baseline``: ``zero``, one number for every dimension or
+    one per dimension (comma-separated); ConfigError naming the flag, the allowed forms and
+    the box when it is malformed or outside [low, high]."""
+    dim = low.size
+    try:
+        values = np.zeros(dim) if text == "zero" else np.array(
+            [float(v) for v in text.split(",")], np.float64)
+    except ValueError:
+        values = np.zeros(0)
+    if values.size not in (1, dim) or not np.isfinite(values).all():
+        raise ConfigError(f"--baseline {text!r} is invalid: allowed are 'zero', one number or "
+                          f"{dim} comma-separated numbers (the action in the environment's "
+                          f"units)")
+    action = np.broadcast_to(values, (dim,)).astype(np.float64)
+    outside = np.flatnonzero((action < low) | (action > high))
+    if outside.size:
+        i = int(outside[0])
+        raise ConfigError(f"--baseline {text!r}: action[{i}] = {action[i]:g} is outside the "
+                          f"action box [{low[i]:g}, {high[i]:g}]; allowed are values in it")
+    return action
+
+
+class ConstantAction(BehaviourPolicy):
+    """The uncontrolled reference: every state gets the mean u whose mapped action
+    (:meth:`~hpc_refer.actor.Actor.to_env`) is ``action``. On a bounded dimension
+    z = (a - c) / h with c, h the box's centre and half-width, and u = z (clip) or
+    u = artanh(z) (tanh, z kept inside (-1, 1)); on an unbounded one u = a."""
+
+    def __init__(self, action: np.ndarray, low: np.ndarray, high: np.ndarray,
+                 squash: bool) -> None:
+        super().__init__()
+        bounded = np.isfinite(low) & np.isfinite(high)
+        lo, hi = np.where(bounded, low, -1.0), np.where(bounded, high, 1.0)
+        z = np.where(bounded, (action - 0.5 * (hi + lo)) / (0.5 * (hi - lo)), action)
+        if squash:
+            z = np.where(bounded, np.arctanh(np.clip(z, -1 + 1e-12, 1 - 1e-12)), z)
+        self.u = z
+
+    def numpy_policy(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        u, std = self.u, np.zeros_like(self.u)
+        return lambda obs: (u, std)
+
+
+def report(label: str, episodes: list[EpisodeRecord], names: tuple[str, ...],
+           faults: int) -> dict[str, Any]:
+    """Print one line per episode and the statistics of ``label``; return them."""
+    for k, e in enumerate(episodes):
+        shown = "".join(f" | {n} {v:.6g}" for n, v in zip(names, e.values, strict=True))
+        print(f"{label} episode {k}: return {e.ret:.6g} | length {e.length}{shown}")
+    stats = statistics(episodes, names)
+    means = "".join(f", {n} {stats[f'{n}_mean']:.6g}" for n in names)
+    print(f"{label}: mean return {stats['return_mean']:.6g} +- {stats['return_std']:.3g} over "
+          f"{len(episodes)} episodes (min {stats['return_min']:.6g}, max "
+          f"{stats['return_max']:.6g}{means}); solver faults {faults}")
+    stats.update(faults=faults, episode_returns=[e.ret for e in episodes],
+                 episode_metrics={n: [e.values[i] for e in episodes]
+                                  for i, n in enumerate(names)})
+    return stats
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m hpc_refer.evaluate",
@@ -65,6 +134,11 @@ def main(argv: list[str] | None = None) -> int:
                         "RUN_DIR/evaluation-snapshots/env-0-episode-<n>.h5 and .png: episode "
                         "numbers from 1 and/or every:K, comma-separated (run.snapshot's "
                         "syntax); default none")
+    parser.add_argument("--baseline", metavar="ACTION",
+                        help="also run the uncontrolled reference, a constant action in the "
+                        "environment's units: 'zero', one number for every dimension or one "
+                        "per dimension (comma-separated); same episodes and seeds, printed "
+                        "beside the policy and stored under 'baseline' in the JSON")
     args = parser.parse_args(argv)
     rank, size = world_rank_size()
     try:
@@ -92,24 +166,32 @@ def main(argv: list[str] | None = None) -> int:
                       links=MpiLinks(), snapshot_dir=args.run_dir / "evaluation-snapshots",
                       snapshot_due=snapshots.snapshot_due if args.snapshot else None)
     try:
+        reference = None
+        if args.baseline is not None:
+            action = baseline_action(args.baseline, env.low, env.high)
+            reference = ConstantAction(action, env.low, env.high,
+                                       config.action_bounds is ActionBounds.TANH)
         actor = Actor(env, saved.policy, config.action_bounds, args.seed, config.run.chunk_len,
                       max_failures=config.run.max_env_failures)
         episodes = actor.evaluate(args.episodes, seed=args.seed)
+        if reference is not None:
+            uncontrolled = Actor(env, reference, config.action_bounds, args.seed,
+                                 config.run.chunk_len, max_failures=config.run.max_env_failures)
+            baseline = uncontrolled.evaluate(args.episodes, seed=args.seed)
+    except ConfigError as err:
+        print(f"hpc_refer.evaluate: error: {err}", file=sys.stderr)
+        return 2
     finally:
         env.close()
-    for k, e in enumerate(episodes):
-        shown = "".join(f" | {n} {v:.6g}" for n, v in zip(env.metric_names, e.values,
-                                                           strict=True))
-        print(f"episode {k}: return {e.ret:.6g} | length {e.length}{shown}")
-    stats = statistics(episodes, env.metric_names)
-    stats.update(policy=str(policy_path), env=config.run.env, faults=actor.faults,
-                 episode_returns=[e.ret for e in episodes],
-                 episode_metrics={n: [e.values[i] for e in episodes]
-                                  for i, n in enumerate(env.metric_names)})
-    stats.update(env_step=saved.env_step, grad_step=saved.grad_step)
-    print(f"mean return {stats['return_mean']:.6g} +- {stats['return_std']:.3g} over "
-          f"{len(episodes)} episodes (min {stats['return_min']:.6g}, max "
-          f"{stats['return_max']:.6g}); solver faults {actor.faults}")
+    stats = report("policy", episodes, env.metric_names, actor.faults)
+    stats.update(policy=str(policy_path), env=config.run.env, env_step=saved.env_step,
+                 grad_step=saved.grad_step)
+    if reference is not None:
+        stats["baseline"] = report("baseline", baseline, env.metric_names, uncontrolled.faults)
+        stats["baseline"]["action"] = action.tolist()
+        print(f"policy - baseline: mean return {stats['return_mean']:.6g} - "
+              f"{stats['baseline']['return_mean']:.6g} = "
+              f"{stats['return_mean'] - stats['baseline']['return_mean']:.6g}")
     out = args.out or args.run_dir / "evaluation.json"
     out.write_text(json.dumps(stats, indent=2) + "\n")
     print(f"wrote {out}")
