@@ -44,6 +44,8 @@ HPC_AGENTS: dict[str, list[str]] = {
     "vracer": [*LEARN_START],
     "vracer-er": [*LEARN_START, "--refer.mode", "er"],
     "sac-er": ["--algorithm", "sac", "--refer.mode", "er", *LEARN_START],
+    "sac-er-relu": ["--algorithm", "sac", "--refer.mode", "er", "--sac.activation", "relu",
+                    *LEARN_START],
     "sac-refer": ["--algorithm", "sac", *LEARN_START],
     "sac-refer-beta1": ["--algorithm", "sac", "--refer.beta-init", "1", *LEARN_START],
 }

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -96,13 +97,21 @@ class Softsign(nn.Module):
         return _SoftsignFunction.apply(x)
 
 
-def mlp(sizes: list[int]) -> nn.Sequential:
-    """Fully connected layers with softsign between them (none after the last)."""
+class Activation(StrEnum):
+    """The hidden layers' nonlinearity: ``softsign`` (x / (1 + |x|), the paper's networks)
+    or ``relu`` (max(x, 0), Haarnoja et al.'s SAC and most off-policy libraries)."""
+
+    SOFTSIGN = "softsign"
+    RELU = "relu"
+
+
+def mlp(sizes: list[int], activation: Activation = Activation.SOFTSIGN) -> nn.Sequential:
+    """Fully connected layers with ``activation`` between them (none after the last)."""
     layers: list[nn.Module] = []
     for i, (n_in, n_out) in enumerate(itertools.pairwise(sizes)):
         layers.append(nn.Linear(n_in, n_out))
         if i < len(sizes) - 2:
-            layers.append(Softsign())
+            layers.append(Softsign() if activation is Activation.SOFTSIGN else nn.ReLU())
     return nn.Sequential(*layers)
 
 
@@ -114,12 +123,14 @@ class NumpyMLP:
     exceeds the arithmetic of a 2 x 128 network several times over. The weights are numpy
     *views* of the module's parameters and buffers, so they follow every in-place update
     (:func:`load_flat_state`, :meth:`Normalizer.set_stats`) without being rebuilt. Computes
-    x_0 = (s - mean) inv_std, x_{k+1} = softsign(W_k x_k + b_k), the last layer linear: the
-    module's values to float32 round-off.
+    x_0 = (s - mean) inv_std, x_{k+1} = f(W_k x_k + b_k) with the trunk's activation f
+    (softsign or relu, read from its modules), the last layer linear: the module's values to
+    float32 round-off.
     """
 
     def __init__(self, trunk: nn.Sequential, normalizer: Normalizer) -> None:
         linears = [m for m in trunk if isinstance(m, nn.Linear)]
+        self.relu = any(isinstance(m, nn.ReLU) for m in trunk)
         self.weights = [lin.weight.detach().numpy().T for lin in linears]
         self.biases = [lin.bias.detach().numpy() for lin in linears]
         self.mean = normalizer.mean.numpy()
@@ -131,7 +142,7 @@ class NumpyMLP:
         for k, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
             x = x @ w + b
             if k < last:
-                x = x / (1.0 + np.abs(x))
+                x = np.maximum(x, 0.0) if self.relu else x / (1.0 + np.abs(x))
         return x
 
 
@@ -139,10 +150,11 @@ class QNetwork(nn.Module):
     """Q_w(s, a) = mlp([normalise(s), a]) (one output): the critic of DDPG, SAC and TD3-like
     algorithms."""
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...]) -> None:
+    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...],
+                 activation: Activation = Activation.SOFTSIGN) -> None:
         super().__init__()
         self.normalizer = Normalizer(obs_dim)
-        self.trunk = mlp([obs_dim + act_dim, *hidden, 1])
+        self.trunk = mlp([obs_dim + act_dim, *hidden, 1], activation)
 
     def forward(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
         """Q [B]."""

@@ -383,3 +383,42 @@ def test_loss_terms_compose_the_weighted_critic_actor_and_temperature_losses(mon
         for g, h in zip(got, torch.autograd.grad(term, params, retain_graph=True),
                         strict=True):
             torch.testing.assert_close(g, h, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_relu_networks_in_torch_numpy_the_policy_file_and_the_config(tmp_path):
+    """sac.activation relu builds ReLU actor and critics; the actors' numpy forward follows
+    it (a softsign forward would differ by far more than round-off on these inputs); a
+    policy file rebuilds the ReLU actor; any other name is refused naming the allowed."""
+    from torch import nn
+
+    from hpc_refer.config import ConfigError
+    from hpc_refer.networks import Activation
+    from hpc_refer.policy_file import load_policy, save_policy
+
+    algo = make_sac(activation="relu")
+    for module in (algo.actor, algo.critic1, algo.target2):
+        kinds = {type(m) for m in module.trunk}
+        assert nn.ReLU in kinds and not any("Softsign" in k.__name__ for k in kinds)
+    with torch.no_grad():  # outputs of order one, where softsign and relu part clearly
+        algo.actor.trunk[-1].weight.mul_(30.0)
+    obs = 3.0 * np.random.default_rng(1).standard_normal((5, OBS)).astype(np.float32)
+    with torch.no_grad():
+        mean, std = (x.numpy() for x in algo.actor(torch.from_numpy(obs)))
+    forward = algo.actor.numpy_policy()
+    for k in range(5):
+        np_mean, np_std = forward(obs[k])
+        np.testing.assert_allclose(np_mean, mean[k], rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(np_std, std[k], rtol=1e-4, atol=1e-6)
+    assert make_sac().config.activation is Activation.SOFTSIGN
+    cfg = build_config({"run": {"algorithm": SAC.name},
+                        SAC.name: {"hidden": [16, 16], "activation": "relu"}})
+    path = tmp_path / "policy.h5"
+    save_policy(path, algo, cfg.to_dict(), 10, 5)
+    saved = load_policy(path).policy
+    assert any(isinstance(m, nn.ReLU) for m in saved.trunk)
+    with torch.no_grad():
+        torch.testing.assert_close(saved(torch.from_numpy(obs))[0], torch.from_numpy(mean))
+    with pytest.raises(ConfigError) as err:
+        SACConfig(activation="tanh")
+    assert str(err.value).startswith("sac.activation = 'tanh' is invalid: allowed")
+    assert "softsign" in str(err.value) and "relu" in str(err.value)

@@ -45,9 +45,17 @@ from torch.func import functional_call
 from hpc_refer.algorithms.base import Algorithm, Losses, TensorBatch, adam
 from hpc_refer.algorithms.registry import register
 from hpc_refer.algorithms.shared import polyak_, squared_td_loss, td_target
-from hpc_refer.config import AlgorithmConfig, ReferConfig, option, require
+from hpc_refer.config import (
+    AlgorithmConfig,
+    ReferConfig,
+    choices,
+    enum_field,
+    option,
+    require,
+)
 from hpc_refer.near import NearBounds
 from hpc_refer.networks import (
+    Activation,
     BehaviourPolicy,
     Normalizer,
     NumpyMLP,
@@ -69,7 +77,10 @@ class SACConfig(AlgorithmConfig):
 
     section: ClassVar[str] = "sac"
     squashes: ClassVar[bool] = True
-    hidden: tuple[int, ...] = option((256, 256), "hidden layer widths (softsign activations)")
+    hidden: tuple[int, ...] = option((256, 256), "hidden layer widths")
+    activation: Activation = option(
+        Activation.SOFTSIGN, "hidden layers' nonlinearity of the actor and the critics: "
+        "softsign (the paper's networks) or relu (Haarnoja et al.'s)", choices(Activation))
     lr: float = option(3e-4, "Adam learning rate of the actor, the critics and the temperature")
     batch: int = option(256, "minibatch size B (global over all learners)")
     gamma: float = option(0.99, "discount factor")
@@ -82,6 +93,7 @@ class SACConfig(AlgorithmConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        enum_field(self, "activation", Activation)
         require(0 < self.tau <= 1, "sac.tau", self.tau, "0 < tau <= 1")
         require(self.alpha_init > 0, "sac.alpha_init", self.alpha_init, "values > 0")
 
@@ -119,11 +131,12 @@ class SquashedGaussianActor(BehaviourPolicy):
     """s -> (m_w(s), sigma_w(s)) of the Gaussian over u (the action is tanh u): one MLP
     trunk with 2 A outputs, the last layer started small (m ~ 0, sigma ~ 1)."""
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...]) -> None:
+    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...],
+                 activation: Activation = Activation.SOFTSIGN) -> None:
         super().__init__()
         self.act_dim = act_dim
         self.normalizer = Normalizer(obs_dim)
-        self.trunk = mlp([obs_dim, *hidden, 2 * act_dim])
+        self.trunk = mlp([obs_dim, *hidden, 2 * act_dim], activation)
         small_output_(self.trunk)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -167,9 +180,9 @@ class SAC(Algorithm):
                  seed: int) -> None:
         super().__init__(obs_dim, act_dim, config, refer, seed)
         self.config: SACConfig = config
-        self.actor = SquashedGaussianActor(obs_dim, act_dim, config.hidden)
-        self.critic1 = QNetwork(obs_dim, act_dim, config.hidden)
-        self.critic2 = QNetwork(obs_dim, act_dim, config.hidden)
+        self.actor = SquashedGaussianActor(obs_dim, act_dim, config.hidden, config.activation)
+        self.critic1 = QNetwork(obs_dim, act_dim, config.hidden, config.activation)
+        self.critic2 = QNetwork(obs_dim, act_dim, config.hidden, config.activation)
         self.target1 = copy.deepcopy(self.critic1).requires_grad_(False)
         self.target2 = copy.deepcopy(self.critic2).requires_grad_(False)
         self.temperature = Temperature(config.alpha_init)
@@ -186,7 +199,7 @@ class SAC(Algorithm):
     def behaviour_policy(cls, obs_dim: int, act_dim: int,
                          config: AlgorithmConfig) -> BehaviourPolicy:
         assert isinstance(config, SACConfig)
-        return SquashedGaussianActor(obs_dim, act_dim, config.hidden)
+        return SquashedGaussianActor(obs_dim, act_dim, config.hidden, config.activation)
 
     @property
     def behaviour(self) -> BehaviourPolicy:
