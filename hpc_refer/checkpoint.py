@@ -475,6 +475,13 @@ class Resume:
     def envs(self) -> int:
         return int(self.manifest["meta"]["envs"])
 
+    @property
+    def elapsed(self) -> float:
+        """Seconds of the run at the checkpoint (``meta.wall_s``, the run's clock,
+        :mod:`hpc_refer.run_clock`), from which the resumed run's clock continues; 0 for a
+        checkpoint written before it was stored (its clock restarts, as it then did)."""
+        return float(self.manifest["meta"].get("wall_s", 0.0))
+
     def part(self, name: str) -> StateTree | None:
         """A part of the checkpoint, None when it has none of that name."""
         path = self.path / name

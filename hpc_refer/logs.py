@@ -8,12 +8,14 @@ handler writing all of them, time-stamped, to ``log.txt`` (:func:`open_log_file`
 ranks are quiet unless they warn (standard error, which mpirun forwards): a solver fault on an
 actor rank, a failed compile on a learner. The loggers keep propagating to the root logger,
 so an application (or pytest's capture) that configures logging itself sees hpc_refer's
-records too.
+records too. Any rank appends its stop record to log.txt in the same form
+(:func:`append_record`), beside rank 0's handler.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -88,3 +90,21 @@ def close_log_file(handler: logging.Handler) -> None:
     """Flush and close a log file of :func:`open_log_file`."""
     logging.getLogger(ROOT).removeHandler(handler)
     handler.close()
+
+
+def append_record(path: Path, rank: int, level: int, message: str) -> None:
+    """Append ``message`` to ``path`` as a record of rank ``rank`` at ``level``, formatted as
+    log.txt's handler formats it (time, ``[rank]``, ``error: `` for an error), by one
+    ``write`` on the file opened for appending: how a rank without that handler (any rank
+    but 0) records why the run stopped. Lines appended so do not interleave with the
+    handler's on a POSIX file system (a local disk, Lustre, GPFS); NFS does not promise it
+    for writers on different nodes."""
+    record = logging.LogRecord(ROOT, level, __file__, 0, message, None, None)
+    data = (RankFormatter(rank, stamp=True).format(record) + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)

@@ -12,9 +12,13 @@ Layout of ``runs/<name>/``::
     train.jsonl       one IntervalRecord per interval of ``run.log_every`` environment steps
     eval.csv          evaluation episodes of the mean policy (``run.eval_every`` > 0), the
                       columns of episodes.csv
-    log.txt           the progress lines and messages of rank 0
-    state.txt         one of STATES: running, preempted (stopped by a signal: resume it),
-                      finished or failed
+    log.txt           the progress lines and messages of rank 0, and the stop record of
+                      whichever rank recorded why the run stopped (its rank in the line)
+    state.txt         one line (RunState): ``running``, ``finished``, ``preempted: signal
+                      <n>`` (stopped by a signal: resume it) or ``failed: <reason>``
+    state.txt.claim   created (exclusively) by the first stop record of a start, so that one
+                      rank writes state.txt's stop line; removed when the next start runs
+    run.lock          held by the running job (:mod:`hpc_refer.run_lock`): host, pid, since
     machine.json      one entry per start of the run: host, CPU, cores, library versions,
                       world size and rank layout
     report.html       with ``run.report_every``: the run report (python -m hpc_refer.report)
@@ -49,7 +53,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -59,6 +63,8 @@ TRAIN_FILE = "train.jsonl"
 EVAL_FILE = "eval.csv"
 LOG_FILE = "log.txt"
 STATE_FILE = "state.txt"
+STOP_CLAIM_FILE = "state.txt.claim"
+LOCK_FILE = "run.lock"
 MACHINE_FILE = "machine.json"
 POLICY_FILE = "policy.h5"
 REPORT_FILE = "report.html"
@@ -72,7 +78,45 @@ METRIC_FILES = (EPISODES_FILE, TRAIN_FILE, EVAL_FILE)
 them back to it."""
 
 STATES = ("running", "preempted", "finished", "failed")
-"""What ``state.txt`` may hold."""
+"""The states ``state.txt`` names (:class:`RunState`)."""
+
+
+class RunState(NamedTuple):
+    """The line of ``state.txt``: a state of :data:`STATES` and, for a stop, why
+    (``preempted: signal 10``, ``failed: env 0 ...``; ``running`` and ``finished`` have none).
+    The state never holds ``:``, so readers that split the line at the first ``:`` read it."""
+
+    state: str
+    reason: str = ""
+
+    @classmethod
+    def of(cls, state: str, reason: str = "") -> RunState:
+        """A validated state line: ``state`` one of :data:`STATES` (ValueError naming them),
+        ``reason`` on one line (its runs of white space, newlines included, as one space)."""
+        if state not in STATES:
+            raise ValueError(f"state = {state!r} is invalid: allowed are {', '.join(STATES)}")
+        return cls(state, " ".join(reason.split()))
+
+    def line(self) -> str:
+        """``state`` or ``state: reason``, without a newline."""
+        return f"{self.state}: {self.reason}" if self.reason else self.state
+
+    @classmethod
+    def parse(cls, text: str) -> RunState:
+        """Read a line of :meth:`line` (or a bare state, as written before reasons were);
+        ValueError names an unknown state and the allowed ones."""
+        state, _, reason = text.strip().partition(":")
+        return cls.of(state.strip(), reason)
+
+
+def read_state(path: Path) -> RunState | None:
+    """The state line of ``path`` (a run directory's ``state.txt``); None without the file."""
+    if not path.is_file():
+        return None
+    try:
+        return RunState.parse(path.read_text())
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
 
 EPISODE_FIELDS = ("env_step", "rank", "return", "length", "wall_s")
 """The fixed columns of episodes.csv and eval.csv; the solver's episode metrics follow them."""
