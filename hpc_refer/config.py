@@ -254,6 +254,12 @@ class RunConfig:
         600.0, "seconds a solver may take to answer one reset or step before it counts as a "
         "solver fault (first message: a start-up error); 0: wait forever"
     )
+    env_build_timeout: float = option(
+        600.0, "seconds a Python solver's constructor may take (meshes, compiled kernels): "
+        "at start-up (longer: a start-up error) and when the solver is rebuilt after a fault "
+        "(longer: another fault; a team of several ranks fails); timed apart from "
+        "env_step_timeout, which never includes a rebuild; 0: no limit"
+    )
     max_env_failures: int = option(
         20, "consecutive solver faults of one environment after which the run checkpoints "
         "and stops"
@@ -305,6 +311,8 @@ class RunConfig:
                  "integers >= 1")
         require(math.isfinite(self.env_step_timeout) and self.env_step_timeout >= 0,
                  "run.env_step_timeout", self.env_step_timeout, "seconds >= 0 (0: no limit)")
+        require(math.isfinite(self.env_build_timeout) and self.env_build_timeout >= 0,
+                 "run.env_build_timeout", self.env_build_timeout, "seconds >= 0 (0: no limit)")
         require(self.series_stride >= 1, "run.series_stride", self.series_stride,
                  "integers >= 1")
         require(self.report_every >= 0, "run.report_every", self.report_every,

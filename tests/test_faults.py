@@ -18,16 +18,20 @@ import torch
 from tolerances import F32
 
 from hpc_refer.actor import Actor
-from hpc_refer.config import ActionBounds, Exploration
+from hpc_refer.config import ActionBounds, ConfigError, Exploration
 from hpc_refer.envs import (
     SolverFailure,
     SolverFault,
+    SolverSpec,
     SolverStartError,
     TeamDriver,
     check_step,
+    make_driver,
     serve_team,
 )
+from hpc_refer.envs.driver import factory_label, start_solver
 from hpc_refer.envs.gym_env import GymEnv, Status
+from hpc_refer.envs.interface import TeamCommand
 from hpc_refer.networks import GaussianPolicyValueNet, flat_state
 from hpc_refer.records import OPEN, TRUNCATED, Chunk, numpy_rng_state
 from hpc_refer.timeouts import CallTimeout, call_with_alarm, deadline_after, poll_until
@@ -48,19 +52,23 @@ class Script:
     closed: int = 0
     episodes: int = 0
     actions: list[np.ndarray] = field(default_factory=list)
+    slow_builds: dict[int, float] = field(default_factory=dict)
+    """Seconds the n-th construction (counted from 1, a failed one included) sleeps."""
 
 
 class ScriptedSolver:
     """A Python solver whose state is (build, episode, step, 0.5) and whose step k earns k;
     episodes are truncated after ``script.horizon`` steps. It makes the fault its script
     plans for a call: a NaN state, a wrong shape, a NaN or array reward, an unknown
-    status, an exception, or sleeping far past the timeout."""
+    status, an exception, or sleeping far past the timeout; and its constructor sleeps as
+    ``script.slow_builds`` says."""
 
     obs_dim, act_dim = 4, 1
     low, high = np.array([-1.0]), np.array([1.0])
 
     def __init__(self, team: object, script: Script) -> None:
-        script.builds += 1
+        script.builds += 1  # an attempt, whether or not it finishes
+        time.sleep(script.slow_builds.get(script.builds, 0.0))
         self.script = script
         self.build = script.builds
         self.t = 0
@@ -106,11 +114,18 @@ class ScriptedSolver:
         self.script.closed += 1
 
 
+class RecoveringSolver(ScriptedSolver):
+    """A :class:`ScriptedSolver` whose reset is enough after a fault."""
+
+    rebuild_after_fault = False
+
+
 def scripted_actor(script: Script, chunk_len: int = 4, max_failures: int = 20,
-                   source: int = 0, index: int = 0) -> Actor:
-    driver = TeamDriver(ScriptedSolver(None, script), None,
-                        factory=lambda team: ScriptedSolver(team, script), index=index,
-                        timeout=TIMEOUT)
+                   source: int = 0, index: int = 0, build_timeout: float = 0.0,
+                   solver: type[ScriptedSolver] = ScriptedSolver) -> Actor:
+    driver = TeamDriver(solver(None, script), None,
+                        factory=lambda team: solver(team, script), index=index,
+                        timeout=TIMEOUT, build_timeout=build_timeout)
     net = GaussianPolicyValueNet(4, 1, (8,), 0.5)
     return Actor(driver, net, ActionBounds.CLIP, seed=0, chunk_len=chunk_len, source=source,
                  max_failures=max_failures)
@@ -178,7 +193,8 @@ def test_max_env_failures_faults_in_a_row_raise_solver_failure(caplog):
         "env 2 on actor rank 7: 3 consecutive solver faults (run.max_env_failures), the "
         "last: env 2 (ScriptedSolver).reset: raised FloatingPointError: CFL condition "
         "violated")
-    assert actor.faults == 3 and script.builds == 4
+    # Each fault's rebuild comes with the next call: none follows the third, which failed.
+    assert actor.faults == 3 and script.builds == 3
     assert len([r for r in caplog.records if "solver fault" in r.getMessage()]) == 3
 
 
@@ -213,6 +229,162 @@ def test_a_first_reset_that_never_answers_is_a_start_up_error():
     assert time.monotonic() - start < 5
     assert str(error.value) == (f"env 0 (ScriptedSolver), an in-process solver: no answer to "
                                 f"its first reset within run.env_step_timeout = {TIMEOUT:g} s")
+
+
+def test_a_rebuild_is_timed_apart_from_the_call_it_precedes():
+    """After a fault the solver is rebuilt at the start of the next call, as a call of its own
+    (busy with "rebuild", which the watchdog holds to run.env_build_timeout): a constructor
+    that takes longer than env_step_timeout does not make the reset after it a fault."""
+    script = Script({3: "raise"}, slow_builds={2: 2 * TIMEOUT})
+    actor = scripted_actor(script, build_timeout=60.0)
+    seen: list[object] = []
+    actor.env.factory = lambda team: (seen.append(actor.env.busy), ScriptedSolver(team, script))[1]
+    run(actor, 2)
+    assert actor.faults == 1 and script.builds == 1, "the fault comes before the rebuild"
+    run(actor, 5)
+    assert [getattr(b, "call", None) for b in seen] == ["rebuild"]
+    assert actor.faults == 1 and script.builds == 2 and actor.env.busy is None
+    assert actor._obs is not None and actor._obs[0] == 2, "the rebuilt solver goes on"
+
+
+def test_a_rebuild_past_the_build_timeout_is_a_fault_and_is_tried_again(caplog):
+    script = Script({3: "raise"}, slow_builds={2: 30.0})
+    actor = scripted_actor(script, build_timeout=TIMEOUT)
+    start = time.monotonic()
+    run(actor, 2 + 6)  # fault 1; fault 2 (the rebuild); rebuild, reset and 5 steps
+    assert time.monotonic() - start < 10, "the constructor is interrupted at the timeout"
+    faults = [r.getMessage() for r in caplog.records if "solver fault" in r.getMessage()]
+    assert faults[1] == (f"actor rank 0: solver fault 2, episode ended and environment reset: "
+                         f"env 0 (ScriptedSolver): rebuilding it after a fault: no answer "
+                         f"within run.env_build_timeout = {TIMEOUT:g} s")
+    assert (actor.faults, script.builds, script.closed) == (2, 3, 1), (
+        "the faulty solver is closed once, the third construction succeeds")
+    assert actor._obs is not None and actor._obs[0] == 3
+
+
+@pytest.mark.parametrize(("kind", "call"), [("raise", 3), ("shape", 4), ("sleep", 4),
+                                            ("raise", 8)])
+def test_a_solver_that_recovers_by_reset_is_not_rebuilt(kind, call):
+    """rebuild_after_fault = False: a fault (of a step, a reset, a timeout) is followed by a
+    reset of the same instance; the run goes on with whole episodes."""
+    script = Script({call: kind})
+    actor = scripted_actor(script, solver=RecoveringSolver)
+    chunks, episodes = run(actor, 6 * 4)
+    assert actor.faults == 1 and (script.builds, script.closed) == (1, 0)
+    assert [e.length for e in episodes] == [6] * len(episodes) and len(episodes) >= 2
+    assert np.concatenate([c.obs for c in chunks])[:, 0].tolist() == [1] * sum(
+        c.obs.shape[0] for c in chunks)
+
+
+def test_rebuild_after_fault_must_be_a_bool():
+    solver = ScriptedSolver(None, Script())
+    solver.rebuild_after_fault = "no"  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError) as error:
+        TeamDriver(solver, None)
+    assert str(error.value) == (
+        "ScriptedSolver.rebuild_after_fault = 'no' is invalid: allowed are True (rebuild the "
+        "solver after a fault, the default) and False (a reset after a fault is enough)")
+
+
+def test_an_exception_from_the_first_reset_is_a_start_up_error_not_a_fault():
+    script = Script({1: "raise"})
+    actor = scripted_actor(script)
+    with pytest.raises(SolverStartError) as error:
+        actor.step()
+    assert str(error.value) == ("env 0 (ScriptedSolver).reset: raised FloatingPointError: CFL "
+                                "condition violated (its first reset: the solver cannot start)")
+    assert "Traceback" in error.value.details and "in _planned" in error.value.details
+    assert actor.faults == 0 and (script.builds, script.calls) == (1, 1), "not retried"
+
+
+def test_a_first_call_that_is_a_step_is_a_fault_when_it_raises():
+    """A restored episode's first call is a step: the solver started in the run before, and
+    a failing step is a fault like any later one."""
+    script = Script({1: "raise"})
+    driver = scripted_actor(script).env
+    with pytest.raises(SolverFault, match=r"^env 0 \(ScriptedSolver\).step: raised "):
+        driver.step(np.zeros(1))
+
+
+@dataclass
+class OneSidedTeam:
+    """Team rank ``rank`` of a team of two whose other rank is scripted: ``agree`` returns the
+    larger of this rank's value and ``agreed``, ``receive_error`` returns ``error`` and
+    ``receive_command`` pops ``commands``; what this rank sends is kept in ``sent``."""
+
+    rank: int
+    agreed: int = 0
+    error: str = ""
+    commands: list[TeamCommand] = field(default_factory=list)
+    size: int = 2
+    sent: list[object] = field(default_factory=list)
+
+    def send_command(self, command, payload):
+        self.sent.append(command)
+
+    def receive_command(self):
+        return self.commands.pop(0), np.array([-1.0])
+
+    def agree(self, value, deadline=None):
+        return max(value, self.agreed)
+
+    def receive_error(self, source, deadline=None):
+        return self.error
+
+    def send_error(self, text):
+        self.sent.append(text)
+
+
+def test_a_team_rank_sends_its_error_with_the_traceback_for_a_start_up_error():
+    """Team rank 1 (serve_team) whose first reset raises sends the error text and its
+    traceback; team rank 0 raises the start-up error naming rank 1, the traceback as its
+    details."""
+    solver_rank = OneSidedTeam(1, commands=[TeamCommand.RESET, TeamCommand.STOP])
+    serve_team(lambda team: ScriptedSolver(team, Script({1: "raise"})), solver_rank)
+    [sent] = solver_rank.sent
+    error, _, trace = sent.partition("\0")
+    assert error == "raised FloatingPointError: CFL condition violated"
+    assert trace.startswith("Traceback (most recent call last)") and "in _planned" in trace
+    actor_rank = OneSidedTeam(0, agreed=2 * 2 + 1, error=sent)  # ERROR, on rank 1
+    driver = TeamDriver(ScriptedSolver(actor_rank, Script()), actor_rank)
+    with pytest.raises(SolverStartError) as start:
+        driver.reset(None)
+    assert str(start.value) == ("env 0 (ScriptedSolver).reset on team rank 1: raised "
+                                "FloatingPointError: CFL condition violated (its first reset: "
+                                "the solver cannot start)")
+    assert start.value.details == trace
+
+
+def inflow_factory(team):
+    return {}["inflow_profile"]
+
+
+def test_a_constructor_that_raises_or_does_not_return_is_a_start_up_error():
+    with pytest.raises(SolverStartError) as error:
+        start_solver(inflow_factory, None, "env 3 (Channel)", 60.0)
+    assert str(error.value) == ("env 3 (Channel).__init__: raised KeyError: 'inflow_profile' "
+                                "(the solver cannot start)")
+    assert "in inflow_factory" in error.value.details
+    start = time.monotonic()
+    with pytest.raises(SolverStartError) as error:
+        start_solver(lambda team: time.sleep(30), None, "env 0 (Channel)", TIMEOUT)
+    assert time.monotonic() - start < 10
+    assert str(error.value) == (f"env 0 (Channel).__init__: no answer within "
+                                f"run.env_build_timeout = {TIMEOUT:g} s (the solver cannot "
+                                f"start)")
+    assert start_solver(lambda team: "built", None, "x", TIMEOUT) == "built"
+
+
+def test_make_driver_builds_within_the_build_timeout_and_names_the_class(in_tmp):
+    spec = SolverSpec("fault_envs:ConstructorNeedsInflow", run_dir=str(in_tmp),
+                      build_timeout=60.0)
+    with pytest.raises(SolverStartError, match=r"^env 0 \(ConstructorNeedsInflow\).__init__: "
+                                               r"raised KeyError: 'inflow_profile' \(the "):
+        make_driver(spec, None)
+    driver = make_driver(spec._replace(env_id="Diffusion1D"), None, timeout=2.0)
+    assert (driver.timeout, driver.build_timeout) == (2.0, 60.0)
+    assert factory_label(driver.factory) == "Diffusion1D" and driver.rebuilds
+    driver.close()
 
 
 @pytest.mark.parametrize(("answer", "message"), [

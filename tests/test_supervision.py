@@ -1,9 +1,12 @@
 """The watchdog of a process stuck in a solver call, and how such a process ends: one
-critical log line (log.txt and stderr), the run marked failed, exit status 1."""
+critical log line (log.txt and stderr), the metric files flushed, the run marked failed with
+the reason, exit status 1. Each call is held to its own limit: a reset or step to
+run.env_step_timeout, a rebuild after a fault to run.env_build_timeout."""
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from types import SimpleNamespace
@@ -11,7 +14,8 @@ from types import SimpleNamespace
 import pytest
 
 from hpc_refer import supervision
-from hpc_refer.supervision import Watchdog, end_stuck_process
+from hpc_refer.envs.driver import Busy
+from hpc_refer.supervision import MARGIN, Watchdog, end_stuck_process
 
 
 class Calls:
@@ -26,37 +30,68 @@ class Calls:
         self.event.set()
 
 
-def test_a_call_older_than_twice_the_timeout_plus_5_s_is_reported_once():
-    env = SimpleNamespace(name="Pendulum-v1", busy_since=time.monotonic() - 100.0)
+def driver(call: str = "step", age: float = 0.0, build_timeout: float = 600.0
+           ) -> SimpleNamespace:
+    """What the watchdog reads of a TeamDriver: busy with ``call`` for ``age`` seconds."""
+    busy = Busy(call, time.monotonic() - age) if call else None
+    return SimpleNamespace(name="env 0 (Slow)", busy=busy, build_timeout=build_timeout)
+
+
+def test_a_call_older_than_twice_its_limit_plus_the_margin_is_reported_once():
+    env = driver("step", age=100.0)
     calls = Calls()
     dog = Watchdog(env, 0.01, calls)  # type: ignore[arg-type]
-    assert dog.limit == pytest.approx(5.02)
+    assert dog.limit("step") == pytest.approx(0.02 + MARGIN)
     assert calls.event.wait(30), "the watchdog reports a call busy for 100 s"
     dog._thread.join(30)
     assert not dog._thread.is_alive(), "it reports once, then its thread ends"
-    assert len(calls.messages) == 1
-    assert "Pendulum-v1: stuck in a solver call for more than 5.02 s" in calls.messages[0]
-    assert "run.env_step_timeout = 0.01 s" in calls.messages[0]
+    [message] = calls.messages
+    assert re.fullmatch(
+        r"env 0 \(Slow\): stuck in its step for 10\d s, more than 2 x run.env_step_timeout "
+        r"\(0.01 s\) \+ 5 s: the alarm could not interrupt it \(the solver is blocked outside "
+        r"Python, e.g. in an MPI call with a rank that stopped\)", message), message
 
 
-def test_a_call_within_the_limit_is_not_reported():
-    env = SimpleNamespace(name="Pendulum-v1", busy_since=time.monotonic())
-    calls = Calls()
-    dog = Watchdog(env, 100.0, calls)  # type: ignore[arg-type]
-    assert not calls.event.wait(1.0)
+def test_a_rebuild_is_held_to_the_build_timeout_not_to_the_step_timeout():
+    """A rebuild 30 s old under a 2-s step timeout is not stuck (its limit is 2 x 60 s +
+    5 s); one of 200 s is, and the message names the rebuild and its option."""
+    dog = Watchdog(driver("rebuild", age=30.0, build_timeout=60.0), 2.0,  # type: ignore[arg-type]
+                   Calls())
     dog.close()
-    dog._thread.join(30)
-    assert calls.messages == []
+    assert dog.limit("rebuild") == 125.0 and dog.limit("reset") == 9.0
+    assert dog.stuck() == ""
+    dog.env = driver("rebuild", age=200.0, build_timeout=60.0)
+    assert dog.stuck().startswith("env 0 (Slow): stuck in its rebuild for 200 s, more than "
+                                  "2 x run.env_build_timeout (60 s) + 5 s: ")
+    dog.env = driver("reset", age=10.0)
+    assert dog.stuck().startswith("env 0 (Slow): stuck in its reset for 10 s, more than "
+                                  "2 x run.env_step_timeout (2 s) + 5 s")
 
 
-def test_no_thread_without_a_timeout():
-    dog = Watchdog(SimpleNamespace(name="x", busy_since=0.0), 0.0, Calls())  # type: ignore[arg-type]
-    assert not dog._thread.is_alive()
+def test_calls_within_their_limit_idle_drivers_and_unlimited_calls_are_not_stuck():
+    dog = Watchdog(driver("step", age=1.0, build_timeout=0.0), 100.0,  # type: ignore[arg-type]
+                   Calls())
+    dog.close()
+    assert dog.stuck() == ""
+    dog.env = driver("")
+    assert dog.stuck() == ""
+    dog.env = driver("rebuild", age=1e6, build_timeout=0.0)
+    assert dog.stuck() == "", "run.env_build_timeout = 0: a rebuild has no limit"
 
 
-def test_a_stuck_process_logs_marks_the_run_failed_and_exits_1(monkeypatch, caplog):
-    states: list[str] = []
-    run = SimpleNamespace(set_state=states.append)
+@pytest.mark.parametrize(("step", "build", "watching"), [(0.0, 0.0, False), (0.0, 5.0, True),
+                                                          (5.0, 0.0, True)])
+def test_the_thread_runs_when_a_call_has_a_limit(step, build, watching):
+    dog = Watchdog(driver("", build_timeout=build), step, Calls())  # type: ignore[arg-type]
+    assert dog._thread.is_alive() == watching
+    dog.close()
+
+
+def test_a_stuck_process_flushes_the_metric_files_marks_the_run_failed_and_exits_1(
+        monkeypatch, caplog):
+    done: list[tuple[str, ...]] = []
+    run = SimpleNamespace(offsets=lambda: done.append(("flushed",)),
+                          set_state=lambda state, reason="": done.append((state, reason)))
 
     def exit_(code: int) -> None:
         raise SystemExit(code)
@@ -65,8 +100,20 @@ def test_a_stuck_process_logs_marks_the_run_failed_and_exits_1(monkeypatch, capl
     with caplog.at_level(logging.CRITICAL), pytest.raises(SystemExit) as stop:
         end_stuck_process("Hopper-v5: stuck", run)  # type: ignore[arg-type]
     assert stop.value.code == 1
-    assert states == ["failed"]
+    assert done == [("flushed",), ("failed", "Hopper-v5: stuck")]
     [record] = caplog.records
     assert record.levelno == logging.CRITICAL
-    assert record.getMessage() == ("Hopper-v5: stuck; stopping without a final checkpoint "
-                                   "(resume from the last one with --restart)")
+    assert record.getMessage() == (
+        "Hopper-v5: stuck; stopping with the metric files flushed but without a final "
+        "checkpoint (resume from the last one, if any, with --restart)")
+
+
+def test_a_stuck_process_ends_even_when_recording_fails(monkeypatch):
+    def refuse(state: str, reason: str = "") -> None:
+        raise OSError("disk full")
+
+    exits: list[int] = []
+    monkeypatch.setattr(supervision.os, "_exit", exits.append)
+    with pytest.raises(OSError, match="disk full"):
+        end_stuck_process("x", SimpleNamespace(offsets=dict, set_state=refuse))  # type: ignore[arg-type]
+    assert exits == [1]

@@ -12,6 +12,8 @@ The interface (what the actor calls; a Python solver class provides it)::
     episode_metrics, episode_values() -> floats        optional: values per episode
     step_metrics, step_values() -> floats              optional: values per step
     episode_field() -> 2-D array, field_label          optional: a picture of the episode
+    rebuild_after_fault: bool                          optional class attribute (default True):
+                                                       False says reset() after a fault is enough
 
 Parameters. The run's ``[env]`` table (``--env.KEY VALUE``) is given to the constructor as
 keyword arguments, checked at start-up against its signature by :func:`solver_params` (an
@@ -50,9 +52,26 @@ gymnasium) as an external solver's messages are checked: the state has the decla
 seconds is a :class:`~hpc_refer.envs.external.SolverFault` naming the environment, the solver
 class, the call and the field, e.g. ``env 0 (KuramotoSivashinsky).step: state has shape (7,),
 expected (8,)``; the actor ends the episode (nothing of the faulty step is stored) and counts
-it, and the driver closes the solver and constructs it anew (on every rank of its team), so a
-solver left in a bad state cannot poison the next episodes. Timeouts: see
-:meth:`TeamDriver.step`.
+it, and the driver closes the solver and constructs it anew (on every rank of its team) at the
+start of the next call, so a solver left in a bad state cannot poison the next episodes.
+Timeouts: see :meth:`TeamDriver.step`; a construction is timed apart, by
+``run.env_build_timeout`` (at start-up and in every rebuild, never within a call's
+``run.env_step_timeout``): a rebuild that raises or takes longer is a fault of the call it
+precedes, and is tried again at the next one.
+
+Recovering without a rebuild. A solver whose ``reset`` brings it back to a sound state after
+any fault (it re-initialises its whole field, say, and holds nothing a failed step could
+leave broken) may declare the class attribute ``rebuild_after_fault = False``: after a fault
+the same instance goes on with the next ``reset``, on every rank of its team, and its
+constructor runs once per run. The default (True) rebuilds, the safe choice for a solver that
+keeps state across episodes (caches, linear-solver setups, open files).
+
+Start-up. A constructor that raises (or does not return within ``run.env_build_timeout``)
+and an exception from the first ``reset`` are not faults but a
+:class:`~hpc_refer.envs.interface.SolverStartError`: the run stops at once, on every rank,
+with one line naming the environment, the solver class and the exception, e.g.
+``env 0 (MySolver).reset: raised KeyError: 'inflow_profile' (its first reset: the solver
+cannot start)``; the traceback travels with it (its ``details``) for the run's log.
 
 The team is a :class:`~hpc_refer.envs.interface.Team` (a protocol: what a solver may call);
 hpc_refer's entry points build its MPI implementation (:class:`hpc_refer.parallel.MpiTeam`)
@@ -82,6 +101,7 @@ which the run report draws (KS: u(x, t)).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import typing
@@ -93,7 +113,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from hpc_refer.config import Config, ConfigError
-from hpc_refer.envs.driver import TeamDriver, check_step, metric_names, serve_team
+from hpc_refer.envs.driver import TeamDriver, check_step, metric_names, serve_team, start_solver
 from hpc_refer.envs.external import (
     ExternalEnv,
     Links,
@@ -189,18 +209,21 @@ CONTEXT_KEYWORDS = ("env_index", "run_dir", "seed")
 
 class SolverSpec(NamedTuple):
     """What builds a run's environments: ``run.env``, ``run.ranks_per_env``, the ``[env]``
-    parameters, and the run directory and seed offered to solver constructors."""
+    parameters, the run directory and seed offered to solver constructors, and the time a
+    constructor may take (``run.env_build_timeout``; 0: no limit)."""
 
     env_id: str
     ranks_per_env: int = 1
     params: Mapping[str, bool | int | float | str] = MappingProxyType({})
     run_dir: str = ""
     seed: int = 0
+    build_timeout: float = 0.0
 
     @classmethod
     def of(cls, config: Config, run_dir: Path | None = None) -> SolverSpec:
         return cls(config.run.env, config.run.ranks_per_env, MappingProxyType(dict(config.env)),
-                   str(run_dir) if run_dir is not None else "", config.run.seed)
+                   str(run_dir) if run_dir is not None else "", config.run.seed,
+                   config.run.env_build_timeout)
 
 
 def _parameters(cls: type) -> tuple[list[inspect.Parameter], bool]:
@@ -270,7 +293,8 @@ def solver_params(env_id: str, params: Mapping[str, Any]) -> dict[str, Any]:
 def env_factory(spec: SolverSpec, index: int = 0) -> Callable[[Team | None], Any]:
     """A function team -> environment ``index`` of ``spec`` (not for external solvers); raises
     ConfigError on a bad id. A Python solver class is called as ``cls(team, **params)`` plus
-    the :data:`CONTEXT_KEYWORDS` its constructor names; a gymnasium id as
+    the :data:`CONTEXT_KEYWORDS` its constructor names (a :func:`functools.partial` of the
+    class, so that messages can name it); a gymnasium id as
     ``gymnasium.make(env_id, **params)``."""
     cls = _solver_class(spec.env_id)
     params: dict[str, Any] = dict(spec.params)
@@ -279,7 +303,7 @@ def env_factory(spec: SolverSpec, index: int = 0) -> Callable[[Team | None], Any
         context = {"env_index": index, "run_dir": spec.run_dir,
                    "seed": role_seed(spec.seed, SeedRole.SOLVER, index)}
         params.update({p.name: context[p.name] for p in named if p.name in context})
-        return lambda team: cls(team, **params)
+        return functools.partial(cls, **params)
     from hpc_refer.envs.gym_env import GymEnv, check_env_id  # gymnasium: only when used
 
     check_env_id(spec.env_id)
@@ -297,9 +321,12 @@ def make_driver(spec: SolverSpec, team: Team | None, *, index: int = 0, envs: in
                 series_stride: int = 1, snapshot_dir: Path | None = None,
                 snapshot_due: Callable[[int], bool] | None = None) -> TeamDriver:
     """Team rank 0's driver of environment ``index`` (of ``envs``): the solver built from
-    ``spec`` (an external one started or reached as its id says through ``links``, which it
-    needs, and sent the parameters), rebuilt by the same factory after a fault; ``timeout``
-    is ``run.env_step_timeout``, the other keywords are :class:`TeamDriver`'s."""
+    ``spec`` (a Python one within ``spec.build_timeout``, a :class:`SolverStartError` when
+    its constructor raises or takes longer, see
+    :func:`~hpc_refer.envs.driver.start_solver`; an external one started or reached as its
+    id says through ``links``, which it needs, and sent the parameters), rebuilt by the same
+    factory after a fault; ``timeout`` is ``run.env_step_timeout``, the other keywords are
+    :class:`TeamDriver`'s."""
     outputs: dict[str, Any] = {
         "field_dir": field_dir, "series_dir": series_dir, "series_stride": series_stride,
         "snapshot_dir": snapshot_dir, "snapshot_due": snapshot_due}
@@ -311,8 +338,11 @@ def make_driver(spec: SolverSpec, team: Team | None, *, index: int = 0, envs: in
                           run_dir=spec.run_dir, seed=role_seed(spec.seed, SeedRole.SOLVER, index))
         return TeamDriver(env, team, index=index, timeout=timeout, **outputs)
     factory = env_factory(spec, index)
-    return TeamDriver(factory(team), team, factory=factory, index=index, timeout=timeout,
-                      **outputs)
+    cls = _solver_class(spec.env_id)
+    label = f"env {index} ({cls.__name__ if cls is not None else spec.env_id})"
+    return TeamDriver(start_solver(factory, team, label, spec.build_timeout), team,
+                      factory=factory, index=index, timeout=timeout,
+                      build_timeout=spec.build_timeout, **outputs)
 
 
 def episode_metric_names(env_id: str) -> tuple[str, ...]:

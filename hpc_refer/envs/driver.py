@@ -3,16 +3,20 @@
 the solver interface in :mod:`hpc_refer.envs`), faults and timeouts turned into
 :class:`~hpc_refer.envs.interface.SolverFault`, :class:`~hpc_refer.envs.interface.SolverFailure`
 or :class:`~hpc_refer.envs.interface.SolverStartError`, the interface probed by the first reset
-and step, the step metrics recorded, the episode fields and the chosen episodes' snapshots
-saved.
+and step, a faulty solver rebuilt (within ``run.env_build_timeout``, apart from the calls'
+``run.env_step_timeout``) unless it declares that a reset is enough, the step metrics recorded,
+the episode fields and the chosen episodes' snapshots saved; and the first construction of a
+solver (:func:`start_solver`).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from enum import IntEnum
 from pathlib import Path
@@ -86,6 +90,15 @@ INTERFACE = "interface: "
 INTERFACE_HINT = ("the solver interface is reset(seed) -> state of shape (obs_dim,) and "
                   "step(action) -> (state, reward as a real scalar, Status)")
 
+TRACE = "\0"
+"""Separates an error's text from its traceback in the message of a team rank whose call
+failed (:meth:`~hpc_refer.envs.interface.Team.send_error`)."""
+
+STEP_TIMEOUT = "run.env_step_timeout"
+"""The limit of a reset or step (named in messages)."""
+BUILD_TIMEOUT = "run.env_build_timeout"
+"""The limit of a solver's construction, at start-up and in a rebuild (named in messages)."""
+
 
 def check_state(obs: Any, obs_dim: int) -> np.ndarray:
     """A solver's state as float32 of shape (obs_dim,); SolverFault (naming the field) when
@@ -158,31 +171,37 @@ class _Outcome(IntEnum):
 class _Answer(NamedTuple):
     outcome: _Outcome
     result: Any = None
-    """OK and checked: the validated state (reset) or (state, reward, status) (step)."""
+    """OK and checked: the validated state (reset), (state, reward, status) (step) or the new
+    solver (a construction)."""
     error: str = ""
     """ERROR: what went wrong."""
+    trace: str = ""
+    """ERROR from an exception of the solver's code: its traceback."""
+
+
+class Busy(NamedTuple):
+    """The solver call that a :class:`TeamDriver` is in (read by the watchdog thread,
+    :class:`~hpc_refer.supervision.Watchdog`)."""
+
+    call: str
+    """``reset``, ``step`` or ``rebuild`` (closing a faulty solver and constructing it anew:
+    limited by ``run.env_build_timeout``, the others by ``run.env_step_timeout``)."""
+    since: float
+    """``time.monotonic()`` when it began."""
 
 
 NO_VALUES = np.zeros(0)
 """The step values of a solver without ``step_metrics`` (one array, not one per step)."""
 
 
-def _attempt(env: Any, call: str, arg: Any, obs_dim: int, check: bool,
-             deadline: float | None, step_names: tuple[str, ...] = ()) -> _Answer:
-    """One rank's part of ``env.<call>(arg)`` (call: ``reset`` or ``step``), its answer
-    validated when ``check``: the state (reset), or ((state, reward, status), the values of
-    ``step_names`` from ``step_values()``) (step). Exceptions become an ERROR answer (the
-    text of an :class:`InterfaceError` prefixed by :data:`INTERFACE`); :class:`CallTimeout`
-    (the ``deadline`` passed, see :func:`~hpc_refer.timeouts.call_with_alarm`)
-    propagates."""
+def _guarded(work: Callable[[], Any], deadline: float | None) -> _Answer:
+    """``work()`` (the solver's code and the checks of its answer) as an answer: OK with its
+    result, FINISHED for :class:`EnvironmentFinished`, ERROR for an exception (the text of a
+    :class:`SolverFault`, an :class:`InterfaceError`'s prefixed by :data:`INTERFACE`; any
+    other exception named with its type and traceback). :class:`CallTimeout` (the
+    ``deadline`` passed, see :func:`~hpc_refer.timeouts.call_with_alarm`) propagates."""
     try:
-        answer = call_with_alarm(lambda: getattr(env, call)(arg), deadline)
-        if not check:
-            return _Answer(_Outcome.OK)
-        if call == "reset":
-            return _Answer(_Outcome.OK, check_state(answer, obs_dim))
-        values = check_values(env.step_values(), step_names) if step_names else NO_VALUES
-        return _Answer(_Outcome.OK, (check_step(answer, obs_dim), values))
+        return _Answer(_Outcome.OK, call_with_alarm(work, deadline))
     except EnvironmentFinished:
         return _Answer(_Outcome.FINISHED)
     except InterfaceError as fault:
@@ -190,7 +209,68 @@ def _attempt(env: Any, call: str, arg: Any, obs_dim: int, check: bool,
     except SolverFault as fault:
         return _Answer(_Outcome.ERROR, error=str(fault))
     except Exception as err:  # any failure of the solver's code is its fault
-        return _Answer(_Outcome.ERROR, error=f"raised {type(err).__name__}: {err}")
+        return _Answer(_Outcome.ERROR, error=f"raised {type(err).__name__}: {err}",
+                       trace=traceback.format_exc())
+
+
+def _attempt(env: Any, call: str, arg: Any, obs_dim: int, check: bool,
+             deadline: float | None, step_names: tuple[str, ...] = ()) -> _Answer:
+    """One rank's part of ``env.<call>(arg)`` (call: ``reset`` or ``step``) as
+    :func:`_guarded` answers it; its answer validated when ``check``: the state (reset), or
+    ((state, reward, status), the values of ``step_names`` from ``step_values()``) (step)."""
+    def answer() -> Any:
+        result = getattr(env, call)(arg)
+        if not check:
+            return None
+        if call == "reset":
+            return check_state(result, obs_dim)
+        values = check_values(env.step_values(), step_names) if step_names else NO_VALUES
+        return check_step(result, obs_dim), values
+
+    return _guarded(answer, deadline)
+
+
+def _construct(factory: Callable[[Any], Any], team: Team | None,
+               deadline: float | None) -> _Answer:
+    """One rank's construction ``factory(team)`` as :func:`_guarded` answers it (the solver is
+    the result); EnvironmentFinished, which only ``reset`` may raise, is an ERROR here."""
+    answer = _guarded(lambda: factory(team), deadline)
+    if answer.outcome is _Outcome.FINISHED:
+        return _Answer(_Outcome.ERROR, error="raised EnvironmentFinished (only reset may)")
+    return answer
+
+
+def _one_line(text: str) -> str:
+    """``text`` with its line breaks replaced by spaces (a start-up error is one line)."""
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def factory_label(factory: Callable[[Any], Any]) -> str:
+    """What ``factory`` builds, for messages: the class of a :func:`functools.partial` (as
+    :func:`~hpc_refer.envs.env_factory` makes for Python solvers) or a class used as its own
+    factory; ``solver`` otherwise."""
+    target = factory.func if isinstance(factory, functools.partial) else factory
+    return target.__name__ if isinstance(target, type) else "solver"
+
+
+def start_solver(factory: Callable[[Any], Any], team: Team | None, label: str,
+                 timeout: float) -> Any:
+    """The first construction of a solver: ``factory(team)`` within ``timeout`` seconds
+    (``run.env_build_timeout``, 0: no limit; SIGALRM as for calls, see
+    :func:`~hpc_refer.timeouts.call_with_alarm`). A constructor that raises or does not return
+    in time is a :class:`SolverStartError` naming ``label`` (e.g. ``env 0 (MySolver)``), the
+    team rank (in a team of K > 1) and the exception, its traceback as ``details``: a solver
+    that cannot be built stops the run at once, from the rank where it failed."""
+    where = f" on team rank {team.rank}" if team is not None and team.size > 1 else ""
+    try:
+        answer = _construct(factory, team, deadline_after(timeout))
+    except CallTimeout:
+        raise SolverStartError(f"{label}.__init__{where}: no answer within {BUILD_TIMEOUT} = "
+                               f"{timeout:g} s (the solver cannot start)") from None
+    if answer.outcome is not _Outcome.OK:
+        raise SolverStartError(_one_line(f"{label}.__init__{where}: {answer.error} (the "
+                                         "solver cannot start)"), answer.trace)
+    return answer.result
 
 
 def _close_faulty(env: Any, deadline: float | None) -> None:
@@ -200,6 +280,17 @@ def _close_faulty(env: Any, deadline: float | None) -> None:
     except (Exception, CallTimeout) as err:
         LOG.warning("closing the faulty %s failed (%s: %s); it is replaced anyway",
                     type(env).__name__, type(err).__name__, err)
+
+
+def rebuilds_after_fault(env: Any) -> bool:
+    """The solver's ``rebuild_after_fault`` (default True: closed and constructed anew after
+    each fault; False: a reset is enough, the same instance goes on), checked."""
+    rebuild = getattr(env, "rebuild_after_fault", True)
+    if not isinstance(rebuild, bool):
+        raise ConfigError(f"{type(env).__name__}.rebuild_after_fault = {rebuild!r} is invalid: "
+                          "allowed are True (rebuild the solver after a fault, the default) "
+                          "and False (a reset after a fault is enough)")
+    return rebuild
 
 
 def rebuild_factory(env: Any) -> Callable[[Team | None], Any] | None:
@@ -224,13 +315,27 @@ class TeamDriver:
 
     ``factory`` builds the solver anew after a fault (default :func:`rebuild_factory`; the
     solver ranks of a team use theirs in :func:`serve_team`), ``index`` is the environment's
-    index (named in messages), ``timeout`` is ``run.env_step_timeout`` (0: no limit),
-    ``field_dir`` where :meth:`end_episode` saves the solver's ``episode_field()`` (None: not
-    saved), ``series_dir`` where the values of the solver's ``step_metrics`` are recorded
-    every ``series_stride`` steps (:class:`~hpc_refer.series.StepSeries`; None: not
-    recorded), ``snapshot_dir`` where :meth:`end_episode` writes the solver's ``snapshot()``
-    at the end of the episodes n (counted from 1) for which ``snapshot_due(n)`` is true
-    (``run.snapshot``; None: never).
+    index (named in messages), ``timeout`` is ``run.env_step_timeout`` and ``build_timeout``
+    ``run.env_build_timeout`` (0: no limit), ``field_dir`` where :meth:`end_episode` saves the
+    solver's ``episode_field()`` (None: not saved), ``series_dir`` where the values of the
+    solver's ``step_metrics`` are recorded every ``series_stride`` steps
+    (:class:`~hpc_refer.series.StepSeries`; None: not recorded), ``snapshot_dir`` where
+    :meth:`end_episode` writes the solver's ``snapshot()`` at the end of the episodes n
+    (counted from 1) for which ``snapshot_due(n)`` is true (``run.snapshot``; None: never).
+
+    Faults and rebuilds: after a fault the solver is closed and constructed anew on every
+    rank of its team at the start of the next call (the ``rebuild`` of :attr:`busy`), so the
+    fault reaches the actor, and its episode the learner, before a slow constructor runs, and
+    the rebuild is timed by ``build_timeout``, never by the ``timeout`` of the call that
+    follows it. A construction that raises or exceeds ``build_timeout`` is a fault of that
+    call (the rebuild is tried again at the next one); on a team, a rank that does not finish
+    it in time leaves the team out of step (:class:`SolverFailure`). A solver whose class
+    declares ``rebuild_after_fault = False`` is never rebuilt: the next reset follows the
+    fault.
+
+    Start-up: the first reset probes the solver. An exception from it (on any rank of the
+    team) is a :class:`SolverStartError` naming the environment, the call and the exception
+    (its traceback as ``details``), not a fault: a solver that cannot start is not retried.
 
     Snapshots: a solver's optional ``snapshot()`` returns named 2-D arrays on team rank 0
     (None on the other ranks: collective, every team rank calls it through the command
@@ -249,30 +354,36 @@ class TeamDriver:
 
     def __init__(self, env: Any, team: Team | None, *,
                  factory: Callable[[Team | None], Any] | None = None, index: int = 0,
-                 timeout: float = 0.0, field_dir: Path | None = None,
-                 series_dir: Path | None = None, series_stride: int = 1,
-                 snapshot_dir: Path | None = None,
+                 timeout: float = 0.0, build_timeout: float = 0.0,
+                 field_dir: Path | None = None, series_dir: Path | None = None,
+                 series_stride: int = 1, snapshot_dir: Path | None = None,
                  snapshot_due: Callable[[int], bool] | None = None) -> None:
         self.env = env
+        """The solver (None only between a rebuild that failed and the next attempt)."""
         self.team = team if team is not None and team.size > 1 else None
         self._solver_team = team
         """What the factory is called with (a team of one rank stays a Team)."""
         self.factory = factory if factory is not None else rebuild_factory(env)
         self.index = index
         self.timeout = timeout
+        self.build_timeout = build_timeout
         self.external = isinstance(env, ExternalEnv)
         self.name = env.name if self.external else f"env {index} ({type(env).__name__})"
         self.state_rank = state_rank_of(env, team)
+        self.rebuilds = self.factory is not None and rebuilds_after_fault(env)
+        """Whether a fault is followed by a rebuild (else by the next reset alone)."""
         self.metric_names = metric_names(env, type(env).__name__)
         self.obs_dim, self.act_dim = int(env.obs_dim), int(env.act_dim)
         self.low = np.asarray(env.low, np.float64).reshape(-1)
         self.high = np.asarray(env.high, np.float64).reshape(-1)
-        self.busy_since: float | None = None
-        """``time.monotonic()`` when the call in progress began (None between calls): a
-        watchdog thread reads it (:class:`~hpc_refer.supervision.Watchdog`)."""
-        self._answered = False
-        """Whether the solver answered a call yet (a timeout before that is a start-up
-        error)."""
+        self.busy: Busy | None = None
+        """The call in progress (None between calls): a watchdog thread reads it."""
+        self._started = False
+        """Whether the solver answered a call yet, if only with a fault (an exception from
+        the first reset, or a timeout, before that is a start-up error)."""
+        self._faulty = False
+        """Whether the last call was a fault: the solver is rebuilt before the next one (when
+        it :attr:`rebuilds`), closed with care, and has no state to checkpoint."""
         self._lost = ""
         """Why a team is out of step (a rank did not answer in time): it is not driven
         further."""
@@ -321,7 +432,8 @@ class TeamDriver:
         interrupted the same way; the others are awaited by polling) is out of step and
         cannot be recovered: :class:`SolverFailure`, and every later call raises it too. A
         timeout before the solver ever answered is :class:`SolverStartError`. An external
-        solver times out in :class:`~hpc_refer.envs.external.ExternalEnv`.
+        solver times out in :class:`~hpc_refer.envs.external.ExternalEnv`. A rebuild due
+        after a fault runs first, timed apart (see the class docstring).
         """
         result, values = self._call("step", action, TeamCommand.STEP,
                                     np.asarray(action, np.float64))
@@ -332,17 +444,24 @@ class TeamDriver:
         return result  # type: ignore[no-any-return]
 
     def _call(self, call: str, arg: Any, command: TeamCommand, payload: np.ndarray) -> Any:
-        self.busy_since = time.monotonic()
-        try:
-            return self._answer(call, arg, command, payload)
-        finally:
-            self.busy_since = None
-
-    def _answer(self, call: str, arg: Any, command: TeamCommand, payload: np.ndarray) -> Any:
+        """``call`` made by the whole team, after the rebuild a fault left due."""
         if self.external:
-            return self._external(call, arg)
+            return self._busy(call, lambda: self._external(call, arg))
         if self._lost:
             raise SolverFailure(f"{self.name}: {self._lost}")
+        if self._faulty and self.rebuilds:
+            self._busy("rebuild", self._rebuild)
+        return self._busy(call, lambda: self._answer(call, arg, command, payload))
+
+    def _busy(self, call: str, work: Callable[[], Any]) -> Any:
+        """``work()``, shown to the watchdog as ``call`` (:attr:`busy`) while it runs."""
+        self.busy = Busy(call, time.monotonic())
+        try:
+            return work()
+        finally:
+            self.busy = None
+
+    def _answer(self, call: str, arg: Any, command: TeamCommand, payload: np.ndarray) -> Any:
         deadline = deadline_after(self.timeout)
         if self.team is None:
             try:
@@ -350,21 +469,23 @@ class TeamDriver:
                                   self.step_names)
             except CallTimeout:
                 self._check_started(call)
-                answer = _Answer(_Outcome.ERROR, error=self._late())
+                answer = _Answer(_Outcome.ERROR, error=self._late(STEP_TIMEOUT, self.timeout))
             where = ""
         else:
             answer, where = self._team_call(call, arg, command, payload, deadline)
-        self._answered = True
+        self._faulty = answer.outcome is _Outcome.ERROR
+        error = answer.error.removeprefix(INTERFACE)
+        if self._faulty and answer.error.startswith(INTERFACE):
+            self._probe_failed(f"{self.name}.{call}{where}: {error}")
+        if self._faulty and call == "reset" and not self._started:
+            raise SolverStartError(_one_line(
+                f"{self.name}.reset{where}: {error} (its first reset: the solver cannot "
+                "start)"), answer.trace)
+        self._started = True
+        if self._faulty:
+            raise SolverFault(f"{self.name}.{call}{where}: {error}")
         if answer.outcome is _Outcome.FINISHED:
             raise EnvironmentFinished
-        if answer.outcome is _Outcome.ERROR:
-            error = answer.error
-            if error.startswith(INTERFACE):
-                error = error[len(INTERFACE):]
-                self._probe_failed(f"{self.name}.{call}{where}: {error}")
-            fault = SolverFault(f"{self.name}.{call}{where}: {error}")
-            self._rebuild(deadline_after(self.timeout))
-            raise fault
         return answer.result
 
     def _probe_failed(self, what: str) -> None:
@@ -397,56 +518,97 @@ class TeamDriver:
         assert team is not None
         team.send_command(command, payload)
         try:
-            mine = _attempt(self.env, call, arg, self.obs_dim, self.state_rank == 0, deadline,
-                            self.step_names)
-            outcome, rank = divmod(team.agree(int(mine.outcome) * team.size, deadline),
-                                   team.size)
-            if outcome == _Outcome.ERROR:
-                error = mine.error if rank == 0 else team.receive_error(rank, deadline)
-                return _Answer(_Outcome.ERROR, error=error), f" on team rank {rank}"
-            if outcome == _Outcome.FINISHED or self.state_rank == 0:
-                return (_Answer(_Outcome(outcome), mine.result), "")
+            answer, where = self._agree(
+                _attempt(self.env, call, arg, self.obs_dim, self.state_rank == 0, deadline,
+                         self.step_names), deadline)
+            if answer.outcome is not _Outcome.OK or self.state_rank == 0:
+                return answer, where
             packed = team.receive_result(self.state_rank, deadline)
         except (CallTimeout, TimeoutError):
-            self._lost = (f"a rank of the team did not answer {call} within "
-                          f"run.env_step_timeout = {self.timeout:g} s; the team is out of "
-                          f"step and no longer driven")
+            failure = self._out_of_step(call, STEP_TIMEOUT, self.timeout)
             self._check_started(call)
-            raise SolverFailure(f"{self.name}: {self._lost}") from None
+            raise failure from None
         try:
             if call == "reset":
-                answer: Any = check_state(packed, self.obs_dim)
+                result: Any = check_state(packed, self.obs_dim)
             else:
                 triple, values = unpack_step(packed)
-                answer = (check_step(triple, self.obs_dim), check_values(values,
+                result = (check_step(triple, self.obs_dim), check_values(values,
                                                                          self.step_names))
         except InterfaceError as fault:
             return (_Answer(_Outcome.ERROR, error=INTERFACE + str(fault)),
                     f" on team rank {self.state_rank}")
         except SolverFault as fault:
             return _Answer(_Outcome.ERROR, error=str(fault)), f" on team rank {self.state_rank}"
-        return _Answer(_Outcome.OK, answer), ""
+        return _Answer(_Outcome.OK, result), ""
 
-    def _late(self) -> str:
-        return f"no answer within run.env_step_timeout = {self.timeout:g} s"
+    def _agree(self, mine: _Answer, deadline: float | None) -> tuple[_Answer, str]:
+        """The team's outcome of a call or rebuild whose part on this rank is ``mine``: the
+        largest outcome over the ranks, an error's text and traceback from the highest rank
+        that had it (see :func:`serve_team`). Returns the answer (with this rank's result)
+        and, for an error, which rank it was on; TimeoutError at the ``deadline``."""
+        team = self.team
+        assert team is not None
+        outcome, rank = divmod(team.agree(int(mine.outcome) * team.size, deadline), team.size)
+        if outcome != _Outcome.ERROR:
+            return _Answer(_Outcome(outcome), mine.result), ""
+        if rank == 0:
+            return mine, " on team rank 0"
+        error, _, trace = team.receive_error(rank, deadline).partition(TRACE)
+        return _Answer(_Outcome.ERROR, error=error, trace=trace), f" on team rank {rank}"
+
+    def _out_of_step(self, call: str, option: str, limit: float) -> SolverFailure:
+        """A rank of the team did not finish ``call`` within ``limit`` (``option``): the team
+        is not driven further; the failure to raise."""
+        self._lost = (f"a rank of the team did not answer {call} within {option} = "
+                      f"{limit:g} s; the team is out of step and no longer driven")
+        return SolverFailure(f"{self.name}: {self._lost}")
+
+    @staticmethod
+    def _late(option: str, limit: float) -> str:
+        return f"no answer within {option} = {limit:g} s"
 
     def _check_started(self, call: str) -> None:
         """A timeout before the solver's first answer: raise :class:`SolverStartError`."""
-        if self._answered:
+        if self._started:
             return
+        self._faulty = True  # interrupted in its call: closed with care
         launch = (f"a team of {self.team.size} ranks" if self.team is not None
                   else "an in-process solver")
         raise SolverStartError(f"{self.name}, {launch}: no answer to its first {call} within "
-                               f"run.env_step_timeout = {self.timeout:g} s")
+                               f"{STEP_TIMEOUT} = {self.timeout:g} s")
 
-    def _rebuild(self, deadline: float | None) -> None:
-        """Close the faulty solver and construct it anew, on every rank of the team."""
-        if self.factory is None:
-            return
+    def _rebuild(self) -> None:
+        """Close the faulty solver and construct it anew on every rank of the team, within
+        ``build_timeout`` (see the class docstring): :class:`SolverFault` when the
+        construction fails or takes longer here, :class:`SolverFailure` when a rank of a
+        team does not finish it in time."""
+        assert self.factory is not None
+        deadline = deadline_after(self.build_timeout)
         if self.team is not None:
-            self.team.send_command(TeamCommand.REBUILD, np.zeros(0))
-        _close_faulty(self.env, deadline if self.team is None else None)
-        self.env = self.factory(self._solver_team)
+            self.team.send_command(TeamCommand.REBUILD, NO_VALUES)
+        if self.env is not None:  # closed once, however many constructions fail after it
+            faulty, self.env = self.env, None
+            _close_faulty(faulty, deadline if self.team is None else None)
+        where = ""
+        if self.team is None:
+            try:
+                answer = _construct(self.factory, self._solver_team, deadline)
+            except CallTimeout:
+                answer = _Answer(_Outcome.ERROR,
+                                 error=self._late(BUILD_TIMEOUT, self.build_timeout))
+        else:
+            try:
+                answer, where = self._agree(_construct(self.factory, self._solver_team,
+                                                       deadline), deadline)
+            except (CallTimeout, TimeoutError):
+                raise self._out_of_step("the rebuild", BUILD_TIMEOUT,
+                                        self.build_timeout) from None
+        if answer.outcome is not _Outcome.OK:
+            raise SolverFault(f"{self.name}: rebuilding it after a fault{where}: "
+                              f"{answer.error}")
+        self.env = answer.result
+        self._faulty = False
 
     def end_episode(self) -> tuple[float, ...]:
         """What follows the end of an episode: its field saved when the solver has
@@ -525,9 +687,10 @@ class TeamDriver:
 
     def checkpoint_state(self) -> StateTree | None:
         """The solver's state for a checkpoint (its ``get_state()``); None when it has no
-        such method, returns None, or spans a team of K > 1 ranks."""
+        such method, returns None, spans a team of K > 1 ranks, or its last call was a fault
+        (a state to be discarded)."""
         get_state = getattr(self.env, "get_state", None)
-        if self.team is not None or get_state is None:
+        if self.team is not None or get_state is None or self._faulty:
             return None
         state = get_state()
         return None if state is None else {str(k): np.array(v) for k, v in state.items()}
@@ -543,33 +706,57 @@ class TeamDriver:
 
     def close(self) -> None:
         """Stop the team's solver ranks and close the solver (not a team that is out of step:
-        its ranks may be stuck in the solver's collectives)."""
+        its ranks may be stuck in the solver's collectives; a faulty solver's close may fail,
+        which is reported, so that it hides no error of the run)."""
         if self.series is not None:
             self.series.flush()
         if self.team is not None:
             self.team.send_command(TeamCommand.STOP, np.zeros(0))
-        if not self._lost:
+        if self._lost or self.env is None:
+            return
+        if self._faulty:
+            _close_faulty(self.env, None)
+        else:
             self.env.close()
 
 
+def _report(team: Team, answer: _Answer) -> bool:
+    """A solver rank's part of the team's agreement on a call or rebuild (the other side of
+    :meth:`TeamDriver._agree`): its outcome and rank; when the team's outcome is an error and
+    this is the highest rank that had it, its error text and traceback go to team rank 0.
+    Returns whether the team's outcome is OK."""
+    outcome, rank = divmod(team.agree(int(answer.outcome) * team.size + team.rank),
+                           team.size)
+    if outcome == _Outcome.ERROR and rank == team.rank:
+        team.send_error(answer.error + TRACE + answer.trace)
+    return outcome == _Outcome.OK
+
+
 def serve_team(factory: Callable[[Team], Any], team: Team) -> None:
-    """Solver ranks 1..K-1: build the solver with ``factory(team)`` and follow team rank 0's
-    calls until it says stop (see :class:`TeamDriver`): make this rank's part of each call,
-    agree with the team on its outcome, then the solver's ``state_rank`` sends the result
-    to team rank 0 (after a failed call, the failed rank with the highest rank sends its
-    error instead); REBUILD closes the solver and constructs it anew."""
-    env = factory(team)
+    """Solver ranks 1..K-1: build the solver with ``factory(team)`` (a constructor that
+    raises is a :class:`SolverStartError` on this rank, see :func:`start_solver`) and follow
+    team rank 0's calls until it says stop (see :class:`TeamDriver`): make this rank's part of
+    each call, agree with the team on its outcome, then the solver's ``state_rank`` sends the
+    result to team rank 0 (after a failed call, the failed rank with the highest rank sends
+    its error instead); REBUILD closes the solver and constructs it anew, and the team agrees
+    on that outcome too (a construction that failed leaves no solver until the next
+    REBUILD)."""
+    env = start_solver(factory, team, factory_label(factory), 0.0)
     sends = team.rank == state_rank_of(env, team)
     obs_dim = int(env.obs_dim)
     step_names = metric_names(env, type(env).__name__, "step_metrics")
     while True:
         command, payload = team.receive_command()
         if command is TeamCommand.STOP:
-            env.close()
+            if env is not None:
+                env.close()
             return
         if command is TeamCommand.REBUILD:
-            _close_faulty(env, None)
-            env = factory(team)
+            if env is not None:
+                _close_faulty(env, None)
+            built = _construct(factory, team, None)
+            env = built.result if built.outcome is _Outcome.OK else None
+            _report(team, built)
             continue
         if command is TeamCommand.SNAPSHOT:
             env.snapshot()
@@ -579,12 +766,10 @@ def serve_team(factory: Callable[[Team], Any], team: Team) -> None:
         if command is TeamCommand.RESET:
             call, arg = "reset", None if payload[0] < 0 else int(payload[0])
         answer = _attempt(env, call, arg, obs_dim, sends, None, step_names)
-        outcome, rank = divmod(team.agree(int(answer.outcome) * team.size + team.rank),
-                               team.size)
-        if outcome == _Outcome.ERROR and rank == team.rank:
-            team.send_error(answer.error)
-        elif outcome == _Outcome.OK and sends and call == "reset":
+        if not (_report(team, answer) and sends):
+            continue
+        if call == "reset":
             team.send_result(np.asarray(answer.result, np.float64))
-        elif outcome == _Outcome.OK and sends:
+        else:
             (obs, reward, status), values = answer.result
             team.send_result(pack_step(obs, reward, status, values))

@@ -11,9 +11,11 @@ solver never imports :mod:`hpc_refer.parallel` (nor, through it, mpi4py).
 ``Status`` is what ``step`` returns with the state and reward. A solver may raise
 :class:`SolverFault` from ``reset`` or ``step`` for a step it cannot make (a diverged field, a
 failed sub-iteration): like any exception or invalid answer it ends the episode as a fault,
-nothing of the step is stored, and the solver is built anew; :class:`EnvironmentFinished` from
-``reset`` says it has no more episodes. :class:`SolverFailure` and :class:`SolverStartError`
-are what hpc_refer raises when an environment cannot go on or cannot start.
+nothing of the step is stored, and the solver is built anew (unless its class declares
+``rebuild_after_fault = False``: then the next ``reset`` is all that follows);
+:class:`EnvironmentFinished` from ``reset`` says it has no more episodes.
+:class:`SolverFailure` and :class:`SolverStartError` are what hpc_refer raises when an
+environment cannot go on or cannot start.
 """
 
 from __future__ import annotations
@@ -50,10 +52,19 @@ class SolverFailure(RuntimeError):  # noqa: N818 (the name the training loop cat
 
 
 class SolverStartError(RuntimeError):
-    """A solver cannot start: it never answered its first message (an external solver's
-    HELLO, a Python solver's first reset) within ``run.env_step_timeout``, its start-up
-    messages are unusable, or its first answers break the interface. The run stops at
-    start-up with this one-line message."""
+    """A solver cannot start: its constructor raised or did not return within
+    ``run.env_build_timeout``, its first reset raised, it never answered its first message
+    (an external solver's HELLO, a Python solver's first reset) within
+    ``run.env_step_timeout``, its start-up messages are unusable, or its first answers break
+    the interface. The run stops at start-up with this one-line message, on every rank and
+    without counting a fault.
+
+    ``details``: the traceback of the solver's exception (from whichever team rank raised
+    it), for the run's log; empty when there is none (a timeout, a refused answer)."""
+
+    def __init__(self, message: str, details: str = "") -> None:
+        super().__init__(message)
+        self.details = details
 
 
 class TeamCommand(IntEnum):
@@ -63,7 +74,9 @@ class TeamCommand(IntEnum):
     STEP = 1
     STOP = 2
     REBUILD = 3
-    """Close the solver and construct it anew (after a solver fault)."""
+    """Close the solver and construct it anew (after a solver fault, unless the solver
+    declares ``rebuild_after_fault = False``); the team then agrees on how it went, as after
+    a reset or step."""
     SNAPSHOT = 4
     """Take the solver's ``snapshot()`` (collective; team rank 0 writes it)."""
 
@@ -150,7 +163,8 @@ class Team(Protocol):
         ...
 
     def send_error(self, text: str) -> None:
-        """A solver rank whose call failed: its error text to team rank 0."""
+        """A solver rank whose call failed: its error text (with the traceback, if any, after
+        :data:`hpc_refer.envs.driver.TRACE`) to team rank 0."""
         ...
 
     def receive_error(self, source: int, deadline: float | None = None) -> str:
