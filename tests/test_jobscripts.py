@@ -325,21 +325,23 @@ def test_sbatch_restart_passes_learners_but_not_ranks_per_env(stubs, tmp_path):
     assert program_args(stubs) == ["--restart", str(tmp_path / "r"), "--learners", "2"]
 
 
-@pytest.mark.parametrize("state", ["preempted", "finished", "failed"])
+@pytest.mark.parametrize("state", ["preempted: signal 10", "finished",
+                                   "failed: env 0: 3 consecutive solver faults"])
 def test_sbatch_requeues_only_a_preempted_run(stubs, tmp_path, state):
     log = tmp_path / f"slurm-t-{JOB_ID}.out"
     log.write_text("job log\n")
+    failed = state.startswith("failed")
     env = stub_env(stubs, **slurm_vars(tmp_path), RUN_DIR="r", STUB_STATE=state,
-                   STUB_RC="1" if state == "failed" else "0", STUB_STDOUT=str(log))
+                   STUB_RC="1" if failed else "0", STUB_STDOUT=str(log))
     proc = run_script(SBATCH, [], tmp_path, env)
     calls = (stubs[1] / "scontrol").read_text().splitlines()
     assert f"state.txt: {state}" in proc.stdout
-    if state == "preempted":
+    if state.startswith("preempted"):
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert calls[-1] == f"requeue {JOB_ID}"
         assert "requeued job" in proc.stdout
     else:
-        assert proc.returncode == (1 if state == "failed" else 0)
+        assert proc.returncode == (1 if failed else 0)
         assert not any(c.startswith("requeue") for c in calls), calls
     assert not log.exists() and (tmp_path / "r" / log.name).read_text() == "job log\n"
 
@@ -448,7 +450,7 @@ def test_local_script_resumes_a_run_dir_with_a_checkpoint(stubs, tmp_path):
 
 @pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGTERM], ids=["USR1", "TERM"])
 def test_local_script_forwards_signals_to_mpirun(stubs, tmp_path, signum):
-    env = stub_env(stubs, RUN_DIR="r", STUB_WAIT="1", STUB_STATE="preempted",
+    env = stub_env(stubs, RUN_DIR="r", STUB_WAIT="1", STUB_STATE="preempted: signal 10",
                    MPIRUN_ARGS="")
     proc = signal_script(LOCAL, ["2"], tmp_path, env, stubs[1], signum)
     assert proc.returncode == 0, proc.stdout + proc.stderr

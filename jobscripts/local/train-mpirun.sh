@@ -135,7 +135,9 @@ while :; do
     [ "$signalled" -eq 1 ] || break  # else a trap ended the wait early: mpirun still runs
 done
 trap - USR1 TERM INT
-if [ -n "$RUN_DIR" ] && [ "$(cat "$RUN_DIR/state.txt" 2>/dev/null || true)" = preempted ]; then
+state=""  # the line of state.txt, e.g. "preempted: signal 10"
+[ -z "$RUN_DIR" ] || state=$(cat "$RUN_DIR/state.txt" 2>/dev/null || true)
+if [ "${state%%:*}" = preempted ]; then
     echo "train-mpirun.sh: stopped with a checkpoint (state.txt = preempted): run the same" \
          "command again to resume"
 fi
