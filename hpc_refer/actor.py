@@ -22,11 +22,14 @@ validation, an exception of a Python solver, an in-process solver that did not a
 time; see :class:`~hpc_refer.envs.TeamDriver`) end the episode: the faulty step is dropped,
 the fault is counted (``Actor.faults``) and logged as a warning with the actor's rank, the
 episode's valid steps not yet sent go to the learner as a truncated chunk (this also closes
-the episode's chunks already sent), no episode record is made, and the environment (a Python
-solver rebuilt by the driver) is reset at the next step. ``max_failures`` faults in a row
+the episode's chunks already sent), no episode record is made, and the environment is reset
+at the next step (a Python solver rebuilt by the driver first, unless it declares
+``rebuild_after_fault = False``). ``max_failures`` faults in a row
 (``run.max_env_failures``) raise :class:`~hpc_refer.envs.external.SolverFailure` naming the
 environment, the actor's rank and the last fault, as does an environment that failed for
 good; the episode in progress is then *interrupted*: the next step returns its closing chunk.
+A solver that cannot start (its first reset raised: :class:`~hpc_refer.envs.SolverStartError`)
+is no fault: the error passes uncounted, and the run stops.
 
 Checkpoints: :meth:`Actor.checkpoint_state` and :meth:`Actor.restore_state` carry the
 generator, the noise, the episode in progress and the environment's state (when its solver
