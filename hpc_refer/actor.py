@@ -59,6 +59,7 @@ from hpc_refer.records import (
     numpy_rng_state,
     set_numpy_rng_state,
 )
+from hpc_refer.run_clock import CLOCK
 
 OU_THETA = 0.15
 
@@ -203,7 +204,7 @@ class Actor:
                 return None, None
             self._sent = True
             return self._flush(ChunkEnd.OPEN, None), None
-        record = EpisodeRecord(self._return, self._length, self.env.end_episode())
+        record = EpisodeRecord(self._return, self._length, self.env.end_episode(), CLOCK.now())
         end = ChunkEnd.TERMINATED if status == Status.TERMINAL else ChunkEnd.TRUNCATED
         chunk = self._flush(end, nxt)
         self._return, self._length = 0.0, 0
@@ -286,7 +287,7 @@ class Actor:
                     *_, obs, reward, status = self._transition(obs, explore=False)
                     ret += reward
                     length += 1
-                records.append(EpisodeRecord(ret, length, self.env.end_episode()))
+                records.append(EpisodeRecord(ret, length, self.env.end_episode(), CLOCK.now()))
             except SolverFault as fault:
                 self._count_fault(fault, "evaluation episode ended")
             except SolverFailure as failure:

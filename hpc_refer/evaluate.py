@@ -32,9 +32,9 @@ import numpy as np
 from hpc_refer.actor import Actor
 from hpc_refer.checkpoint import CheckpointError
 from hpc_refer.config import ActionBounds, ConfigError, build_config, load_toml
-from hpc_refer.envs import SolverSpec, env_factory, make_driver, serve_team
+from hpc_refer.envs import SolverSpec, SolverStartError, env_factory, make_driver, serve_team
 from hpc_refer.networks import BehaviourPolicy
-from hpc_refer.parallel import MpiLinks, world_rank_size, world_team
+from hpc_refer.parallel import MpiLinks, abort_job, world_rank_size, world_team
 from hpc_refer.policy_file import load_policy
 from hpc_refer.records import EpisodeRecord
 
@@ -116,6 +116,17 @@ def report(label: str, episodes: list[EpisodeRecord], names: tuple[str, ...],
     return stats
 
 
+def start_failed(err: SolverStartError, size: int) -> int:
+    """A solver that cannot start: one line (and its traceback, when it raised), then exit 2;
+    under mpirun the job is aborted, since the team's other ranks may wait in the solver."""
+    if err.details:
+        print(err.details, file=sys.stderr, end="" if err.details.endswith("\n") else "\n")
+    print(f"hpc_refer.evaluate: error: {err}", file=sys.stderr, flush=True)
+    if size > 1:
+        abort_job(2)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m hpc_refer.evaluate",
@@ -162,9 +173,12 @@ def main(argv: list[str] | None = None) -> int:
         serve_team(env_factory(SolverSpec.of(config, args.run_dir)), team)
         return 0
     timeout = config.run.env_step_timeout
-    env = make_driver(SolverSpec.of(config, args.run_dir), team, timeout=timeout,
-                      links=MpiLinks(), snapshot_dir=args.run_dir / "evaluation-snapshots",
-                      snapshot_due=snapshots.snapshot_due if args.snapshot else None)
+    try:
+        env = make_driver(SolverSpec.of(config, args.run_dir), team, timeout=timeout,
+                          links=MpiLinks(), snapshot_dir=args.run_dir / "evaluation-snapshots",
+                          snapshot_due=snapshots.snapshot_due if args.snapshot else None)
+    except SolverStartError as err:
+        return start_failed(err, size)
     try:
         reference = None
         if args.baseline is not None:
@@ -181,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"hpc_refer.evaluate: error: {err}", file=sys.stderr)
         return 2
+    except SolverStartError as err:
+        return start_failed(err, size)
     finally:
         env.close()
     stats = report("policy", episodes, env.metric_names, actor.faults)

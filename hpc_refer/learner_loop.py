@@ -81,6 +81,7 @@ from hpc_refer.loop_report import LoopReport
 from hpc_refer.metrics import RunDirectory
 from hpc_refer.policy_file import save_policy
 from hpc_refer.records import Incoming, LoggedEpisode, MessageKind, StateTree
+from hpc_refer.run_clock import CLOCK
 from hpc_refer.schema import POLICY_FILE
 from hpc_refer.supervision import STOP
 
@@ -223,6 +224,9 @@ class LearnerResult:
     """Solver faults of all actors, as last reported in their messages."""
     stopped_by: str = ""
     """Why the loop stopped before ``run.steps``: 'signal', or the failure's message."""
+    stop_signal: int = 0
+    """The number of the stop signal (SIGTERM, SIGUSR1) when one stopped the loop: the
+    first one of the learners that received one."""
 
 
 class LearnerLoop:
@@ -260,13 +264,15 @@ class LearnerLoop:
         self.slack = config.replay.grad_ratio * envs * config.run.chunk_len
         self.resumed = False
         self.stopped_by = ""
+        self.stop_signal = 0
 
     @property
     def result(self) -> LearnerResult:
         """What this learner has done so far."""
         return LearnerResult(self.learner, self.env_steps, self.received,
                              self.report.episodes, self.report.evals,
-                             list(self.book.finished), self.faults, self.stopped_by)
+                             list(self.book.finished), self.faults, self.stopped_by,
+                             self.stop_signal)
 
     def handle(self, message: Incoming) -> None:
         """Book one actor message; store its steps and note its episodes."""
@@ -422,7 +428,7 @@ class LearnerLoop:
         run = self.report.run
         if run is not None:
             meta = {**self.meta, "env_step": step, "grad_step": self.learner.grad_steps,
-                    "files": run.offsets()}
+                    "wall_s": CLOCK.now(), "files": run.offsets()}
             checkpoint.publish(self.run_dir, step, meta, self.config.run.checkpoint_keep)
             self.save_policy()
             LOG.info("checkpoint at step %d: %s", step, self.run_dir / "checkpoints")
@@ -462,22 +468,20 @@ class LearnerLoop:
             self.channel.resume(self.book.granted)
 
     def stop_early(self, counters: LoopCounters) -> None:
-        """Stop on a signal or a failed environment: cut the actors, checkpoint, stop them."""
+        """Stop on a signal or a failed environment: cut the actors, checkpoint, stop them.
+        Learner 0 learns why from every learner (their actors' failures, the signal each
+        received), which the entry point records (state.txt, log.txt)."""
         self.stopped_by = "signal" if counters.stop_signals else "failure"
-        messages = self.reducer.gather(self.book.failures)
-        if messages is not None:
-            failures = [m for ms in messages for m in ms]
+        gathered = self.reducer.gather((self.book.failures, STOP.signal))
+        if gathered is not None:
+            failures = [m for ms, _ in gathered for m in ms]
             self.stopped_by = failures[0] if failures else "signal"
+            self.stop_signal = next((n for _, n in gathered if n), 0)
         self.log(final=True)
         self.checkpoint()
         for actor in self.book.waiting:
             self.channel.send_stop(actor)
         self.book.waiting = []
-        if self.report.run is not None:
-            why = (f"signal {STOP.signal}" if self.stopped_by == "signal"
-                   else self.stopped_by)
-            LOG.info("stopped at step %d (%s); resume with: python -m hpc_refer.run "
-                     "--restart %s", self.env_steps, why, self.run_dir)
 
     def shutdown(self) -> None:
         """Stop the waiting actors; take the last chunk of each running one, then stop it;

@@ -123,13 +123,13 @@ class LoopReport:
         """Book the episodes that arrived since the last call at ``env_step`` (evaluation
         episodes at ``eval_step``, when the round was asked for, if given); returns whether
         evaluation episodes were booked (the round is over)."""
-        self.episodes += [LoggedEpisode(env_step, actor, ep.ret, ep.length, ep.values)
-                          for actor, ep in self._new_episodes]
+        self.episodes += [LoggedEpisode(env_step, actor, ep.ret, ep.length, ep.values,
+                                        ep.wall_s) for actor, ep in self._new_episodes]
         self._new_episodes = []
         if not self._new_evals:
             return False
         asked = eval_step if eval_step is not None else env_step
-        self.evals += [LoggedEpisode(asked, actor, ep.ret, ep.length, ep.values)
+        self.evals += [LoggedEpisode(asked, actor, ep.ret, ep.length, ep.values, ep.wall_s)
                        for actor, ep in self._new_evals]
         self._new_evals = []
         return True
@@ -163,9 +163,9 @@ class LoopReport:
         self._logged_evals = len(self.evals)
         if self.run is not None and gathered is not None:
             for episode in sorted(e for _, episodes, _ in gathered for e in episodes):
-                self.run.episode(*episode)
+                self.run.episode(episode)
             for evaluation in sorted(e for _, _, evals in gathered for e in evals):
-                self.run.evaluation(*evaluation)
+                self.run.evaluation(evaluation)
             self.run.interval(record)
             LOG.info("%s", self.run.progress(record, self.total_steps))
         self.interval.reset(env_steps, self.learner.grad_steps)

@@ -11,6 +11,14 @@ A resumed run (``--restart``) appends to the same files. Rows written after the 
 resumes from (a run killed between checkpoints) would be written again by the resumed run: they
 are moved to ``<file>.after-step-<N>`` first, so no file holds a row twice and nothing written
 is lost.
+
+One writer per file: a :class:`RunDirectory` holds the directory's lock
+(:mod:`hpc_refer.run_lock`) from before it writes anything until :meth:`RunDirectory.close`;
+it exists on one rank (rank 0). The one exception is the stop record (:func:`record_stop`),
+which the rank that knows why the run stopped writes, whichever it is: the first stop record
+of a start claims ``state.txt`` (``state.txt.claim``, created exclusively), so exactly one
+rank writes its stop line, and each stop record appends one line to log.txt (one ``write`` on
+a file opened for appending, as rank 0's handler writes its lines).
 """
 
 from __future__ import annotations
@@ -32,6 +40,9 @@ import numpy as np
 
 from hpc_refer import logs
 from hpc_refer.config import Config, Sampling
+from hpc_refer.records import LoggedEpisode
+from hpc_refer.run_clock import CLOCK
+from hpc_refer.run_lock import RunLock, RunLockedError, busy_message, inspect
 from hpc_refer.schema import (
     CONFIG_FILE,
     EPISODE_FIELDS,
@@ -43,10 +54,11 @@ from hpc_refer.schema import (
     REPORT_FILE,
     RHO_EDGES,
     STATE_FILE,
-    STATES,
+    STOP_CLAIM_FILE,
     TENSORBOARD_DIR,
     TRAIN_FILE,
     IntervalRecord,
+    RunState,
 )
 
 LOG = logging.getLogger(__name__)
@@ -68,11 +80,15 @@ def default_run_name(config: Config) -> str:
 def new_run_dir(config: Config, root: Path = Path("runs")) -> Path:
     """The run directory to create: ``run.run_dir`` if set, else a fresh ``runs/<name>[-k]``.
 
-    An existing non-empty directory is never reused (nothing already written is touched).
+    An existing non-empty directory is never reused (nothing already written is touched); one
+    that a running job holds is refused naming it (:class:`RunLockedError`).
     """
     if config.run.run_dir:
         path = Path(config.run.run_dir)
         if path.exists() and any(path.iterdir()):
+            lock = inspect(path)
+            if lock.held:
+                raise RunLockedError(f"run.run_dir = {busy_message(path, lock)}")
             raise FileExistsError(
                 f"run.run_dir = {str(path)!r} already holds files: choose a new directory"
             )
@@ -94,17 +110,32 @@ class RunDirectory:
     ``resume``: the lengths of the metric files at the checkpoint a resumed run continues
     from (:meth:`offsets` of the run that wrote it) and that checkpoint's step; the files are
     then continued, not rewritten. ``report``: what writes report.html, needed when
-    ``run.report_every`` > 0 (ValueError otherwise).
+    ``run.report_every`` > 0 (ValueError otherwise). ``lock``: the directory's lock, when the
+    caller took it before (a restart, before it touches the checkpoints); else it is taken
+    here, before anything is written (:class:`~hpc_refer.run_lock.RunLockedError` when
+    another run holds it). It is released by :meth:`close`.
     """
 
     def __init__(self, path: Path, config: Config, episode_metrics: tuple[str, ...] = (),
                  resume: tuple[dict[str, int], int] | None = None,
-                 report: ReportWriter | None = None) -> None:
+                 report: ReportWriter | None = None, lock: RunLock | None = None) -> None:
         if config.run.report_every and report is None:
             raise ValueError(f"run.report_every = {config.run.report_every} needs a report "
                              "writer (RunDirectory(..., report=...))")
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
+        self.lock = lock if lock is not None else RunLock.acquire(path)
+        try:
+            self._open(config, episode_metrics, resume, report)
+        except BaseException:
+            self.lock.release()  # nothing of this start will write here
+            raise
+
+    def _open(self, config: Config, episode_metrics: tuple[str, ...],
+              resume: tuple[dict[str, int], int] | None, report: ReportWriter | None) -> None:
+        """Write config.toml, cut the metric files back to the checkpoint (resuming) and
+        open every file (the constructor's work once the lock is held)."""
+        path = self.path
         config.write_toml(path / CONFIG_FILE)
         columns = EPISODE_FIELDS + tuple(episode_metrics)
         self._metric_names = tuple(episode_metrics)
@@ -127,7 +158,6 @@ class RunDirectory:
         self._train = (path / TRAIN_FILE).open(mode)
         self._log = logs.open_log_file(path / LOG_FILE)
         """The handler that writes rank 0's log records to log.txt (:mod:`hpc_refer.logs`)."""
-        self.t0 = time.perf_counter()
         self.recent: deque[float] = deque(maxlen=20)
         self.recent_metric: deque[float] = deque(maxlen=20)
         self._board = (_event_writer(path / TENSORBOARD_DIR) if config.run.tensorboard
@@ -172,44 +202,43 @@ class RunDirectory:
         tmp.write_text(json.dumps([*entries, info], indent=1) + "\n")
         tmp.replace(path)
 
-    def set_state(self, state: str) -> None:
-        """Write ``state.txt`` (one of :data:`STATES`) by an atomic rename."""
-        assert state in STATES
-        tmp = self.path / (STATE_FILE + ".tmp")
-        tmp.write_text(state + "\n")
-        tmp.replace(self.path / STATE_FILE)
+    def set_state(self, state: str, reason: str = "") -> None:
+        """Record the run's state in ``state.txt``: ``running`` when a start begins (the
+        stop claim of the previous start removed), a stop (``finished``, ``preempted``,
+        ``failed``) with ``reason`` by :func:`record_stop` as rank 0: also a line of log.txt,
+        and state.txt only if no rank recorded a stop of this start before."""
+        if state != "running":
+            record_stop(self.path, 0, state, reason)
+            return
+        (self.path / STOP_CLAIM_FILE).unlink(missing_ok=True)
+        _write_state(self.path, RunState.of(state, reason))
 
-    def evaluation(self, env_step: int, rank: int, ret: float, length: int,
-                   values: tuple[float, ...] = ()) -> None:
-        """One evaluation episode (the round asked for at ``env_step``) in eval.csv."""
+    def evaluation(self, episode: LoggedEpisode) -> None:
+        """One evaluation episode (``env_step``: when its round was asked for) in eval.csv."""
         if self._eval_writer is None:
             return
-        self._eval_writer.writerow(self._row(env_step, rank, ret, length, values))
+        self._eval_writer.writerow(self._row(episode))
 
-    def wall(self) -> float:
-        """Seconds since this run directory was opened (this start of the run)."""
-        return time.perf_counter() - self.t0
-
-    def _row(self, env_step: int, rank: int, ret: float, length: int,
-             values: tuple[float, ...]) -> tuple[object, ...]:
+    def _row(self, episode: LoggedEpisode) -> tuple[object, ...]:
         """An episode's row of episodes.csv or eval.csv (one value per episode metric)."""
+        values = episode.values
         if len(values) != len(self._metric_names):
             raise ValueError(f"an episode with {len(values)} metric values, but the run "
                              f"directory's episode metrics are {self._metric_names}")
-        return (env_step, rank, f"{ret:.6g}", length, f"{self.wall():.3f}",
-                *(f"{v:.6g}" for v in values))
+        return (episode.env_step, episode.actor, f"{episode.ret:.6g}", episode.length,
+                f"{episode.wall_s:.3f}", *(f"{v:.6g}" for v in values))
 
-    def episode(self, env_step: int, rank: int, ret: float, length: int,
-                values: tuple[float, ...] = ()) -> None:
+    def episode(self, episode: LoggedEpisode) -> None:
         """A finished training episode: a row of episodes.csv, the progress line's means and
         (with ``run.tensorboard``) the ``episode/<name>`` scalars."""
-        self._episode_writer.writerow(self._row(env_step, rank, ret, length, values))
-        self.recent.append(ret)
+        self._episode_writer.writerow(self._row(episode))
+        env_step, values = episode.env_step, episode.values
+        self.recent.append(episode.ret)
         if values:
             self.recent_metric.append(values[0])
         if self._board is not None:
-            self._board.add_scalar("episode/return", ret, env_step)
-            self._board.add_scalar("episode/length", length, env_step)
+            self._board.add_scalar("episode/return", episode.ret, env_step)
+            self._board.add_scalar("episode/length", episode.length, env_step)
             for name, value in zip(self._metric_names, values, strict=True):
                 self._board.add_scalar(f"episode/{name}", value, env_step)
 
@@ -224,7 +253,7 @@ class RunDirectory:
         step, rate = record.env_step, record.env_steps_per_s
         eta_rate = rate
         if record.grad_step > 0:
-            now = self.wall()
+            now = CLOCK.now()
             if self.training_start is None:
                 self.training_start = (now, step)
             wall0, step0 = self.training_start
@@ -267,7 +296,8 @@ class RunDirectory:
             LOG.warning("%s not written: %s: %s", REPORT_FILE, type(err).__name__, err)
 
     def close(self) -> None:
-        """Close the files; with ``run.report_every``, write the final report first."""
+        """Close the files (with ``run.report_every``, write the final report first), then
+        release the directory's lock."""
         if self._report_every:
             self.write_report()
         for f in (self._episodes, self._train, self._eval):
@@ -276,6 +306,49 @@ class RunDirectory:
         logs.close_log_file(self._log)
         if self._board is not None:
             self._board.close()
+        self.lock.release()
+
+
+def _write_state(run_dir: Path, state: RunState) -> None:
+    """``state.txt`` replaced by ``state``'s line, durably (fsync, then an atomic rename)."""
+    tmp = run_dir / (STATE_FILE + ".tmp")
+    with tmp.open("w") as f:
+        f.write(state.line() + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(run_dir / STATE_FILE)
+
+
+def record_stop(run_dir: Path, rank: int, state: str, reason: str = "",
+                details: str = "") -> bool:
+    """Record why the run stopped, from rank ``rank`` (any rank: the one that knows it).
+
+    ``state`` is ``finished``, ``preempted`` or ``failed`` (ValueError for another, naming
+    them), ``reason`` why (one line). log.txt gets ``details`` (a traceback), then the stop
+    line ``run <state>: <reason>`` marked with ``rank``; state.txt gets ``<state>: <reason>``
+    if this is the first stop recorded since the start wrote ``running`` (it claims
+    ``state.txt.claim``, created exclusively): a later one, such as the error a rank meets
+    once another one failed and aborted the job, cannot hide the first cause. Returns whether
+    state.txt took this record.
+    """
+    line = RunState.of(state, reason)
+    if line.state == "running":
+        raise ValueError("state = 'running' is not a stop: allowed are finished, preempted, "
+                         "failed")
+    level = logging.ERROR if line.state == "failed" else logging.INFO
+    log = run_dir / LOG_FILE
+    if details:
+        logs.append_record(log, rank, logging.ERROR, details.rstrip("\n"))
+    try:
+        os.close(os.open(run_dir / STOP_CLAIM_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                         0o644))
+    except FileExistsError:
+        logs.append_record(log, rank, level,
+                           f"run {line.line()} (state.txt keeps the stop recorded first)")
+        return False
+    _write_state(run_dir, line)
+    logs.append_record(log, rank, level, f"run {line.line()}")
+    return True
 
 
 def machine_info(world: int, learners: int, envs: int, ranks_per_env: int,

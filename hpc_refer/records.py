@@ -10,6 +10,7 @@ the replay, the environments and the channels all import their records from here
 from __future__ import annotations
 
 import json
+import math
 from enum import IntEnum
 from typing import Any, NamedTuple
 
@@ -46,14 +47,18 @@ class Chunk(NamedTuple):
 
 
 class EpisodeRecord(NamedTuple):
-    """A finished episode: undiscounted return, number of steps, the solver's metric values."""
+    """A finished episode: undiscounted return, number of steps, the solver's metric values,
+    and when it ended."""
 
     ret: float
     length: int
     values: tuple[float, ...] = ()
+    wall_s: float = math.nan
+    """Seconds since the run started (:mod:`hpc_refer.run_clock`) when the episode ended,
+    read by the actor that ran it; nan: not known."""
 
 
-HEADER_FIXED = 7
+HEADER_FIXED = 8
 """Length of the fixed part of a packed :class:`ChunkHeader`; the episode's metric values
 follow it."""
 
@@ -73,11 +78,12 @@ class ChunkHeader(NamedTuple):
         return cls(chunk.obs.shape[0], chunk.act.shape[0], chunk.end, episode, faults)
 
     def pack(self) -> np.ndarray:
-        """float64 [n_states, n_actions, end, has_episode, length, return, faults, values...]."""
+        """float64 [n_states, n_actions, end, has_episode, length, return, faults, wall_s,
+        values...]."""
         ep = self.episode if self.episode is not None else EpisodeRecord(0.0, 0)
         return np.array([self.n_states, self.n_actions, int(self.end),
-                         self.episode is not None, ep.length, ep.ret, self.faults, *ep.values],
-                        np.float64)
+                         self.episode is not None, ep.length, ep.ret, self.faults, ep.wall_s,
+                         *ep.values], np.float64)
 
     @classmethod
     def unpack(cls, flat: np.ndarray) -> ChunkHeader:
@@ -86,7 +92,8 @@ class ChunkHeader(NamedTuple):
             raise ValueError(f"chunk header of {flat.size} values, expected >= {HEADER_FIXED}")
         n, m, end, has_ep, length = (int(x) for x in flat[:5])
         episode = (EpisodeRecord(float(flat[5]), length,
-                                 tuple(float(x) for x in flat[HEADER_FIXED:])) if has_ep else None)
+                                 tuple(float(x) for x in flat[HEADER_FIXED:]), float(flat[7]))
+                   if has_ep else None)
         return cls(n, m, ChunkEnd(end), episode, int(flat[6]))
 
 
@@ -121,10 +128,15 @@ class Incoming(NamedTuple):
     """The actor's solver faults so far, when the message reports them (chunk headers)."""
 
 
+EPISODE_FIXED = 3
+"""Values of each packed episode (:func:`pack_episodes`) before its metric values."""
+
+
 def pack_episodes(episodes: list[EpisodeRecord]) -> np.ndarray:
-    """float64 [count, values per episode, then per episode: return, length, values...]."""
+    """float64 [count, values per episode, then per episode: return, length, wall_s,
+    values...]."""
     width = len(episodes[0].values) if episodes else 0
-    rows = [[e.ret, e.length, *e.values] for e in episodes]
+    rows = [[e.ret, e.length, e.wall_s, *e.values] for e in episodes]
     return np.concatenate([[len(episodes), width], np.ravel(rows)]).astype(np.float64)
 
 
@@ -133,11 +145,12 @@ def unpack_episodes(flat: np.ndarray) -> tuple[EpisodeRecord, ...]:
     if flat.size < 2:
         raise ValueError(f"episode list of {flat.size} values, expected >= 2")
     count, width = int(flat[0]), int(flat[1])
-    if flat.size != 2 + count * (2 + width):
+    if flat.size != 2 + count * (EPISODE_FIXED + width):
         raise ValueError(f"episode list of {flat.size} values does not hold {count} episodes "
                          f"of {width} metric values")
-    rows = flat[2:].reshape(count, 2 + width)
-    return tuple(EpisodeRecord(float(r[0]), int(r[1]), tuple(float(v) for v in r[2:]))
+    rows = flat[2:].reshape(count, EPISODE_FIXED + width)
+    return tuple(EpisodeRecord(float(r[0]), int(r[1]),
+                               tuple(float(v) for v in r[EPISODE_FIXED:]), float(r[2]))
                  for r in rows)
 
 
@@ -149,6 +162,8 @@ class LoggedEpisode(NamedTuple):
     ret: float
     length: int
     values: tuple[float, ...]
+    wall_s: float
+    """When it ended (:attr:`EpisodeRecord.wall_s`)."""
 
 
 StateTree = dict[str, Any]
@@ -177,11 +192,15 @@ def episodes_tree(episodes: list[LoggedEpisode]) -> StateTree:
             "ret": np.array([e.ret for e in episodes], np.float64),
             "length": np.array([e.length for e in episodes], np.int64),
             "values": np.array([e.values for e in episodes], np.float64).reshape(
-                len(episodes), width)}
+                len(episodes), width),
+            "wall_s": np.array([e.wall_s for e in episodes], np.float64)}
 
 
 def episodes_from(tree: StateTree) -> list[LoggedEpisode]:
-    """Inverse of :func:`episodes_tree`."""
-    return [LoggedEpisode(int(s), int(a), float(r), int(n), tuple(float(x) for x in v))
-            for s, a, r, n, v in zip(tree["env_step"], tree["actor"], tree["ret"],
-                                     tree["length"], tree["values"], strict=True)]
+    """Inverse of :func:`episodes_tree`; a tree written before episodes carried their end
+    time (no ``wall_s``) gives nan."""
+    walls = tree.get("wall_s", np.full(len(tree["env_step"]), math.nan))
+    return [LoggedEpisode(int(s), int(a), float(r), int(n), tuple(float(x) for x in v),
+                          float(w))
+            for s, a, r, n, v, w in zip(tree["env_step"], tree["actor"], tree["ret"],
+                                        tree["length"], tree["values"], walls, strict=True)]

@@ -36,6 +36,7 @@ import csv
 import html
 import io
 import json
+import math
 import re
 import sys
 import time
@@ -52,6 +53,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from hpc_refer.plot import auto_window, draw_learning_curves, run_label, window_means
+from hpc_refer.run_lock import died_message, inspect
 from hpc_refer.schema import (
     CONFIG_FILE,
     EPISODE_FIELDS,
@@ -68,6 +70,7 @@ from hpc_refer.schema import (
     TRAIN_FILE,
     IntervalRecord,
     read_intervals,
+    read_state,
 )
 from hpc_refer.series import read_series
 from hpc_refer.snapshot_plot import draw_snapshot
@@ -106,8 +109,14 @@ class Run:
         self.config = tomllib.loads(self.config_text)
         self.records: list[IntervalRecord] = read_intervals(path / TRAIN_FILE)
         self.episodes = _read_csv(path / EPISODES_FILE)
-        state = path / STATE_FILE
-        self.state = state.read_text().strip() if state.is_file() else "unknown"
+        state = read_state(path / STATE_FILE)
+        lock = inspect(path)
+        self.died = (died_message(lock.record) if state is not None
+                     and state.state == "running" and not lock.held else "")
+        """The line that says the run ended without a stop record (killed), else ''."""
+        self.state = ("died without a stop record (state.txt: running)" if self.died
+                      else state.line() if state is not None else "unknown")
+        """What the summary shows: state.txt's line (``failed: <reason>``, ...)."""
         machine = path / MACHINE_FILE
         self.machines: list[dict[str, Any]] = (json.loads(machine.read_text())
                                                if machine.is_file() else [])
@@ -295,10 +304,14 @@ def losses_section(runs: list[Run]) -> str:
 
 def _rank_rates(run: Run) -> dict[int, float]:
     """Environment steps/s of each actor rank: the steps of its episodes after its first,
-    over the wall time between its first and last episode end."""
+    over the wall time between its first and last episode end (``wall_s``: when each ended,
+    on the run's clock, which a resumed run continues; episodes of unknown end, ``nan``,
+    are left out)."""
     by_rank: dict[int, list[tuple[float, int]]] = defaultdict(list)
     for e in run.episodes:
-        by_rank[int(e["rank"])].append((float(e["wall_s"]), int(e["length"])))
+        wall = float(e["wall_s"])
+        if math.isfinite(wall):
+            by_rank[int(e["rank"])].append((wall, int(e["length"])))
     rates = {}
     for rank, ends in by_rank.items():
         ends.sort()
@@ -522,7 +535,12 @@ def render(runs: list[Run], window: int | None = None) -> str:
 
 def write_report(run_dirs: list[Path], out: Path, window: int | None = None) -> Path:
     """Render the runs ``run_dirs`` (one setting) to ``out`` by an atomic rename."""
-    page = render([Run(d) for d in run_dirs], window)
+    return write_runs([Run(d) for d in run_dirs], out, window)
+
+
+def write_runs(runs: list[Run], out: Path, window: int | None = None) -> Path:
+    """Render ``runs`` (read, of one setting) to ``out`` by an atomic rename."""
+    page = render(runs, window)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(page)
@@ -584,7 +602,11 @@ def main(argv: list[str] | None = None) -> int:
                 out = dirs[0] / REPORT_FILE
             else:
                 out = args.out_dir / f"report-{_slug(label)}.html"
-            write_report(dirs, out, args.window)
+            runs = [Run(d) for d in dirs]
+            for run in runs:
+                if run.died:
+                    print(f"{run.path}: {run.died}")
+            write_runs(runs, out, args.window)
             print(f"wrote {out} ({label}, {len(dirs)} run(s))")
     except (FileNotFoundError, KeyError, ValueError) as err:
         print(f"hpc_refer.report: error: {err}", file=sys.stderr)

@@ -15,6 +15,7 @@ import dataclasses
 import io
 import logging
 import os
+import shlex
 import sys
 import traceback
 from pathlib import Path
@@ -48,9 +49,12 @@ from hpc_refer.envs import (
 )
 from hpc_refer.layout import Layout, LayoutError, compute_layout
 from hpc_refer.learner import shard_capacity
-from hpc_refer.metrics import RunDirectory, machine_info, new_run_dir
-from hpc_refer.parallel import Fabric, abort_job, app_count, world_rank_size
+from hpc_refer.metrics import RunDirectory, machine_info, new_run_dir, record_stop
+from hpc_refer.parallel import Fabric, abort_job, app_count, barrier, world_rank_size
 from hpc_refer.replay import ReplayShard
+from hpc_refer.run_clock import CLOCK
+from hpc_refer.run_lock import RunLock, died_message
+from hpc_refer.schema import STATE_FILE, read_state
 from hpc_refer.supervision import STOP
 from hpc_refer.training import LearnerResult, run_role, set_threads
 
@@ -108,6 +112,13 @@ class Start(NamedTuple):
     restart: Path | None
     dims: tuple[int, int] | None = None
     """(obs_dim, act_dim) of the environment; None for an external solver."""
+    flags: tuple[str, ...] = ()
+    """The flags of the command line that a restart takes too (:func:`restart_flags`)."""
+
+
+def _restart_flag(dest: str) -> str:
+    """The flag of a key of :data:`RESTART_MAY_CHANGE` (all of ``[run]``): ``--key-name``."""
+    return "--" + dest.split(".", 1)[1].replace("_", "-")
 
 
 def _parser(argv: list[str] | None) -> argparse.ArgumentParser:
@@ -120,10 +131,28 @@ def _parser(argv: list[str] | None) -> argparse.ArgumentParser:
         "--restart", type=Path, metavar="RUN_DIR",
         help="resume RUN_DIR from its newest complete checkpoint with its config.toml; only "
              "--steps (to go further) and " + ", ".join(sorted(
-                 "--" + k.split(".", 1)[1].replace("_", "-") for k in RESTART_MAY_CHANGE
-                 if k != "run.steps")) + " may be given")
+                 _restart_flag(k) for k in RESTART_MAY_CHANGE if k != "run.steps"))
+             + " may be given")
     add_arguments(parser, plugins_of(argv))
     return parser
+
+
+def restart_flags(args: argparse.Namespace) -> tuple[str, ...]:
+    """The flags of a parsed command line that a restart takes too (those of
+    :data:`RESTART_MAY_CHANGE`), in the order given, each with its value as written."""
+    return tuple(part for dest, raw in vars(args).items() if dest in RESTART_MAY_CHANGE
+                 for part in (_restart_flag(dest), str(raw)))
+
+
+def resume_command(run_dir: Path, world: int, flags: tuple[str, ...], apps: int = 1) -> str:
+    """The command that resumes ``run_dir`` as its run was launched: the same number of
+    ranks (``mpirun -n <world>``, none for one process), ``--restart`` and the ``flags`` of
+    the launch line that a restart takes (:func:`restart_flags`; everything else is in
+    RUN_DIR/config.toml); under MPMD (``apps`` > 1) the solver's part follows the ``:``."""
+    launch = ["mpirun", "-n", str(world)] if world > 1 else []
+    line = shlex.join([*launch, "python", "-m", "hpc_refer.run", "--restart", str(run_dir),
+                       *flags])
+    return line + (" : <the solver's part of the launch line>" if apps > 1 else "")
 
 
 def parse_args(argv: list[str] | None) -> Config:
@@ -173,13 +202,16 @@ def restart_config(run_dir: Path, args: argparse.Namespace) -> Config:
     return build_config(layers)
 
 
-def _parse_quietly(argv: list[str] | None, rank: int) -> tuple[Config, Path | None]:
-    """Parse on every rank; only rank 0 prints argparse's help or usage errors."""
-    def parse() -> tuple[Config, Path | None]:
+def _parse_quietly(argv: list[str] | None, rank: int
+                   ) -> tuple[Config, Path | None, tuple[str, ...]]:
+    """Parse on every rank; only rank 0 prints argparse's help or usage errors. Returns the
+    config, the run directory to resume and the flags a restart takes too."""
+    def parse() -> tuple[Config, Path | None, tuple[str, ...]]:
         args = parse_command_line(_parser(argv), argv)
+        flags = restart_flags(args)
         if args.restart is not None:
-            return restart_config(args.restart, args), args.restart
-        return config_from_args(args), None
+            return restart_config(args.restart, args), args.restart, flags
+        return config_from_args(args), None, flags
 
     if rank == 0:
         return parse()
@@ -188,14 +220,14 @@ def _parse_quietly(argv: list[str] | None, rank: int) -> tuple[Config, Path | No
 
 
 def _validate(argv: list[str] | None, rank: int, world: int) -> Start:
-    config, restart = _parse_quietly(argv, rank)
+    config, restart, flags = _parse_quietly(argv, rank)
     layout = compute_layout(world, config.run.learners, config.run.ranks_per_env)
     config = dataclasses.replace(config, env=solver_params(config.run.env, config.env))
     dims = env_dims(SolverSpec.of(config))
     if is_external(config.run.env):
         check_env(SolverSpec.of(config), app_count())  # its launch and port directory
     episode_columns(config.run.env)
-    return Start(config, layout, restart, dims)
+    return Start(config, layout, restart, dims, flags)
 
 
 def available_memory() -> int | None:
@@ -284,18 +316,45 @@ def write_run_report(run_dir: Path) -> Path:
 
 
 def _open_run(start: Start) -> tuple[RunDirectory, Resume | None]:
-    """Rank 0: create (or, resuming, reopen) the run directory; errors as OSError,
-    ConfigError or CheckpointError, before anything is written."""
+    """Rank 0: hold the run directory (its lock) and create it, or, resuming, reopen it; then
+    record the start (state.txt = running) before any other rank starts. Errors as OSError
+    (:class:`~hpc_refer.run_lock.RunLockedError`: another run holds it), ConfigError or
+    CheckpointError, before anything is written."""
     config = start.config
     check_replay_memory(start)
     metrics = episode_metric_names(config.run.env)  # checked by episode_columns in _validate
     if start.restart is None:
-        return RunDirectory(new_run_dir(config), config, metrics, report=write_run_report), None
-    resume = load_resume(config, start.restart)
-    checkpoint.discard_partials(start.restart)  # parts of an attempt killed mid-checkpoint
+        run = RunDirectory(new_run_dir(config), config, metrics, report=write_run_report)
+        resume = None
+    else:
+        run, resume = _reopen(start.restart, config, metrics)
+    run.set_state("running")
+    return run, resume
+
+
+def _reopen(run_dir: Path, config: Config, metrics: tuple[str, ...]
+            ) -> tuple[RunDirectory, Resume]:
+    """``--restart``: hold ``run_dir``, then verify its checkpoint, remove unpublished parts
+    and reopen its files; a previous start that ended without a stop record (killed) is said
+    in one line (log.txt too)."""
+    lock = RunLock.acquire(run_dir)
+    try:
+        resume = load_resume(config, run_dir)
+        try:
+            before = read_state(run_dir / STATE_FILE)
+            note = (died_message(lock.previous, "the previous run")
+                    if before is not None and before.state == "running" else "")
+        except ValueError as err:  # a state.txt edited by hand: say so, resume all the same
+            note = str(err)
+        checkpoint.discard_partials(run_dir)  # parts of an attempt killed mid-checkpoint
+    except BaseException:
+        lock.release()
+        raise
     meta = resume.manifest["meta"]
-    run = RunDirectory(start.restart, config, metrics,
-                       resume=(meta["files"], int(meta["env_step"])), report=write_run_report)
+    run = RunDirectory(run_dir, config, metrics, resume=(meta["files"], int(meta["env_step"])),
+                       report=write_run_report, lock=lock)
+    if note:
+        LOG.warning("%s", note)
     return run, resume
 
 
@@ -305,19 +364,22 @@ FAILED = 1
 the job is then aborted, since a stuck external solver would keep MPI_Finalize waiting)."""
 
 
-def _outcome(run: RunDirectory, result: object, rank: int) -> int:
-    """Record how the run ended in state.txt; the exit status (0 unless an environment
-    failed)."""
-    stopped = result.stopped_by if isinstance(result, LearnerResult) else ""
-    if not stopped:
+def _outcome(start: Start, run: RunDirectory, result: object) -> int:
+    """Rank 0: record how the loop ended (state.txt, log.txt; a stop before ``run.steps``
+    with the command that resumes it); the exit status (0 unless an environment failed)."""
+    if not isinstance(result, LearnerResult) or not result.stopped_by:
         run.set_state("finished")
         return 0
-    if stopped == "signal":
-        run.set_state("preempted")
-        return 0
-    run.set_state("failed")
-    print(f"hpc_refer.run: error: {stopped}", file=sys.stderr, flush=True)
-    return FAILED
+    hint = resume_command(run.path, start.layout.world, start.flags, app_count())
+    if result.stopped_by == "signal":
+        state, why, status = "preempted", f"signal {result.stop_signal}", 0
+    else:
+        state, why, status = "failed", result.stopped_by, FAILED
+    LOG.info("stopped at step %d (%s); resume with: %s", result.env_steps, why, hint)
+    run.set_state(state, why)
+    if status == FAILED:
+        print(f"hpc_refer.run: error: {why}", file=sys.stderr, flush=True)
+    return status
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -347,6 +409,10 @@ def main(argv: list[str] | None = None) -> int:
         error, path, resume = fabric.bcast((error, path, resume))
     if error:
         return _error(error, rank)
+    assert path is not None
+    if fabric is not None:
+        barrier()  # every rank starts the run's clock as all of them leave it
+    CLOCK.start(resume.elapsed if resume is not None else 0.0)
     return _train(start, rank, fabric, run, path, resume)
 
 
@@ -359,18 +425,25 @@ def _start_line(start: Start, path: Path | None, resume: Resume | None) -> str:
             + (f", resumed from {resume.path}" if resume is not None else ""))
 
 
+def _reason(err: BaseException) -> str:
+    """``Type: message`` of an exception (its type alone when it has no message)."""
+    text = str(err)
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
 def _train(start: Start, rank: int, fabric: Fabric | None, run: RunDirectory | None,
-           path: Path | None, resume: Resume | None) -> int:
-    """This rank's role from start to end; rank 0 (``run``) records how it ended. Any
-    failure of one rank of an MPI job ends the whole job (never a hang); in one process it
-    propagates."""
+           path: Path, resume: Resume | None) -> int:
+    """This rank's role from start to end. Why it ended is recorded by the rank that knows
+    it: rank 0 (``run``) for the loop's end (:func:`_outcome`), the rank that meets an error
+    for that error (:func:`~hpc_refer.metrics.record_stop`: state.txt and log.txt, with the
+    traceback), whichever rank it is. Any failure of one rank of an MPI job ends the whole
+    job (never a hang); in one process it propagates."""
     config, layout = start.config, start.layout
     abort = fabric.abort if fabric is not None else abort_job
     set_threads(config)
     status = 0
     try:
         if run is not None:
-            run.set_state("running")
             run.record_machine(machine_info(layout.world, layout.learners, layout.envs,
                                             layout.ranks_per_env, config.run.threads))
             LOG.info("%s", _start_line(start, path, resume))
@@ -378,22 +451,21 @@ def _train(start: Start, rank: int, fabric: Fabric | None, run: RunDirectory | N
                 LOG.warning("%s", line)
         result = run_role(config, layout, fabric, run, path, resume)
         if run is not None:
-            status = _outcome(run, result, rank)
+            status = _outcome(start, run, result)
     except SolverStartError as err:  # one line: the solver never answered
-        if run is not None:
-            run.set_state("failed")
+        record_stop(path, rank, "failed", str(err))
         print(f"hpc_refer.run: error: {err}", file=sys.stderr, flush=True)
         if fabric is not None:
             fabric.abort(FAILED)
         status = FAILED
-    except BaseException:
-        if run is not None:
-            run.set_state("failed")
+    except BaseException as err:
+        where = f"rank {rank} ({layout.role(rank).value})"
+        record_stop(path, rank, "failed", f"{where}: {_reason(err)}", traceback.format_exc())
         if fabric is None:
             raise
-        role = layout.role(rank).value  # any failure on one rank must stop the whole job
-        print(f"hpc_refer.run: rank {rank} ({role}) failed:\n{traceback.format_exc()}",
-              file=sys.stderr, flush=True)
+        # any failure on one rank must stop the whole job
+        print(f"hpc_refer.run: {where} failed:\n{traceback.format_exc()}", file=sys.stderr,
+              flush=True)
         fabric.abort(1)
     finally:
         if run is not None:

@@ -8,7 +8,10 @@ Layout of ``runs/<name>/``::
 
     config.toml       the resolved configuration (defaults < TOML file < flags)
     episodes.csv      EPISODE_FIELDS (env_step, rank, return, length, wall_s), then the
-                      solver's episode metrics (e.g. KS: energy): one line per finished episode
+                      solver's episode metrics (e.g. KS: energy): one line per finished
+                      episode; wall_s: when it ended, in seconds since the run started
+                      (:mod:`hpc_refer.run_clock`: read on its actor, continued by a resumed
+                      run; nan where a checkpoint written before did not keep it)
     train.jsonl       one IntervalRecord per interval of ``run.log_every`` environment steps
     eval.csv          evaluation episodes of the mean policy (``run.eval_every`` > 0), the
                       columns of episodes.csv

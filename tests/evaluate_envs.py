@@ -35,3 +35,10 @@ class Decay:
 
     def close(self) -> None:
         pass
+
+
+class CannotStart(Decay):
+    """Decay whose first reset raises, as a solver missing its input."""
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        raise KeyError("inflow_profile")

@@ -82,3 +82,10 @@ def test_evaluate_runs_the_uncontrolled_reference_beside_the_policy(in_tmp, caps
                                zero, rtol=1e-6)
     assert evaluate_main(["r", "--baseline", "2"]) == 2
     assert "--baseline '2': action[0] = 2 is outside" in capsys.readouterr().err
+    config = Path("r/config.toml")
+    config.write_text(config.read_text().replace('"evaluate_envs:Decay"',
+                                                 '"evaluate_envs:CannotStart"'))
+    assert evaluate_main(["r", "--episodes", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "KeyError: 'inflow_profile'" in err
+    assert err.splitlines()[-1].startswith("hpc_refer.evaluate: error: env 0 (CannotStart)")

@@ -119,6 +119,9 @@ def test_every_sent_step_is_stored_once_and_shards_equal_one_replay(tmp_path, mo
         assert ranks == expected
         assert all(row["steps"] == row["length"] and row["world_rank"] == row["rank"]
                    for row in rows), rows
+        for rank in ranks:  # each actor stamped its episodes' ends: in order, none alike
+            ends = [float(row["wall_s"]) for row in rows if int(row["rank"]) == rank]
+            assert ends == sorted(set(ends)), (rank, ends)
         assert (run_dir / "train.jsonl").read_text().count("\n") >= 3
 
 

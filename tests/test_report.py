@@ -20,6 +20,7 @@ from hpc_refer.config import build_config
 from hpc_refer.envs import TeamDriver
 from hpc_refer.envs.ks import HORIZON, KuramotoSivashinsky, N
 from hpc_refer.metrics import RunDirectory, machine_info
+from hpc_refer.records import LoggedEpisode
 from hpc_refer.report import Run, main, render, write_run_report
 from hpc_refer.schema import RHO_EDGES
 from hpc_refer.series import StepSeries
@@ -49,8 +50,10 @@ def fake_run(path: Path, seed: int, *, steps: int = 4000, faults: int = 0,
     run = RunDirectory(path, config, ("energy",) if metric else ())
     rng = np.random.default_rng(seed)
     for step in range(200, steps + 1, 200):
-        run.episode(step, 1 + step // 200 % 2, float(-1 + step / steps + rng.normal(0, 0.1)),
-                    100, (float(rng.uniform(0.5, 0.8)),) if metric else ())
+        run.episode(LoggedEpisode(step, 1 + step // 200 % 2,
+                                  float(-1 + step / steps + rng.normal(0, 0.1)), 100,
+                                  (float(rng.uniform(0.5, 0.8)),) if metric else (),
+                                  step / 500.0))
         hist = np.zeros(len(RHO_EDGES) - 1, int)
         hist[18:22] = rng.integers(10, 100, 4)
         run.interval(interval_record(
@@ -192,9 +195,9 @@ def test_report_every_needs_a_report_writer(tmp_path):
 
 def test_an_episode_brings_one_value_per_episode_metric(tmp_path):
     run = RunDirectory(tmp_path / "r", build_config({"run": {"env": "KS"}}), ("energy",))
-    run.episode(100, 1, -1.0, 100, (0.7,))
+    run.episode(LoggedEpisode(100, 1, -1.0, 100, (0.7,), 1.0))
     with pytest.raises(ValueError, match=r"2 metric values.*\('energy',\)"):
-        run.episode(200, 1, -1.0, 100, (0.7, 0.1))
+        run.episode(LoggedEpisode(200, 1, -1.0, 100, (0.7, 0.1), 2.0))
     run.close()
     assert (tmp_path / "r" / "episodes.csv").read_text().splitlines()[0].endswith(",energy")
 

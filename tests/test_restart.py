@@ -179,9 +179,14 @@ def test_signal_stops_checkpoints_and_resumes(in_tmp, signum):
     wait_for(lambda: progress_lines(run_dir) >= 3, "three progress lines", proc)
     proc.send_signal(signum)
     assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
-    assert (run_dir / "state.txt").read_text().strip() == "preempted"
+    assert (run_dir / "state.txt").read_text() == f"preempted: signal {int(signum)}\n"
     stopped = int(newest_checkpoint(run_dir).name.split("-")[1])
     assert 600 <= stopped < 200000
+    log = (run_dir / "log.txt").read_text()
+    assert f"[0] run preempted: signal {int(signum)}" in log
+    # the launch line's flags that a restart takes: --steps and --log-every (of SMALL)
+    assert (f"stopped at step {stopped} (signal {int(signum)}); resume with: python -m "
+            f"hpc_refer.run --restart {run_dir} --steps 200000 --log-every 200\n") in log
     assert (run_dir / "policy.h5").exists()
     total = stopped + 400
     assert run_main(["--restart", str(run_dir), "--steps", str(total)]) == 0
@@ -245,8 +250,10 @@ def test_mpi_signal_checkpoints_and_resumes_with_other_learner_counts(in_tmp):
     wait_for(lambda: progress_lines(run_dir) >= 4, "four progress lines", proc)
     proc.send_signal(signal.SIGUSR1)
     assert proc.wait(timeout=180) == 0, proc.stderr.read() if proc.stderr else ""
-    assert (run_dir / "state.txt").read_text().strip() == "preempted"
+    assert (run_dir / "state.txt").read_text() == f"preempted: signal {int(signal.SIGUSR1)}\n"
     stopped = int(newest_checkpoint(run_dir).name.split("-")[1])
+    assert (f"resume with: mpirun -n 4 python -m hpc_refer.run --restart {run_dir} --steps "
+            f"200000 --learners 2 --log-every 200\n") in (run_dir / "log.txt").read_text()
     for world, learners, more in ((3, 1, 400), (4, 2, 400)):
         stored = stored_transitions(newest_checkpoint(run_dir))
         total = stopped + more

@@ -156,13 +156,13 @@ def _record(step: int, grad: int, rate: float) -> IntervalRecord:
                            far_fraction=0.0, c_max=5.0)
 
 
-def test_eta_uses_the_speed_since_training_started(tmp_path):
+def test_eta_uses_the_speed_since_training_started(tmp_path, run_clock):
     from hpc_refer.config import Config
     from hpc_refer.metrics import RunDirectory
 
     run = RunDirectory(tmp_path / "r", Config())
     now = [10.0]
-    run.wall = lambda: now[0]  # type: ignore[method-assign]
+    run_clock(lambda: now[0])
     total = 1_000_000
     # acting alone: 2000 steps/s, the interval's speed (980000 steps left: 8 minutes)
     assert run.progress(_record(20_000, 0, 2000.0), total).endswith("| ETA 8m")

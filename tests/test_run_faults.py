@@ -67,7 +67,9 @@ def test_faults_in_a_row_checkpoint_and_stop_the_run_naming_the_environment(
     assert err[-1].startswith("hpc_refer.run: error:") and "AlwaysRaises" in err[-1]
     assert "env 0" in err[-1]
     run_dir = in_tmp / "r"
-    assert (run_dir / "state.txt").read_text() == "failed\n"
+    reason = err[-1].removeprefix("hpc_refer.run: error: ")
+    assert (run_dir / "state.txt").read_text() == f"failed: {reason}\n"
+    assert f"error: run failed: {reason}\n" in (run_dir / "log.txt").read_text()
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step-000000000000"]
     assert all_finite(run_dir)
 
@@ -85,7 +87,8 @@ def test_a_team_rank_that_stops_answering_stops_the_run_with_a_checkpoint(in_tmp
     errors = [x for x in proc.stderr.splitlines() if x.startswith("hpc_refer.run: error:")]
     assert len(errors) == 1 and "env 0" in errors[0], proc.stderr[-3000:]
     run_dir = in_tmp / "r"
-    assert (run_dir / "state.txt").read_text() == "failed\n"
+    reason = errors[0].removeprefix("hpc_refer.run: error: ")
+    assert (run_dir / "state.txt").read_text() == f"failed: {reason}\n"
     assert list((run_dir / "checkpoints").glob("step-*"))
 
 
@@ -109,7 +112,7 @@ def test_an_external_solver_that_stops_answering_ends_the_run_in_one_line(
         # hpc_refer ends by itself; Open MPI's mpirun then still waits for the spawned
         # program (MPI_Abort does not end a spawned job), which the test kills.
         deadline = time.monotonic() + 90
-        while not (state.exists() and state.read_text() == "failed\n"):
+        while not (state.exists() and state.read_text().startswith("failed: ")):
             assert proc.poll() is None and time.monotonic() < deadline, "no failure recorded"
             time.sleep(0.2)
     finally:
@@ -121,3 +124,4 @@ def test_an_external_solver_that_stops_answering_ends_the_run_in_one_line(
     errors = [x for x in err.splitlines() if x.startswith("hpc_refer.run: error:")]
     assert len(errors) == 1 and message in errors[0], err[-3000:]
     assert "Traceback" not in err
+    assert message in state.read_text()

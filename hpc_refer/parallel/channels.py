@@ -107,7 +107,8 @@ class ActorChannel:
     TAG_CHECKPOINT (float64 [env step]), TAG_EVAL (float32 parameters then the number of
     episodes), and TAG_CUT (empty: send the steps collected so far now, without waiting for
     the chunk to fill; an actor that sent its chunk already ignores it). The actor's solver
-    faults so far travel in every header.
+    faults so far travel in every header, and each episode's end time (on the run's clock of
+    the actor that ran it) with the episode, in the header or the evaluation round's list.
     """
 
     def __init__(self, world: Any, learner: int, n_params: int) -> None:
