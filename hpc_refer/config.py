@@ -187,6 +187,17 @@ def enum_field(obj: Any, key: str, enum: type[StrEnum]) -> None:
     object.__setattr__(obj, key, enum(raw))
 
 
+LOG_RECORDS = 50
+"""Interval records of a run whose ``run.log_every`` is left to its default (0)."""
+MAX_AUTO_LOG_EVERY = 10_000
+
+
+def auto_log_every(steps: int) -> int:
+    """The default ``run.log_every`` of a run of ``steps`` environment steps:
+    steps / LOG_RECORDS, at least 1 and at most MAX_AUTO_LOG_EVERY."""
+    return min(MAX_AUTO_LOG_EVERY, max(1, steps // LOG_RECORDS))
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """What to train, for how long, and where to write."""
@@ -216,7 +227,9 @@ class RunConfig:
     steps: int = option(1_000_000, "total environment steps over all actors")
     seed: int = option(0, "random seed (environment, networks, sampling)")
     run_dir: str = option("", "run directory; empty: runs/<env>-<algo>-<mode>-seed<seed>[-k]")
-    log_every: int = option(10_000, "environment steps between metric records and progress lines")
+    log_every: int = option(
+        0, "environment steps between metric records and progress lines; 0: steps / 50, at "
+        "least 1 and at most 10,000 (a short run logs within seconds and gets a full report)")
     threads: int = option(1, "torch threads per process (1 is fastest for these network sizes)")
     compile: CompileMode = option(
         CompileMode.AUTO,
@@ -293,7 +306,10 @@ class RunConfig:
         require(self.preset in ("", *PRESETS), "run.preset", self.preset,
                 f"{', '.join(PRESETS)} or empty")
         require(self.steps > 0, "run.steps", self.steps, "integers > 0")
-        require(self.log_every > 0, "run.log_every", self.log_every, "integers > 0")
+        require(self.log_every >= 0, "run.log_every", self.log_every,
+                "integers > 0, or 0 for steps / 50 (at most 10,000)")
+        if self.log_every == 0:  # resolved here, so config.toml holds the interval used
+            object.__setattr__(self, "log_every", auto_log_every(self.steps))
         require(self.threads > 0, "run.threads", self.threads, "integers > 0")
         require(self.seed >= 0, "run.seed", self.seed, "integers >= 0")
         require(self.learners >= 1, "run.learners", self.learners, "integers >= 1")

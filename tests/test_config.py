@@ -83,3 +83,20 @@ def test_every_algorithm_has_a_table_and_a_class():
         assert cls.name == name and cls.Config is algorithm_tables()[name]
         assert type(config.algorithm) is cls.Config and config.algorithm.section == name
         assert set(config.to_dict()) == {"run", name, "refer", "replay", "env"}
+
+
+@pytest.mark.parametrize(("steps", "every"), [(10, 1), (2_000, 40), (100_000, 2_000),
+                                              (10**6, 10_000), (10**7, 10_000)])
+def test_log_every_defaults_to_a_fiftieth_of_the_run(steps, every, tmp_path):
+    """run.log_every 0 (the default) is resolved to steps / 50 within [1, 10,000], and the
+    resolved interval is what config.toml keeps (a restart logs as the run did)."""
+    cfg = build_config({"run": {"steps": steps}})
+    assert cfg.run.log_every == every
+    cfg.write_toml(tmp_path / "config.toml")
+    from hpc_refer.config import load_toml
+
+    assert load_toml(tmp_path / "config.toml")["run"]["log_every"] == every
+    assert build_config({"run": {"steps": steps, "log_every": 7}}).run.log_every == 7
+    with pytest.raises(ConfigError, match=r"run.log_every = -1 is invalid: allowed values "
+                                          r"are integers > 0, or 0 for steps / 50"):
+        build_config({"run": {"steps": steps, "log_every": -1}})
