@@ -96,6 +96,7 @@ evaluate the saved policy with: python -m hpc_refer.evaluate RUN_DIR --episodes 
 RESTART_MAY_CHANGE = frozenset({
     "run.steps", "run.log_every", "run.threads", "run.learners", "run.checkpoint_every",
     "run.checkpoint_keep", "run.eval_every", "run.eval_episodes", "run.env_step_timeout",
+    "run.env_build_timeout",
     "run.max_env_failures", "run.checksum_every", "run.tensorboard", "run.report_every",
     "run.series_stride", "run.snapshot",
 })
@@ -453,7 +454,7 @@ def _train(start: Start, rank: int, fabric: Fabric | None, run: RunDirectory | N
         if run is not None:
             status = _outcome(start, run, result)
     except SolverStartError as err:  # one line: the solver never answered
-        record_stop(path, rank, "failed", str(err))
+        record_stop(path, rank, "failed", str(err), err.details)
         print(f"hpc_refer.run: error: {err}", file=sys.stderr, flush=True)
         if fabric is not None:
             fabric.abort(FAILED)

@@ -99,9 +99,6 @@ def test_a_solver_that_cannot_start_stops_the_run_at_once_in_one_line(
     assert (in_tmp / "r" / "state.txt").read_text().startswith("failed")
 
 
-@pytest.mark.xfail(strict=True, reason="run.py's `except SolverStartError` does not record "
-                   "err.details yet: metrics.record_stop(path, rank, 'failed', str(err), "
-                   "err.details) on the failing rank (see the issue 25 report)")
 def test_the_traceback_of_a_solver_that_cannot_start_is_in_log_txt(in_tmp, monkeypatch):
     monkeypatch.syspath_prepend(str(HERE))
     assert run_main(["--env", "fault_envs:ResetNeedsInflow", "--steps", "400", "--run-dir", "r",
