@@ -93,6 +93,15 @@ class _Pending:
                    rows("mean"), rows("std"))
 
 
+def action_box(low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The box's bounded dimensions (both bounds finite), its centre c = (low + high) / 2 and
+    half-width h = (high - low) / 2 there (0 and 1 on the unbounded ones): an action in
+    [-1, 1] maps to c + h x."""
+    bounded = np.isfinite(low) & np.isfinite(high)
+    lo, hi = np.where(bounded, low, -1.0), np.where(bounded, high, 1.0)
+    return bounded, np.where(bounded, 0.5 * (hi + lo), 0.0), 0.5 * (hi - lo)
+
+
 class Actor:
     """Steps one environment, returning chunks of at most ``chunk_len`` transitions (fewer
     when the learner's budget, :meth:`grant`, is smaller).
@@ -114,10 +123,7 @@ class Actor:
         self.source = source
         self.max_failures = max_failures
         self.rng = np.random.default_rng(seed)
-        bounded = np.isfinite(env.low) & np.isfinite(env.high)
-        self._center = np.where(bounded, 0.5 * (env.high + env.low), 0.0)
-        self._half = np.where(bounded, 0.5 * (env.high - env.low), 1.0)
-        self._bounded = bounded
+        self._bounded, self._center, self._half = action_box(env.low, env.high)
         self._squash = action_bounds is ActionBounds.TANH
         self._ou = exploration is Exploration.OU
         self._noise = np.zeros(env.act_dim)

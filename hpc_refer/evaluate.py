@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from hpc_refer.actor import Actor
+from hpc_refer.actor import Actor, action_box
 from hpc_refer.checkpoint import CheckpointError
 from hpc_refer.config import ActionBounds, ConfigError, build_config, load_toml
 from hpc_refer.envs import SolverSpec, SolverStartError, env_factory, make_driver, serve_team
@@ -87,9 +87,8 @@ class ConstantAction(BehaviourPolicy):
     def __init__(self, action: np.ndarray, low: np.ndarray, high: np.ndarray,
                  squash: bool) -> None:
         super().__init__()
-        bounded = np.isfinite(low) & np.isfinite(high)
-        lo, hi = np.where(bounded, low, -1.0), np.where(bounded, high, 1.0)
-        z = np.where(bounded, (action - 0.5 * (hi + lo)) / (0.5 * (hi - lo)), action)
+        bounded, center, half = action_box(low, high)
+        z = np.where(bounded, (action - center) / half, action)
         if squash:
             z = np.where(bounded, np.arctanh(np.clip(z, -1 + 1e-12, 1 - 1e-12)), z)
         self.u = z
