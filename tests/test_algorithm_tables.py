@@ -68,6 +68,7 @@ OWN_ROWS: dict[str, tuple[Row, ...]] = {
     "sac": (
         TAU_ROW,
         ("alpha_init", (0, 0.0, -0.1), (1e-6, 0.5, 1, 2.0), "values > 0"),
+        ("activation", ("ReLU", "tanh", ""), ("softsign", "relu"), "softsign, relu"),
     ),
 }
 """Each algorithm's own validated fields, by algorithm name."""

@@ -132,13 +132,15 @@ def scripted_actor(script: Script, chunk_len: int = 4, max_failures: int = 20,
 
 
 def run(actor: Actor, steps: int) -> tuple[list[Chunk], list]:
+    """The chunks and episode records of ``steps`` actor steps, the records without their end
+    time (``wall_s``, a reading of the run's clock that no two runs share)."""
     chunks, episodes = [], []
     for _ in range(steps):
         chunk, episode = actor.step()
         if chunk is not None:
             chunks.append(chunk)
         if episode is not None:
-            episodes.append(episode)
+            episodes.append(episode._replace(wall_s=0.0))
     return chunks, episodes
 
 
