@@ -16,7 +16,7 @@ def test_expensive_is_sac_with_plain_er_learning_from_10k_steps() -> None:
     assert cfg.run.algorithm == "sac" and cfg.run.preset == "expensive"
     assert cfg.refer.mode == "er"
     assert cfg.replay.learn_start == 10_000 and cfg.replay.grad_ratio == 1.0
-    assert cfg.algorithm.hidden == (256, 256)
+    assert cfg.algorithm.hidden == (256, 256) and cfg.algorithm.activation == "relu"
 
 
 def test_flags_and_config_files_win_over_the_preset(tmp_path) -> None:

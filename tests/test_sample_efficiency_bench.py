@@ -78,13 +78,13 @@ def _write(tmp_path: Path, name: str, payload: dict) -> Path:
     return path
 
 
-def test_the_expensive_preset_is_the_benchmarks_sac_er_agent():
-    """The evidence behind ``--preset expensive`` is the sac-er agent's runs: the two resolve
-    to the same config (but for the preset's name)."""
+def test_the_expensive_preset_is_the_benchmarks_sac_er_relu_agent():
+    """The evidence behind ``--preset expensive`` is the sac-er-relu agent's runs: the two
+    resolve to the same config (but for the preset's name)."""
     import dataclasses
 
     from hpc_refer.run import parse_args
 
-    agent = parse_args(se.HPC_AGENTS["sac-er"])
+    agent = parse_args(se.HPC_AGENTS["sac-er-relu"])
     preset = parse_args(["--preset", "expensive"])
     assert dataclasses.replace(preset, run=dataclasses.replace(preset.run, preset="")) == agent
