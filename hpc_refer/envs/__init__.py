@@ -113,7 +113,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from hpc_refer.config import Config, ConfigError
-from hpc_refer.envs.driver import TeamDriver, check_step, metric_names, serve_team, start_solver
+from hpc_refer.envs.checks import check_step, metric_names
+from hpc_refer.envs.driver import TeamDriver, serve_team, start_solver
 from hpc_refer.envs.external import (
     ExternalEnv,
     Links,
