@@ -8,7 +8,8 @@ it. Every rank of the solver makes the same calls::
 
     from hpc_refer.client import Client, RESET, STOP, TRUNCATED, CONTINUE
 
-    with Client(obs_dim, act_dim, low, high, step_metrics=("cd",)) as c:   # init, handshake
+    with Client(obs_dim, act_dim, low, high, step_metrics=("cd",),
+                episode_metrics=("cd_mean",)) as c:        # init, handshake
         horizon = int(c.params.get("horizon", "100"))     # the run's solver parameters
         while True:
             cmd = c.recv_action()                          # on every rank of the group
@@ -18,7 +19,8 @@ it. Every rank of the solver makes the same calls::
                 ...new initial condition from cmd.seed...
             else:
                 ...advance with cmd.action...
-            c.send_state(state, reward, status, step_values=(cd,))   # read on c.rank 0
+            c.send_state(state, reward, status, step_values=(cd,),   # read on c.rank 0
+                         episode_values=(cd_mean,) if status != CONTINUE else ())
                                                                      # c.finalize() at exit
 
 ``c.comm`` holds this environment's ranks. Launch forms (``solvers/README.md``):
@@ -37,27 +39,34 @@ it. Every rank of the solver makes the same calls::
 
 Protocol version 2, between the actor (A) and the group's rank 0 (the leader, S); the
 leader broadcasts what it receives to the group. d = obs_dim, a = act_dim, m = number of
-step metrics:
+step metrics, q = number of episode metrics, x = q in a STATE that ends an episode (status
+1 or 2), else 0:
 
-==== ========= =============== =========================================================
-tag  direction type[count]     content
-==== ========= =============== =========================================================
-101  A -> S    int32[2]        ASSIGN: environment index e, number of environments E
-102  S -> A    int32[4]        HELLO: protocol version (2), obs_dim, act_dim, group ranks
-103  S -> A    float64[2 a]    BOUNDS: action low[a], then high[a]
-108  S -> A    char[n]         METRICS: the step metrics' names, UTF-8, one per line
-                               (n = 0: none); identifiers, distinct
-109  A -> S    char[n]         PARAMS: UTF-8 text, one ``key=value`` per line: the run's
-                               solver parameters and ``env_index``, ``run_dir``, ``seed``
-106  A -> S    int32[1]        RESET: seed (-1: none); S answers with a STATE
-105  A -> S    float64[a]      ACTION: one step; S answers with a STATE
-104  S -> A    float64[3+d+m]  STATE: status, step index, reward, state[d], step values[m]
-107  A -> S    int32[0]        STOP: no more work; the solver finalises
-==== ========= =============== =========================================================
+==== ========= ================ =========================================================
+tag  direction type[count]      content
+==== ========= ================ =========================================================
+101  A -> S    int32[2]         ASSIGN: environment index e, number of environments E
+102  S -> A    int32[4]         HELLO: protocol version (2), obs_dim, act_dim, group ranks
+103  S -> A    float64[2 a]     BOUNDS: action low[a], then high[a]
+108  S -> A    char[n]          METRICS: the step metrics' names, UTF-8, one per line
+                                (n = 0: none); identifiers, distinct. Optionally an
+                                empty line, then the episode metrics' names, one per
+                                line (at least one; clients without episode metrics,
+                                the C and Fortran ones, send no empty line)
+109  A -> S    char[n]          PARAMS: UTF-8 text, one ``key=value`` per line: the run's
+                                solver parameters and ``env_index``, ``run_dir``, ``seed``
+106  A -> S    int32[1]         RESET: seed (-1: none); S answers with a STATE
+105  A -> S    float64[a]       ACTION: one step; S answers with a STATE
+104  S -> A    float64[3+d+m+x] STATE: status, step index, reward, state[d], step
+                                values[m], then, ending an episode, its episode values[q]
+107  A -> S    int32[0]         STOP: no more work; the solver finalises
+==== ========= ================ =========================================================
 
 Order: ASSIGN; HELLO, BOUNDS, METRICS; PARAMS; then RESET/ACTION each answered by a STATE;
 STOP. status: 0 continue, 1 terminal, 2 truncated; step index 0 after RESET, k after the
-k-th ACTION of the episode. Start-up under MPMD: every process of the job makes
+k-th ACTION of the episode. The episode values of an ending STATE become the episode's
+columns of ``episodes.csv`` (and ``eval.csv``), as a Python solver's ``episode_values()``
+do. Start-up under MPMD: every process of the job makes
 ``Allgather(APPNUM)`` (int32) on ``COMM_WORLD`` and then, with several apps,
 ``Split(COMM_WORLD, appnum, world rank)``; the solver app's rank 0 receives the E ASSIGN
 messages and the app splits into E equal groups (group e = app rank // (ranks / E)).
@@ -90,7 +99,7 @@ RESET, STEP, STOP = 0, 1, 2
 """What :meth:`Client.recv_action` returns (:attr:`Command.kind`)."""
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-"""What a step metric's name must be."""
+"""What a step or episode metric's name must be."""
 PORT_WAIT = 600.0
 """Default of ``HPC_REFER_PORT_WAIT``: seconds rank 0 waits for the port file (connect)."""
 
@@ -106,31 +115,54 @@ class Command(NamedTuple):
     """STEP: the action, float64[act_dim] (empty otherwise)."""
 
 
-def metric_names_text(names: Sequence[str]) -> bytes:
-    """METRICS payload of ``names``; ValueError unless they are distinct identifiers."""
+def _check_names(names: Sequence[str], what: str) -> tuple[str, ...]:
     names = tuple(names)
     bad = [n for n in names if not (isinstance(n, str) and IDENTIFIER.fullmatch(n))]
     if bad or len(set(names)) != len(names):
-        raise ValueError(f"step_metrics = {names!r} is invalid: allowed are distinct "
+        raise ValueError(f"{what} = {names!r} is invalid: allowed are distinct "
                          f"identifiers ([A-Za-z_][A-Za-z0-9_]*)")
-    return "\n".join(names).encode()
+    return names
 
 
-def parse_metric_names(data: bytes) -> tuple[str, ...]:
-    """The names of a METRICS payload; ValueError naming the first bad name."""
+def metric_names_text(step: Sequence[str], episode: Sequence[str] = ()) -> bytes:
+    """METRICS payload of the ``step`` metrics' names and, after an empty line when there
+    are any, the ``episode`` metrics' names; ValueError unless each list holds distinct
+    identifiers."""
+    lines = list(_check_names(step, "step_metrics"))
+    episode = _check_names(episode, "episode_metrics")
+    if episode:
+        lines += ["", *episode]
+    return "\n".join(lines).encode()
+
+
+def _parse_names(lines: list[str], what: str) -> tuple[str, ...]:
+    seen: set[str] = set()
+    for name in lines:
+        if not IDENTIFIER.fullmatch(name):
+            raise ValueError(f"holds {name!r} among the {what}, not an identifier "
+                             f"([A-Za-z_][A-Za-z0-9_]*)")
+        if name in seen:
+            raise ValueError(f"holds {name!r} twice among the {what}")
+        seen.add(name)
+    return tuple(lines)
+
+
+def parse_metric_names(data: bytes) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The (step, episode) metric names of a METRICS payload; ValueError naming the first
+    bad name (or an empty line followed by no episode metric name)."""
     try:
         text = data.decode()
     except UnicodeDecodeError as err:
         raise ValueError(f"is not UTF-8 text ({err.reason} at byte {err.start})") from None
-    names = tuple(text.split("\n")) if text else ()
-    seen: set[str] = set()
-    for name in names:
-        if not IDENTIFIER.fullmatch(name):
-            raise ValueError(f"holds {name!r}, not an identifier ([A-Za-z_][A-Za-z0-9_]*)")
-        if name in seen:
-            raise ValueError(f"holds {name!r} twice")
-        seen.add(name)
-    return names
+    lines = text.split("\n") if text else []
+    if "" not in lines:
+        return _parse_names(lines, "step metrics"), ()
+    cut = lines.index("")
+    if cut == len(lines) - 1:
+        raise ValueError("ends with an empty line: after it come the episode metric names "
+                         "(at least one)")
+    return (_parse_names(lines[:cut], "step metrics"),
+            _parse_names(lines[cut + 1 :], "episode metrics"))
 
 
 def params_text(params: Mapping[str, bool | int | float | str]) -> bytes:
@@ -210,25 +242,27 @@ def _connect(path: str) -> Any:
 class Client:
     """One environment's solver group, joined to its hpc_refer actor (every rank).
 
-    ``Client(obs_dim, act_dim, low, high, step_metrics=(), uses_world=None)`` joins
-    (collective over the solver's ranks; under MPMD also the Allgather and Split that
-    hpc_refer makes), declares the sizes, the action bounds and the names of the per-step
-    series (``step_metrics``, distinct identifiers, possibly none) and receives the run's
-    parameters. ``uses_world``: True when the code communicates on ``MPI.COMM_WORLD``
-    itself, so that an MPMD launch (where COMM_WORLD holds hpc_refer's ranks too) is refused
-    with an error; False when it uses :attr:`comm`; None (not said): under MPMD the group's
-    rank 0 logs one line at start-up saying that COMM_WORLD is not the group
-    (:func:`world_note`), the usual cause of a solver that hangs there.
+    ``Client(obs_dim, act_dim, low, high, step_metrics=(), episode_metrics=(),
+    uses_world=None)`` joins (collective over the solver's ranks; under MPMD also the Allgather
+    and Split that hpc_refer makes), declares the sizes, the action bounds, the names of the
+    per-step series (``step_metrics``) and of the per-episode values (``episode_metrics``:
+    columns of ``episodes.csv`` and the progress line; each list of distinct identifiers,
+    possibly none) and receives the run's parameters. ``uses_world``: True when the code
+    communicates on ``MPI.COMM_WORLD`` itself, so that an MPMD launch (where COMM_WORLD holds
+    hpc_refer's ranks too) is refused with an error; False when it uses :attr:`comm`; None (not
+    said): under MPMD the group's rank 0 logs one line at start-up saying that COMM_WORLD is not
+    the group (:func:`world_note`), the usual cause of a solver that hangs there.
 
-    Attributes: ``comm`` (this environment's ranks: use it, or in spawn/connect mode
-    COMM_WORLD, for the solver's own traffic), ``rank``, ``size`` (in ``comm``), ``env``,
-    ``envs`` (environment index e of E), ``obs_dim``, ``act_dim``, ``step_metrics``,
+    Attributes: ``comm`` (this environment's ranks: use it, or in spawn/connect mode COMM_WORLD,
+    for the solver's own traffic), ``rank``, ``size`` (in ``comm``), ``env``, ``envs``
+    (environment index e of E), ``obs_dim``, ``act_dim``, ``step_metrics``, ``episode_metrics``,
     ``params`` (dict of str, on every rank: the run's solver parameters plus ``env_index``,
     ``run_dir``, ``seed``), ``mode`` (``"mpmd"``, ``"spawn"`` or ``"connect"``).
     """
 
     def __init__(self, obs_dim: int, act_dim: int, low: Iterable[float],
-                 high: Iterable[float], step_metrics: Sequence[str] = (), *,
+                 high: Iterable[float], step_metrics: Sequence[str] = (),
+                 episode_metrics: Sequence[str] = (), *,
                  uses_world: bool | None = None) -> None:
         from mpi4py import MPI
 
@@ -239,9 +273,10 @@ class Client:
             raise ValueError(f"Client needs obs_dim >= 1, act_dim >= 1 and act_dim values "
                              f"in each of low and high; got obs_dim {obs_dim}, act_dim "
                              f"{act_dim} and {bounds.size} bound values")
-        names = metric_names_text(step_metrics)
+        names = metric_names_text(step_metrics, episode_metrics)
         self.obs_dim, self.act_dim = int(obs_dim), int(act_dim)
         self.step_metrics = tuple(step_metrics)
+        self.episode_metrics = tuple(episode_metrics)
         world = MPI.COMM_WORLD
         port_file = os.environ.get("HPC_REFER_PORT", "")
         parent = MPI.Comm.Get_parent()
@@ -368,20 +403,30 @@ class Client:
         return Command(STOP)
 
     def send_state(self, state: Any, reward: float, status: int = CONTINUE,
-                   step_values: Iterable[float] = ()) -> None:
+                   step_values: Iterable[float] = (),
+                   episode_values: Iterable[float] = ()) -> None:
         """Answer the last RESET or ACTION; called on every rank, the arguments are read on
         ``rank`` 0 only (the others may pass None). ``state``: obs_dim values;
-        ``step_values``: one value per name of ``step_metrics``; the step index is kept
-        by the client. ValueError (on rank 0) for a state or step values of another size."""
+        ``step_values``: one value per name of ``step_metrics``; ``episode_values``: with a
+        status that ends the episode (TERMINAL, TRUNCATED) one value per name of
+        ``episode_metrics``, with CONTINUE none; the step index is kept by the client.
+        ValueError (on rank 0) naming the argument of another size."""
         if self.rank != 0:
             return
         state = np.asarray(state, np.float64).reshape(-1)
         values = np.asarray(tuple(step_values), np.float64).reshape(-1)
+        ending = np.asarray(tuple(episode_values), np.float64).reshape(-1)
         if state.size != self.obs_dim or values.size != len(self.step_metrics):
             raise ValueError(f"send_state: state has {state.size} values and step_values "
                              f"{values.size}, expected obs_dim = {self.obs_dim} and one per "
                              f"step metric {self.step_metrics}")
-        message = np.concatenate([[status, self.step, reward], state, values])
+        expected = len(self.episode_metrics) if status in (TERMINAL, TRUNCATED) else 0
+        if ending.size != expected:
+            raise ValueError(f"send_state: episode_values has {ending.size} values with "
+                             f"status {status}, expected {expected}: one per episode metric "
+                             f"{self.episode_metrics} with a status that ends the episode "
+                             f"(TERMINAL, TRUNCATED), none with CONTINUE")
+        message = np.concatenate([[status, self.step, reward], state, values, ending])
         self.peer.Send(message, dest=self.actor, tag=TAG_STATE)
 
     def finalize(self) -> None:

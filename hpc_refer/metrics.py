@@ -106,7 +106,9 @@ class RunDirectory:
 
     ``episode_metrics``: the names of the solver's episode metrics (the columns of
     episodes.csv and eval.csv after :data:`~hpc_refer.schema.EPISODE_FIELDS`, validated by
-    :func:`hpc_refer.envs.episode_columns`); every episode then brings one value of each.
+    :func:`hpc_refer.envs.episode_columns`); every episode then brings one value of each. An
+    external solver's names come with its handshake, after this: they are given by
+    :meth:`declare_episode_metrics` before the first episode.
     ``resume``: the lengths of the metric files at the checkpoint a resumed run continues
     from (:meth:`offsets` of the run that wrote it) and that checkpoint's step; the files are
     then continued, not rewritten. ``report``: what writes report.html, needed when
@@ -168,6 +170,37 @@ class RunDirectory:
         self.training_start: tuple[float, int] | None = None
         """(wall, env_step) at the first progress record with gradient steps: the ETA's
         speed is measured from there (acting alone, before training, is much faster)."""
+
+    def declare_episode_metrics(self, names: tuple[str, ...]) -> None:
+        """Take the solver's episode metric names known only once it started (an external
+        solver declares them in its handshake), before any episode is written: the header
+        of a still-empty episodes.csv (and eval.csv) is rewritten with their columns; a
+        file that already holds episodes (a restart) must have exactly these columns, else
+        ValueError naming both (the episodes written before would not fit)."""
+        names = tuple(names)
+        if names == self._metric_names:
+            return
+        columns = EPISODE_FIELDS + names
+        for name, f in ((EPISODES_FILE, self._episodes), (EVAL_FILE, self._eval)):
+            if f is None:
+                continue
+            f.flush()
+            lines = (self.path / name).read_text().splitlines()
+            header = tuple(next(csv.reader(lines[:1]), []))
+            if header == columns:
+                continue
+            if len(lines) > 1:
+                raise ValueError(
+                    f"{self.path / name} has the columns {','.join(header)}, but the solver "
+                    f"declares the episode metrics {names!r} (columns {','.join(columns)}): "
+                    f"continue this run with a solver that declares the episode metrics of "
+                    f"its header, or start a new run")
+            f.seek(0)
+            f.truncate()
+            csv.writer(f).writerow(columns)
+            f.flush()
+        self._metric_names = names
+        self.metric = names[0] if names else None
 
     def _cut_after(self, name: str, offset: int, step: int) -> None:
         """Move what ``name`` holds beyond ``offset`` bytes to ``name.after-step-<step>``."""

@@ -24,6 +24,7 @@ from hpc_refer.config import Config
 from hpc_refer.envs import (
     SolverFailure,
     SolverSpec,
+    SolverStartError,
     TeamDriver,
     env_dims,
     env_factory,
@@ -51,14 +52,32 @@ from hpc_refer.supervision import Watchdog, end_stuck_process
 LOG = logging.getLogger(__name__)
 
 
-def _agreed_dims(fabric: Fabric, mine: tuple[int, int] | None) -> tuple[int, int]:
-    """(obs_dim, act_dim) declared by every actor's external solver (collective; learners
-    pass None)."""
-    dims = {d for d in fabric.allgather(mine) if d is not None}
-    if len(dims) != 1:
-        raise RuntimeError(f"the external solvers declare different (obs_dim, act_dim): "
-                           f"{sorted(dims)}; every environment must declare the same sizes")
-    return dims.pop()
+Declared = tuple[int, int, tuple[str, ...]]
+"""What an external solver declares in its handshake that the learners need: obs_dim,
+act_dim and its episode metric names (the extra columns of episodes.csv)."""
+
+
+def _agreed_solver(fabric: Fabric, mine: Declared | None) -> Declared:
+    """(obs_dim, act_dim, episode metric names) declared by every actor's external solver
+    (collective; learners pass None)."""
+    declared = {d for d in fabric.allgather(mine) if d is not None}
+    if len(declared) != 1:
+        raise RuntimeError(f"the external solvers declare different (obs_dim, act_dim, "
+                           f"episode metrics): {sorted(declared)}; every environment must "
+                           f"declare the same sizes and episode metrics")
+    return declared.pop()
+
+
+def _declare_episode_metrics(run: RunDirectory | None, names: tuple[str, ...]) -> None:
+    """Give the run directory the episode metric names an external solver declared (before
+    any episode is written); a restart whose episodes.csv has other columns is a
+    start-up error (one line)."""
+    if run is None:
+        return
+    try:
+        run.declare_episode_metrics(names)
+    except ValueError as err:
+        raise SolverStartError(str(err)) from None
 
 
 def make_learner(config: Config, obs_dim: int, act_dim: int, reducer: Reducer) -> Learner:
@@ -99,6 +118,8 @@ def train_local(config: Config, run: RunDirectory | None, run_dir: Path | None =
     watchdog = Watchdog(env, config.run.env_step_timeout,
                         lambda text: end_stuck_process(text, run))
     try:
+        if is_external(config.run.env):
+            _declare_episode_metrics(run, env.metric_names)
         learner = make_learner(config, env.obs_dim, env.act_dim, SerialReducer())
         actor = make_actor(config, env, 0, 0)
         channel = LocalChannel(actor, config, 0, run_dir)
@@ -119,7 +140,11 @@ def learner_main(config: Config, layout: Layout, fabric: Fabric, run: RunDirecto
                  run_dir: Path | None = None, resume: Resume | None = None) -> LearnerResult:
     """A learner rank: serve its actors, train with the other learners, log (rank 0)."""
     dims = env_dims(SolverSpec.of(config, run_dir))
-    obs_dim, act_dim = dims if dims is not None else _agreed_dims(fabric, None)
+    if dims is not None:
+        obs_dim, act_dim = dims
+    else:  # an external solver: what it declared comes from the actors
+        obs_dim, act_dim, names = _agreed_solver(fabric, None)
+        _declare_episode_metrics(run, names)
     learner = make_learner(config, obs_dim, act_dim, fabric.reducer())
     channel = LearnerChannel(fabric.world, obs_dim, act_dim)
     actors = layout.actors_of(fabric.rank)
@@ -165,7 +190,7 @@ def actor_main(config: Config, layout: Layout, fabric: Fabric, run_dir: Path | N
                       timeout=config.run.env_step_timeout, links=MpiLinks(),
                       **outputs_of(config, run_dir))
     if is_external(config.run.env):
-        _agreed_dims(fabric, (env.obs_dim, env.act_dim))
+        _agreed_solver(fabric, (env.obs_dim, env.act_dim, env.metric_names))
     actor = make_actor(config, env, index, fabric.rank)
     if resume is not None:
         restore_actor(actor, resume, index)

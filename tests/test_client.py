@@ -7,6 +7,7 @@ through ``ExternalEnv``, and training against it spawned per environment (its ha
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,11 @@ from mpi_launch import mpi_env, mpirun_exe
 
 from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.client import (
+    CONTINUE,
+    TAG_STATE,
+    TERMINAL,
+    TRUNCATED,
+    Client,
     metric_names_text,
     params_text,
     parse_metric_names,
@@ -54,17 +60,85 @@ def test_an_undeclared_communicator_is_named_at_start_up_under_mpmd():
 def test_metric_names_are_distinct_identifiers():
     assert metric_names_text(("cd", "cl")) == b"cd\ncl"
     assert metric_names_text(()) == b""
-    assert parse_metric_names(b"cd\ncl") == ("cd", "cl")
-    assert parse_metric_names(b"") == ()
+    assert parse_metric_names(b"cd\ncl") == (("cd", "cl"), ())
+    assert parse_metric_names(b"") == ((), ())
     for bad in (("cd", "cd"), ("c d",), ("1cd",), ("",)):
-        with pytest.raises(ValueError, match="distinct identifiers"):
+        with pytest.raises(ValueError, match=r"step_metrics = .* distinct identifiers"):
             metric_names_text(bad)
-    with pytest.raises(ValueError, match="holds 'cd' twice"):
+        with pytest.raises(ValueError, match=r"episode_metrics = .* distinct identifiers"):
+            metric_names_text(("cd",), bad)
+    with pytest.raises(ValueError, match="holds 'cd' twice among the step metrics"):
         parse_metric_names(b"cd\ncd")
-    with pytest.raises(ValueError, match="holds 'c-d', not an identifier"):
+    with pytest.raises(ValueError, match="holds 'c-d' among the step metrics, not an "
+                                         "identifier"):
         parse_metric_names(b"cd\nc-d")
     with pytest.raises(ValueError, match="is not UTF-8 text"):
         parse_metric_names(b"\xff")
+
+
+@pytest.mark.parametrize(("step", "episode", "payload"), [
+    (("cd", "cl"), ("cd_mean",), b"cd\ncl\n\ncd_mean"),
+    ((), ("cd_mean", "work"), b"\ncd_mean\nwork"),
+    (("cd",), (), b"cd"),
+    ((), (), b""),
+    (("cd",), ("cd",), b"cd\n\ncd"),  # a step series and an episode value may share a name
+])
+def test_metrics_payload_holds_episode_names_after_an_empty_line(step, episode, payload):
+    """Step names, an empty line, episode names (none: no empty line, as the C and Fortran
+    clients send it); the payload reads back as both lists."""
+    assert metric_names_text(step, episode) == payload
+    assert parse_metric_names(payload) == (step, episode)
+
+
+def test_bad_episode_names_in_a_metrics_payload():
+    with pytest.raises(ValueError, match="holds 'w-k' among the episode metrics, not an "
+                                         "identifier"):
+        parse_metric_names(b"cd\n\nw-k")
+    with pytest.raises(ValueError, match="holds '' among the episode metrics"):
+        parse_metric_names(b"cd\n\nwork\n\nmore")
+    with pytest.raises(ValueError, match="holds 'work' twice among the episode metrics"):
+        parse_metric_names(b"\nwork\nwork")
+    with pytest.raises(ValueError, match="ends with an empty line"):
+        parse_metric_names(b"cd\n")
+
+
+class Peer:
+    """What the client sends to the actor (no MPI)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[list[float], int]] = []
+
+    def Send(self, message, dest: int, tag: int) -> None:  # mpi4py's name
+        self.sent.append((message.tolist(), tag))
+
+
+def _client(step: int) -> tuple[Client, Peer]:
+    """A client of rank 0 (obs_dim 2, step metric cd, episode metric cd_mean) at ``step``,
+    without MPI."""
+    client = Client.__new__(Client)
+    peer = Peer()
+    client.rank, client.actor, client.peer, client.step = 0, 0, peer, step
+    client.obs_dim, client.step_metrics, client.episode_metrics = 2, ("cd",), ("cd_mean",)
+    return client, peer
+
+
+def test_a_state_that_ends_an_episode_carries_the_episode_values():
+    """STATE: status, step, reward, state, step values, then (ending) the episode values;
+    a CONTINUE state carries none; a wrong count is a ValueError naming episode_values."""
+    client, peer = _client(3)
+    client.send_state([0.5, 0.25], -1.0, CONTINUE, (1.5,))
+    client.send_state([0.5, 0.25], -1.0, TRUNCATED, (1.5,), (0.75,))
+    client.send_state([0.5, 0.25], -1.0, TERMINAL, (1.5,), episode_values=[2.0])
+    assert peer.sent == [([0.0, 3.0, -1.0, 0.5, 0.25, 1.5], TAG_STATE),
+                         ([2.0, 3.0, -1.0, 0.5, 0.25, 1.5, 0.75], TAG_STATE),
+                         ([1.0, 3.0, -1.0, 0.5, 0.25, 1.5, 2.0], TAG_STATE)]
+    for status, values in ((TRUNCATED, ()), (TERMINAL, (1.0, 2.0)), (CONTINUE, (1.0,))):
+        with pytest.raises(ValueError, match=rf"send_state: episode_values has "
+                                             rf"{len(values)} values with status {status}"):
+            client.send_state([0.5, 0.25], -1.0, status, (1.5,), values)
+    with pytest.raises(ValueError, match="send_state: state has 2 values and step_values 0"):
+        client.send_state([0.5, 0.25], -1.0, TRUNCATED, (), (0.75,))
+    assert len(peer.sent) == 3
 
 
 def test_importing_the_client_does_not_initialise_mpi():
@@ -86,7 +160,8 @@ for ranks in (1, 2):
     env = ExternalEnv(f"external:-n {ranks} {sys.executable} {solver} --world --cells 12", 0,
                       1, timeout=60.0, links=MpiLinks(), params={"horizon": 4,
                       "velocity": 0.25}, run_dir=sys.argv[2], seed=5)
-    run = {"names": env.step_metric_names, "states": [env.reset(7).tolist()],
+    run = {"names": env.step_metric_names, "episode_names": env.episode_metrics,
+           "states": [env.reset(7).tolist()],
            "values": [env.step_values.tolist()], "rewards": [], "status": []}
     for k in range(4):
         state, reward, status = env.step(np.array([0.5, -1.0 + k / 2]))
@@ -94,6 +169,7 @@ for ranks in (1, 2):
         run["values"].append(env.step_values.tolist())
         run["rewards"].append(reward)
         run["status"].append(int(status))
+    run["episode"] = env.episode_values()
     env.close()
     out[ranks] = run
 print(json.dumps(out))
@@ -121,8 +197,11 @@ def test_two_ranks_with_halo_exchange_match_one_rank(tmp_path):
         assert u_max == max(abs(x) for x in field)
     assert two["rewards"] == pytest.approx([-v[0] for v in two["values"][1:]], rel=1e-12)
     summary = json.loads((tmp_path / "halo-env0.json").read_text())  # the 2-rank run's
+    energy_mean = sum(v[0] for v in two["values"][1:]) / 4  # over the episode's 4 steps
     assert summary == {"env": 0, "ranks": 2, "world_ranks": 2, "halo_exchanges": 8,
-                       "steps": 4}
+                       "steps": 4, "energy_means": [pytest.approx(energy_mean, rel=1e-12)]}
+    assert one["episode"] == two["episode"] == [pytest.approx(energy_mean, rel=1e-12)]
+    assert one["episode_names"] == two["episode_names"] == ["energy_mean"]
 
 
 def _train(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
@@ -132,17 +211,23 @@ def _train(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
 
 def _check_training(proc: subprocess.CompletedProcess, run_dir: Path, world: int) -> None:
     """300 steps in episodes of 40, and the 2-rank solver's halo exchanges: one per rank
-    and step, among ``world`` COMM_WORLD ranks."""
+    and step, among ``world`` COMM_WORLD ranks; the solver's episode metric energy_mean is
+    a column of episodes.csv, holding the values the solver computed, episode by episode."""
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert (run_dir / "state.txt").read_text() == "finished\n"
     last = json.loads((run_dir / "train.jsonl").read_text().splitlines()[-1])
     assert last["env_step"] == 300 and last["solver_faults"] == 0 and last["grad_step"] > 0
-    episodes = (run_dir / "episodes.csv").read_text().splitlines()[1:]
+    header, *episodes = (run_dir / "episodes.csv").read_text().splitlines()
+    assert header == "env_step,rank,return,length,wall_s,energy_mean"
     assert len(episodes) == 7 and all(line.split(",")[3] == "40" for line in episodes)
     summary = json.loads((run_dir / "halo-env0.json").read_text())
+    means = summary.pop("energy_means")
     assert summary == {"env": 0, "ranks": 2, "world_ranks": world,
                        "halo_exchanges": 2 * summary["steps"], "steps": summary["steps"]}
     assert summary["steps"] >= 300
+    column = [float(line.split(",")[5]) for line in episodes]
+    assert all(math.isfinite(v) and v > 0 for v in column)
+    assert column == pytest.approx(means[: len(column)], rel=1e-5)  # written with 6 digits
 
 
 def test_training_against_a_spawned_two_rank_python_solver(tmp_path):
@@ -152,6 +237,34 @@ def test_training_against_a_spawned_two_rank_python_solver(tmp_path):
     proc = _train(["-n", "2", sys.executable, "-m", "hpc_refer.run", "--env", spec,
                    "--steps", "300", *SMALL, "--run-dir", "run"], tmp_path)
     _check_training(proc, tmp_path / "run", world=2)
+
+
+def _energy_means(run_dir: Path) -> list[float]:
+    """The energy_mean column of episodes.csv."""
+    return [float(line.split(",")[5])
+            for line in (run_dir / "episodes.csv").read_text().splitlines()[1:]]
+
+
+def test_training_in_one_process_against_a_spawned_python_solver(tmp_path):
+    """One process (learner and actor, no mpirun) spawning the 2-rank solver: the episode
+    metric is declared by the driver built before the learner loop; a restart keeps the
+    column and records the restarted solver's values after the earlier ones."""
+    spec = f"external:-n 2 {sys.executable} {SOLVER} --world"
+    run = [sys.executable, "-m", "hpc_refer.run"]
+    proc = subprocess.run([*run, "--env", spec, "--steps", "300", *SMALL, "--run-dir", "run"],
+                          cwd=tmp_path, env=mpi_env(), capture_output=True, text=True,
+                          timeout=240)
+    _check_training(proc, tmp_path / "run", world=2)
+    before = _energy_means(tmp_path / "run")
+    proc = subprocess.run([*run, "--restart", "run", "--steps", "400"], cwd=tmp_path,
+                          env=mpi_env(), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    header = (tmp_path / "run/episodes.csv").read_text().splitlines()[0]
+    assert header == "env_step,rank,return,length,wall_s,energy_mean"
+    after = _energy_means(tmp_path / "run")
+    means = json.loads((tmp_path / "run/halo-env0.json").read_text())["energy_means"]
+    assert after[: len(before)] == before and len(after) > len(before)
+    assert after[len(before) :] == pytest.approx(means[: len(after) - len(before)], rel=1e-5)
 
 
 def test_training_against_a_python_solver_in_the_same_mpirun(tmp_path):

@@ -32,8 +32,8 @@ from hpc_refer.client import (
     TAG_STATE,
     parse_params,
 )
-from hpc_refer.config import ConfigError
-from hpc_refer.envs import SolverSpec, check_env, make_driver
+from hpc_refer.config import ConfigError, build_config
+from hpc_refer.envs import SolverSpec, TeamDriver, check_env, make_driver
 from hpc_refer.envs.external import (
     CONNECT,
     SPAWN,
@@ -46,6 +46,8 @@ from hpc_refer.envs.external import (
     check_port_dir,
     parse_spec,
 )
+from hpc_refer.metrics import RunDirectory
+from hpc_refer.records import LoggedEpisode
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -679,14 +681,107 @@ def test_bad_metric_names_and_old_clients_stop_the_start():
         _scripted(_handshake(metrics=b"cd\nc d"))
     assert isinstance(exc.value, SolverStartError) and "\n" not in str(exc.value)
     assert str(exc.value) == ("external env 3 (spawned rank 0 of true): field 'METRICS' holds "
-                              "'c d', not an identifier ([A-Za-z_][A-Za-z0-9_]*); allowed "
-                              "are distinct identifiers, one per line")
+                              "'c d' among the step metrics, not an identifier "
+                              "([A-Za-z_][A-Za-z0-9_]*); allowed are distinct identifiers, "
+                              "one per line (the step metrics, then an empty line and the "
+                              "episode metrics)")
     with pytest.raises(ExternalSolverError, match="HELLO declares protocol 1, obs_dim 2, "
                                                   "act_dim 1; allowed: protocol 2"):
         _scripted(_handshake(version=1))
     with pytest.raises(ConfigError, match=r"solver parameter\(s\) seed of run.env = "
                                           r"'external:true' are set by hpc_refer itself"):
         _scripted(_handshake(), params={"seed": 1})
+
+
+def _episode_env() -> tuple[ExternalEnv, ScriptedLink]:
+    """A scripted solver with step metrics cd, cl and the episode metric cd_mean, reset."""
+    reset = (TAG_STATE, np.array([0.0, 0.0, 0.0, 0.5, 0.25, 1.5, -2.0]))
+    env, link = _scripted([*_handshake(metrics=b"cd\ncl\n\ncd_mean"), reset])
+    env.reset(1)
+    return env, link
+
+
+def test_episode_metrics_come_with_the_state_that_ends_the_episode():
+    """METRICS: step names, an empty line, episode names; a CONTINUE STATE has 3 + d + m
+    values, the STATE that ends the episode 3 + d + m + e, its last e the episode values,
+    which the team driver records at the episode's end as a Python solver's."""
+    env, link = _episode_env()
+    assert env.step_metric_names == ("cd", "cl") and env.episode_metrics == ("cd_mean",)
+    driver = TeamDriver(env, None)
+    assert driver.metric_names == ("cd_mean",)
+    link.messages += [(TAG_STATE, np.array([0.0, 1.0, -1.0, 0.5, 0.25, 1.0, 2.0])),
+                      (TAG_STATE, np.array([2.0, 2.0, -1.0, 0.5, 0.25, 3.0, 4.0, 2.5]))]
+    assert driver.step(np.zeros(1))[2] == 0
+    state, reward, status = driver.step(np.zeros(1))
+    assert status == 2 and state.tolist() == [0.5, 0.25] and reward == -1.0
+    assert env.step_values.tolist() == [3.0, 4.0]
+    assert env.episode_values() == (2.5,)
+    assert driver.end_episode() == (2.5,)
+    env, _ = _scripted(_handshake())  # an old client: no episode metrics
+    assert env.episode_metrics == () and env.episode_values() == ()
+    assert TeamDriver(env, None).metric_names == ()
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [([2.0, 1.0, 0.0, 0.5, 0.25, 1.0, 2.0], "field 'size' = 7 values with status 2 (the "
+      "episode ends), expected 3 + obs_dim + step metrics + episode metrics = 8"),
+     ([1.0, 1.0, 0.0, 0.5, 0.25, 1.0, 2.0, 3.0, 4.0], "field 'size' = 9 values with status 1 "
+      "(the episode ends), expected 3 + obs_dim + step metrics + episode metrics = 8"),
+     ([0.0, 1.0, 0.0, 0.5, 0.25, 1.0, 2.0, 3.0], "field 'size' = 8 values, expected 3 + "
+      "obs_dim + step metrics = 7"),
+     ([1.0, 1.0, 0.0, 0.5, 0.25, 1.0, 2.0, np.inf], "field 'episode value cd_mean' = inf is "
+      "not finite")],
+)
+def test_bad_episode_values_are_solver_faults(values, field):
+    env, link = _episode_env()
+    link.messages.append((TAG_STATE, np.array(values)))
+    with pytest.raises(SolverFault) as exc:
+        env.step(np.zeros(1))
+    assert str(exc.value) == f"external env 3 (spawned rank 0 of true): {field}"
+    assert np.isnan(env.episode_values()[0])  # no episode ended
+
+
+def test_episode_metric_names_are_checked_at_start_up():
+    with pytest.raises(ExternalSolverError) as exc:
+        _scripted(_handshake(metrics=b"cd\n\nreturn\nlength"))
+    assert str(exc.value) == ("external env 3 (spawned rank 0 of true): field 'METRICS' names "
+                              "the episode metric(s) length, return, taken by episodes.csv's "
+                              "columns env_step, rank, return, length, wall_s: rename them")
+    with pytest.raises(ExternalSolverError, match="field 'METRICS' ends with an empty line"):
+        _scripted(_handshake(metrics=b"cd\n"))
+
+
+def _episode(step: int, value: float) -> LoggedEpisode:
+    return LoggedEpisode(step, 1, -1.0, 40, (value,), 1.0)
+
+
+def test_the_run_directory_takes_episode_metrics_declared_at_start(tmp_path):
+    """An external solver's episode metric names come after the run directory was created:
+    the header of the still-empty episodes.csv (and eval.csv) is rewritten; a restart
+    continues with the same names and refuses others, naming both headers."""
+    config = build_config({"run": {"env": "external", "eval_every": 100}})
+    run = RunDirectory(tmp_path / "r", config)
+    run.declare_episode_metrics(("energy_mean",))
+    run.episode(_episode(40, 0.25))
+    run.evaluation(_episode(40, 0.5))
+    offsets = run.offsets()
+    run.close()
+    for name in ("episodes.csv", "eval.csv"):
+        lines = (tmp_path / "r" / name).read_text().splitlines()
+        assert lines[0] == "env_step,rank,return,length,wall_s,energy_mean"
+        assert len(lines) == 2
+    assert (tmp_path / "r/episodes.csv").read_text().splitlines()[1].endswith(",0.25")
+    run = RunDirectory(tmp_path / "r", config, resume=(offsets, 40))
+    run.declare_episode_metrics(("energy_mean",))
+    assert run.metric == "energy_mean"
+    run.episode(_episode(80, 0.125))
+    with pytest.raises(ValueError, match=r"episodes.csv has the columns "
+                                         r"env_step,rank,return,length,wall_s,energy_mean, but "
+                                         r"the solver declares the episode metrics \('cd',\)"):
+        run.declare_episode_metrics(("cd",))
+    run.close()
+    assert (tmp_path / "r/episodes.csv").read_text().splitlines()[2].endswith(",0.125")
 
 
 PARAM_DRIVER = """

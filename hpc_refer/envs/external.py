@@ -32,14 +32,16 @@ is given to :func:`check_apps` by the caller.
 
 The wire protocol (version 2; tags, layouts) is in :class:`hpc_refer.parallel.SolverLink`
 and :mod:`hpc_refer.client` (the solver side in Python). At start-up the solver declares its
-sizes and bounds (HELLO, BOUNDS) and the names of its per-step series (METRICS, possibly
-none: :attr:`ExternalEnv.step_metric_names`); the actor answers with PARAMS, the run's solver
-parameters and ``env_index``, ``run_dir``, ``seed`` as ``key=value`` lines. A bad HELLO,
-BOUNDS or METRICS is an :class:`ExternalSolverError` (one line at start-up). Every STATE
-message is checked here: size 3 + obs_dim + number of step metrics, status 0/1/2, the
-expected step index, finite reward, state and step values. A failed check raises
-:class:`SolverFault`, which names the environment, the solver's rank and the field; the
-actor then drops the faulty step, counts and logs the fault, and resets the environment.
+sizes and bounds (HELLO, BOUNDS) and the names of its per-step series and, optionally, of
+its per-episode values (METRICS, possibly none: :attr:`ExternalEnv.step_metric_names` and
+:attr:`ExternalEnv.episode_metrics`, the extra columns of episodes.csv); the actor answers
+with PARAMS, the run's solver parameters and ``env_index``, ``run_dir``, ``seed`` as
+``key=value`` lines. A bad HELLO, BOUNDS or METRICS is an :class:`ExternalSolverError` (one
+line at start-up). Every STATE message is checked here: size 3 + obs_dim + number of step
+metrics (+ number of episode metrics when its status ends the episode), status 0/1/2, the
+expected step index, finite reward, state, step values and episode values. A failed check
+raises :class:`SolverFault`, which names the environment, the solver's rank and the field;
+the actor then drops the faulty step, counts and logs the fault, and resets the environment.
 
 Timeouts (``run.env_step_timeout`` seconds, 0: none): the actor polls for each answer. No
 HELLO in time is a start-up error (:class:`SolverStartError`, naming the environment, the
@@ -79,6 +81,7 @@ from hpc_refer.client import (
 )
 from hpc_refer.config import ConfigError
 from hpc_refer.envs.interface import SolverFailure, SolverFault, SolverStartError, Status
+from hpc_refer.schema import EPISODE_FIELDS
 from hpc_refer.timeouts import deadline_after
 
 PREFIX = "external"
@@ -168,7 +171,7 @@ class Links(Protocol):
 
 class ExternalSolverError(SolverStartError):
     """The solver's HELLO, BOUNDS or METRICS is unusable (protocol version, sizes, bounds,
-    step metric names): training stops."""
+    step or episode metric names): training stops."""
 
 
 def is_external(env_id: str) -> bool:
@@ -254,7 +257,11 @@ class ExternalEnv:
     ``index``), ``run_dir`` and ``seed`` (this environment's seed) added; a parameter named
     like one of these is a ConfigError.
     After the handshake ``step_metric_names`` holds the names the solver declared and, after
-    each STATE, ``step_values`` their values (float64, shape (m,), finite).
+    each STATE, ``step_values`` their values (float64, shape (m,), finite);
+    ``episode_metrics`` holds the names of its per-episode values and
+    :meth:`episode_values` those of the last STATE that ended an episode, as a Python
+    solver class declares and returns them (:class:`~hpc_refer.envs.TeamDriver` records
+    them in episodes.csv).
     """
 
     def __init__(self, env_id: str, index: int, envs: int, timeout: float = 0.0, *,
@@ -290,9 +297,11 @@ class ExternalEnv:
         if launch.how == MPMD:
             self.name = f"external env {index} (world rank {self.link.peer})"
         self.low, self.high = self._bounds()
-        self.step_metric_names = self._metrics()
+        self.step_metric_names, self.episode_metrics = self._metrics()
         self.step_values = np.zeros(len(self.step_metric_names))
         """The step metrics' values in the last valid STATE (float64)."""
+        self._episode_values = np.full(len(self.episode_metrics), np.nan)
+        """The episode metrics' values in the last valid STATE that ended an episode."""
         self.link.send_params(text)
         self.t = 0
         self.answered = False
@@ -351,28 +360,43 @@ class ExternalEnv:
                                       f"got low {low}, high {high}")
         return low, high
 
-    def _metrics(self) -> tuple[str, ...]:
+    def _metrics(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         tag, data = self._recv("METRICS", start=True)
         if tag != TAG_METRICS:
             raise ExternalSolverError(f"{self.name}: third message must be METRICS (tag "
                                       f"{TAG_METRICS}, the step metric names), got tag {tag}")
         try:
-            return parse_metric_names(data.tobytes())
+            step, episode = parse_metric_names(data.tobytes())
         except ValueError as err:
             raise ExternalSolverError(f"{self.name}: field 'METRICS' {err}; allowed are "
-                                      f"distinct identifiers, one per line") from None
+                                      f"distinct identifiers, one per line (the step metrics, "
+                                      f"then an empty line and the episode metrics)") from None
+        clash = sorted(set(episode) & set(EPISODE_FIELDS))
+        if clash:
+            raise ExternalSolverError(f"{self.name}: field 'METRICS' names the episode "
+                                      f"metric(s) {', '.join(clash)}, taken by episodes.csv's "
+                                      f"columns {', '.join(EPISODE_FIELDS)}: rename them")
+        return step, episode
 
     def _fault(self, field: str, problem: str) -> SolverFault:
         return SolverFault(f"{self.name}: field '{field}' {problem}")
 
     def _receive(self, what: str) -> tuple[np.ndarray, float, Status]:
         """The next STATE (the answer to ``what``), validated: (state, reward, status);
-        ``step_values`` takes its step values."""
+        ``step_values`` takes its step values and, when it ends an episode, its episode
+        values are kept for :meth:`episode_values`."""
         tag, msg = self._recv(what)
         if tag != TAG_STATE:
             raise self._fault("tag", f"= {tag}, expected STATE ({TAG_STATE})")
         d, m = self.obs_dim, len(self.step_metric_names)
-        if msg.size != 3 + d + m:
+        q = len(self.episode_metrics)
+        ends = msg.size > 0 and msg[0] in (1, 2)
+        if ends and q:
+            if msg.size != 3 + d + m + q:
+                raise self._fault("size", f"= {msg.size} values with status {msg[0]:g} (the "
+                                          f"episode ends), expected 3 + obs_dim + step "
+                                          f"metrics + episode metrics = {3 + d + m + q}")
+        elif msg.size != 3 + d + m:
             raise self._fault("size", f"= {msg.size} values, expected 3 + obs_dim + step "
                                       f"metrics = {3 + d + m}")
         status, step, reward = msg[:3]
@@ -383,7 +407,7 @@ class ExternalEnv:
             raise self._fault("step", f"= {step}, expected {self.t}")
         if not np.isfinite(reward):
             raise self._fault("reward", f"= {reward} is not finite")
-        state, values = msg[3 : 3 + d], msg[3 + d :]
+        state, values, ending = msg[3 : 3 + d], msg[3 + d : 3 + d + m], msg[3 + d + m :]
         bad = np.flatnonzero(~np.isfinite(state))
         if bad.size:
             raise self._fault(f"state[{bad[0]}]", f"= {state[bad[0]]} is not finite "
@@ -392,7 +416,13 @@ class ExternalEnv:
         if bad.size:
             raise self._fault(f"step value {self.step_metric_names[bad[0]]}",
                               f"= {values[bad[0]]} is not finite")
+        bad = np.flatnonzero(~np.isfinite(ending))
+        if bad.size:
+            raise self._fault(f"episode value {self.episode_metrics[bad[0]]}",
+                              f"= {ending[bad[0]]} is not finite")
         self.step_values = values
+        if ends and what == "ACTION":
+            self._episode_values = ending
         self.answered = True
         return state, float(reward), Status(int(status))
 
@@ -415,6 +445,11 @@ class ExternalEnv:
         self.t += 1
         self.link.send_action(np.asarray(action, np.float64))
         return self._receive("ACTION")
+
+    def episode_values(self) -> tuple[float, ...]:
+        """The episode metrics' values of the episode that ended last (one per name of
+        :attr:`episode_metrics`; NaN before any episode ended)."""
+        return tuple(float(v) for v in self._episode_values)
 
     def close(self) -> None:
         self.link.close(disconnect=not self.broken)

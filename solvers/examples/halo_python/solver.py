@@ -9,8 +9,10 @@ each neighbour (``Sendrecv``), then
 
 with two Gaussian actuators g_j driven by the action a in [-1, 1]^2. Reward: minus the
 energy mean_i u_i^2 (an Allreduce); state: the whole field, gathered on rank 0; step
-metrics: ``energy`` and ``u_max`` (max_i |u_i|). Solver parameters (``[env]`` table or
-PARAMS): ``horizon`` (steps per episode, default 40) and ``velocity`` (C, default 0.5).
+metrics: ``energy`` and ``u_max`` (max_i |u_i|); episode metric: ``energy_mean``, the mean
+energy after the episode's steps (a column of ``episodes.csv``). Solver parameters
+(``[env]`` table or PARAMS): ``horizon`` (steps per episode, default 40) and ``velocity``
+(C, default 0.5).
 
 ``Ring`` stands for the user's CFD code: all its MPI goes through the communicator it is
 given. With ``--world`` it is given ``MPI.COMM_WORLD`` itself, as a code that hard-codes it
@@ -25,7 +27,8 @@ Without ``--world`` it uses ``Client.comm`` and runs in every launch form::
 
 At the end, rank 0 writes ``halo-env<e>.json`` to the run directory (the ``run_dir``
 parameter; the working directory if empty): the group's ranks, COMM_WORLD's size, the halo
-exchanges made by all ranks together and the steps taken.
+exchanges made by all ranks together, the steps taken and the ``energy_mean`` of every
+episode that ended, in order.
 """
 
 from __future__ import annotations
@@ -99,11 +102,14 @@ def main() -> None:
                         help="the solver's own MPI goes through MPI.COMM_WORLD")
     args = parser.parse_args()
     with Client(args.cells, N_ACT, -np.ones(N_ACT), np.ones(N_ACT),
-                step_metrics=("energy", "u_max"), uses_world=args.world) as client:
+                step_metrics=("energy", "u_max"), episode_metrics=("energy_mean",),
+                uses_world=args.world) as client:
         ring = Ring(MPI.COMM_WORLD if args.world else client.comm, args.cells,
                     float(client.params.get("velocity", "0.5")))
         horizon = int(client.params.get("horizon", "40"))
         steps = episodes = 0
+        energy_sum = 0.0  # over the episode's steps
+        energy_means: list[float] = []
         while True:
             command = client.recv_action()
             if command.kind == STOP:
@@ -114,17 +120,23 @@ def main() -> None:
             else:
                 ring.step(command.action)
                 steps += 1
-            energy = ring.energy()  # one reduction per control step, shared by two uses
+            energy = ring.energy()  # one reduction per control step, shared by three uses
             reward = 0.0 if command.kind == RESET else -energy
+            energy_sum = 0.0 if command.kind == RESET else energy_sum + energy
             status = TRUNCATED if client.step >= horizon else CONTINUE
-            client.send_state(ring.field(), reward, status, (energy, ring.u_max()))
+            ending: tuple[float, ...] = ()
+            if status != CONTINUE:
+                ending = (energy_sum / max(client.step, 1),)
+                energy_means.append(ending[0])
+            client.send_state(ring.field(), reward, status, (energy, ring.u_max()), ending)
         exchanges = client.comm.reduce(ring.halo_exchanges, root=0)
         if client.rank == 0:
             where = client.params.get("run_dir") or "."
             with open(os.path.join(where, f"halo-env{client.env}.json"), "w") as out:
                 json.dump({"env": client.env, "ranks": client.size,
                            "world_ranks": MPI.COMM_WORLD.Get_size(),
-                           "halo_exchanges": exchanges, "steps": steps}, out)
+                           "halo_exchanges": exchanges, "steps": steps,
+                           "energy_means": energy_means}, out)
 
 
 if __name__ == "__main__":
