@@ -34,7 +34,9 @@ Step metrics. A solver may name values it reports after every step (drag and lif
 class attribute ``step_metrics`` and return them from ``step_values()``, called on the state
 rank right after each ``step`` (not collectively); they travel with the step's answer and the
 actor records them (every ``run.series_stride`` steps) to ``RUN_DIR/series/env-<k>.h5``
-(:mod:`hpc_refer.series`). External solvers declare theirs in their handshake.
+(:mod:`hpc_refer.series`). External solvers declare theirs in their handshake, and a solver
+on the Python client (:mod:`hpc_refer.client`) its episode metrics too, whose values come
+with the state that ends each episode.
 
 ``get_state``/``set_state`` (optional) let a checkpoint continue an episode bit for bit: the
 actor saves ``get_state()`` (None: nothing to save at this moment) and, on resume,

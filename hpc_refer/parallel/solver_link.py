@@ -59,13 +59,16 @@ class SolverLink:
     102    S -> A     int32[4]         HELLO: protocol version (2), obs_dim, act_dim, ranks
     103    S -> A     float64[2 a]     BOUNDS: action low[a], then high[a]
     108    S -> A     char[n]          METRICS: step metric names, UTF-8, one per line
-                                       (n = 0: none)
+                                       (n = 0: none); then optionally an empty line and
+                                       the episode metric names (the Python client)
     109    A -> S     char[n]          PARAMS: UTF-8 ``key=value`` lines: the run's solver
                                        parameters, ``env_index``, ``run_dir``, ``seed``
     106    A -> S     int32[1]         RESET: seed (-1: none); solver answers with a STATE
     105    A -> S     float64[a]       ACTION: one step; solver answers with a STATE
     104    S -> A     float64[3+d+m]   STATE: status, step index, reward, state[d], the
-                                       step metrics' values[m]
+                                       step metrics' values[m]; on a state that ends an
+                                       episode after an ACTION, the q episode metrics'
+                                       values after them (3+d+m+q)
     107    A -> S     int32[0]         STOP: no more work; the solver finalises
     ====== ========== ================ ====================================================
 
