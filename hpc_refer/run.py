@@ -23,18 +23,14 @@ from typing import NamedTuple
 
 from hpc_refer import checkpoint, logs
 from hpc_refer.checkpoint import CheckpointError, Resume
+from hpc_refer.cli import ENV_HELP, add_arguments, config_from_args, parse_command_line, plugins_of
 from hpc_refer.config import (
-    ENV_HELP,
     Config,
     ConfigError,
     Sampling,
-    add_arguments,
     build_config,
     coerce,
-    config_from_args,
     load_toml,
-    parse_command_line,
-    plugins_of,
     table_types,
 )
 from hpc_refer.envs import (
