@@ -14,7 +14,7 @@ from collections.abc import Callable
 from types import FrameType
 
 from hpc_refer.envs import TeamDriver
-from hpc_refer.envs.driver import BUILD_TIMEOUT, STEP_TIMEOUT
+from hpc_refer.envs.calls import BUILD_TIMEOUT, STEP_TIMEOUT
 from hpc_refer.metrics import RunDirectory
 
 

@@ -29,7 +29,7 @@ from hpc_refer.envs import (
     make_driver,
     serve_team,
 )
-from hpc_refer.envs.driver import factory_label, start_solver
+from hpc_refer.envs.calls import factory_label, start_solver
 from hpc_refer.envs.gym_env import GymEnv, Status
 from hpc_refer.envs.interface import TeamCommand
 from hpc_refer.networks import GaussianPolicyValueNet, flat_state

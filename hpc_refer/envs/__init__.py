@@ -115,8 +115,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from hpc_refer.config import Config, ConfigError
+from hpc_refer.envs.calls import start_solver
 from hpc_refer.envs.checks import check_step, metric_names
-from hpc_refer.envs.driver import TeamDriver, serve_team, start_solver
+from hpc_refer.envs.driver import TeamDriver, serve_team
 from hpc_refer.envs.external import (
     ExternalEnv,
     Links,
@@ -326,7 +327,7 @@ def make_driver(spec: SolverSpec, team: Team | None, *, index: int = 0, envs: in
     """Team rank 0's driver of environment ``index`` (of ``envs``): the solver built from
     ``spec`` (a Python one within ``spec.build_timeout``, a :class:`SolverStartError` when
     its constructor raises or takes longer, see
-    :func:`~hpc_refer.envs.driver.start_solver`; an external one started or reached as its
+    :func:`~hpc_refer.envs.calls.start_solver`; an external one started or reached as its
     id says through ``links``, which it needs, and sent the parameters), rebuilt by the same
     factory after a fault; ``timeout`` is ``run.env_step_timeout``, the other keywords are
     :class:`TeamDriver`'s."""

@@ -11,20 +11,31 @@ solver (:func:`start_solver`).
 
 from __future__ import annotations
 
-import functools
 import logging
-import sys
 import time
-import traceback
 from collections.abc import Callable
-from enum import IntEnum
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import h5py
 import numpy as np
 
-from hpc_refer.config import ConfigError
+from hpc_refer.envs.calls import (
+    BUILD_TIMEOUT,
+    NO_VALUES,
+    STEP_TIMEOUT,
+    TRACE,
+    Answer,
+    Outcome,
+    attempt,
+    close_faulty,
+    construct,
+    factory_label,
+    one_line,
+    rebuild_factory,
+    rebuilds_after_fault,
+    start_solver,
+)
 from hpc_refer.envs.checks import (
     INTERFACE,
     INTERFACE_HINT,
@@ -49,39 +60,9 @@ from hpc_refer.envs.interface import (
 )
 from hpc_refer.records import StateTree
 from hpc_refer.series import StepSeries
-from hpc_refer.timeouts import CallTimeout, call_with_alarm, deadline_after
+from hpc_refer.timeouts import CallTimeout, deadline_after
 
 LOG = logging.getLogger(__name__)
-
-TRACE = "\0"
-"""Separates an error's text from its traceback in the message of a team rank whose call
-failed (:meth:`~hpc_refer.envs.interface.Team.send_error`)."""
-
-STEP_TIMEOUT = "run.env_step_timeout"
-"""The limit of a reset or step (named in messages)."""
-BUILD_TIMEOUT = "run.env_build_timeout"
-"""The limit of a solver's construction, at start-up and in a rebuild (named in messages)."""
-
-
-class _Outcome(IntEnum):
-    """How one rank's part of a solver call ended; a team agrees on the largest."""
-
-    OK = 0
-    FINISHED = 1
-    """``reset`` raised EnvironmentFinished."""
-    ERROR = 2
-
-
-class _Answer(NamedTuple):
-    outcome: _Outcome
-    result: Any = None
-    """OK and checked: the validated state (reset), (state, reward, status) (step) or the new
-    solver (a construction)."""
-    error: str = ""
-    """ERROR: what went wrong."""
-    trace: str = ""
-    """ERROR from an exception of the solver's code: its traceback."""
-
 
 class Busy(NamedTuple):
     """The solver call that a :class:`TeamDriver` is in (read by the watchdog thread,
@@ -92,123 +73,6 @@ class Busy(NamedTuple):
     limited by ``run.env_build_timeout``, the others by ``run.env_step_timeout``)."""
     since: float
     """``time.monotonic()`` when it began."""
-
-
-NO_VALUES = np.zeros(0)
-"""The step values of a solver without ``step_metrics`` (one array, not one per step)."""
-
-
-def _guarded(work: Callable[[], Any], deadline: float | None) -> _Answer:
-    """``work()`` (the solver's code and the checks of its answer) as an answer: OK with its
-    result, FINISHED for :class:`EnvironmentFinished`, ERROR for an exception (the text of a
-    :class:`SolverFault`, an :class:`InterfaceError`'s prefixed by :data:`INTERFACE`; any
-    other exception named with its type and traceback). :class:`CallTimeout` (the
-    ``deadline`` passed, see :func:`~hpc_refer.timeouts.call_with_alarm`) propagates."""
-    try:
-        return _Answer(_Outcome.OK, call_with_alarm(work, deadline))
-    except EnvironmentFinished:
-        return _Answer(_Outcome.FINISHED)
-    except InterfaceError as fault:
-        return _Answer(_Outcome.ERROR, error=INTERFACE + str(fault))
-    except SolverFault as fault:
-        return _Answer(_Outcome.ERROR, error=str(fault))
-    except Exception as err:  # any failure of the solver's code is its fault
-        return _Answer(_Outcome.ERROR, error=f"raised {type(err).__name__}: {err}",
-                       trace=traceback.format_exc())
-
-
-def _attempt(env: Any, call: str, arg: Any, obs_dim: int, check: bool,
-             deadline: float | None, step_names: tuple[str, ...] = ()) -> _Answer:
-    """One rank's part of ``env.<call>(arg)`` (call: ``reset`` or ``step``) as
-    :func:`_guarded` answers it; its answer validated when ``check``: the state (reset), or
-    ((state, reward, status), the values of ``step_names`` from ``step_values()``) (step)."""
-    def answer() -> Any:
-        result = getattr(env, call)(arg)
-        if not check:
-            return None
-        if call == "reset":
-            return check_state(result, obs_dim)
-        values = check_values(env.step_values(), step_names) if step_names else NO_VALUES
-        return check_step(result, obs_dim), values
-
-    return _guarded(answer, deadline)
-
-
-def _construct(factory: Callable[[Any], Any], team: Team | None,
-               deadline: float | None) -> _Answer:
-    """One rank's construction ``factory(team)`` as :func:`_guarded` answers it (the solver is
-    the result); EnvironmentFinished, which only ``reset`` may raise, is an ERROR here."""
-    answer = _guarded(lambda: factory(team), deadline)
-    if answer.outcome is _Outcome.FINISHED:
-        return _Answer(_Outcome.ERROR, error="raised EnvironmentFinished (only reset may)")
-    return answer
-
-
-def _one_line(text: str) -> str:
-    """``text`` with its line breaks replaced by spaces (a start-up error is one line)."""
-    return " ".join(line.strip() for line in text.splitlines() if line.strip())
-
-
-def factory_label(factory: Callable[[Any], Any]) -> str:
-    """What ``factory`` builds, for messages: the class of a :func:`functools.partial` (as
-    :func:`~hpc_refer.envs.env_factory` makes for Python solvers) or a class used as its own
-    factory; ``solver`` otherwise."""
-    target = factory.func if isinstance(factory, functools.partial) else factory
-    return target.__name__ if isinstance(target, type) else "solver"
-
-
-def start_solver(factory: Callable[[Any], Any], team: Team | None, label: str,
-                 timeout: float) -> Any:
-    """The first construction of a solver: ``factory(team)`` within ``timeout`` seconds
-    (``run.env_build_timeout``, 0: no limit; SIGALRM as for calls, see
-    :func:`~hpc_refer.timeouts.call_with_alarm`). A constructor that raises or does not return
-    in time is a :class:`SolverStartError` naming ``label`` (e.g. ``env 0 (MySolver)``), the
-    team rank (in a team of K > 1) and the exception, its traceback as ``details``: a solver
-    that cannot be built stops the run at once, from the rank where it failed."""
-    where = f" on team rank {team.rank}" if team is not None and team.size > 1 else ""
-    try:
-        answer = _construct(factory, team, deadline_after(timeout))
-    except CallTimeout:
-        raise SolverStartError(f"{label}.__init__{where}: no answer within {BUILD_TIMEOUT} = "
-                               f"{timeout:g} s (the solver cannot start)") from None
-    if answer.outcome is not _Outcome.OK:
-        raise SolverStartError(_one_line(f"{label}.__init__{where}: {answer.error} (the "
-                                         "solver cannot start)"), answer.trace)
-    return answer.result
-
-
-def _close_faulty(env: Any, deadline: float | None) -> None:
-    """Close a solver that failed; what its close() raises is reported and ignored."""
-    try:
-        call_with_alarm(env.close, deadline)
-    except (Exception, CallTimeout) as err:
-        LOG.warning("closing the faulty %s failed (%s: %s); it is replaced anyway",
-                    type(env).__name__, type(err).__name__, err)
-
-
-def rebuilds_after_fault(env: Any) -> bool:
-    """The solver's ``rebuild_after_fault`` (default True: closed and constructed anew after
-    each fault; False: a reset is enough, the same instance goes on), checked."""
-    rebuild = getattr(env, "rebuild_after_fault", True)
-    if not isinstance(rebuild, bool):
-        raise ConfigError(f"{type(env).__name__}.rebuild_after_fault = {rebuild!r} is invalid: "
-                          "allowed are True (rebuild the solver after a fault, the default) "
-                          "and False (a reset after a fault is enough)")
-    return rebuild
-
-
-def rebuild_factory(env: Any) -> Callable[[Team | None], Any] | None:
-    """How :class:`TeamDriver` constructs ``env`` anew after a fault when it is given no
-    factory: a Python solver's class called with the team (as :func:`env_factory` builds
-    it), a GymEnv from its id; None for an external solver (reset over the wire instead)."""
-    if isinstance(env, ExternalEnv):
-        return None
-    gym_env = sys.modules.get("hpc_refer.envs.gym_env")  # imported once a GymEnv exists
-    if gym_env is not None and isinstance(env, gym_env.GymEnv):
-        env_id, params = env.env_id, env.params
-        return lambda team: gym_env.GymEnv(env_id, **params)
-    cls = type(env)
-    return lambda team: cls(team)
 
 
 class TeamDriver:
@@ -369,26 +233,26 @@ class TeamDriver:
         deadline = deadline_after(self.timeout)
         if self.team is None:
             try:
-                answer = _attempt(self.env, call, arg, self.obs_dim, True, deadline,
+                answer = attempt(self.env, call, arg, self.obs_dim, True, deadline,
                                   self.step_names)
             except CallTimeout:
                 self._check_started(call)
-                answer = _Answer(_Outcome.ERROR, error=self._late(STEP_TIMEOUT, self.timeout))
+                answer = Answer(Outcome.ERROR, error=self._late(STEP_TIMEOUT, self.timeout))
             where = ""
         else:
             answer, where = self._team_call(call, arg, command, payload, deadline)
-        self._faulty = answer.outcome is _Outcome.ERROR
+        self._faulty = answer.outcome is Outcome.ERROR
         error = answer.error.removeprefix(INTERFACE)
         if self._faulty and answer.error.startswith(INTERFACE):
             self._probe_failed(f"{self.name}.{call}{where}: {error}")
         if self._faulty and call == "reset" and not self._started:
-            raise SolverStartError(_one_line(
+            raise SolverStartError(one_line(
                 f"{self.name}.reset{where}: {error} (its first reset: the solver cannot "
                 "start)"), answer.trace)
         self._started = True
         if self._faulty:
             raise SolverFault(f"{self.name}.{call}{where}: {error}")
-        if answer.outcome is _Outcome.FINISHED:
+        if answer.outcome is Outcome.FINISHED:
             raise EnvironmentFinished
         return answer.result
 
@@ -414,7 +278,7 @@ class TeamDriver:
             raise SolverFault(f"{self.name}: {fault}") from None
 
     def _team_call(self, call: str, arg: Any, command: TeamCommand, payload: np.ndarray,
-                   deadline: float | None) -> tuple[_Answer, str]:
+                   deadline: float | None) -> tuple[Answer, str]:
         """The call made by every rank of the team: broadcast it, make this rank's part,
         agree on the outcome, then take the state rank's result (or the failed rank's
         error). Returns the answer and, for an error, which rank it was on."""
@@ -423,9 +287,9 @@ class TeamDriver:
         team.send_command(command, payload)
         try:
             answer, where = self._agree(
-                _attempt(self.env, call, arg, self.obs_dim, self.state_rank == 0, deadline,
+                attempt(self.env, call, arg, self.obs_dim, self.state_rank == 0, deadline,
                          self.step_names), deadline)
-            if answer.outcome is not _Outcome.OK or self.state_rank == 0:
+            if answer.outcome is not Outcome.OK or self.state_rank == 0:
                 return answer, where
             packed = team.receive_result(self.state_rank, deadline)
         except (CallTimeout, TimeoutError):
@@ -440,13 +304,13 @@ class TeamDriver:
                 result = (check_step(triple, self.obs_dim), check_values(values,
                                                                          self.step_names))
         except InterfaceError as fault:
-            return (_Answer(_Outcome.ERROR, error=INTERFACE + str(fault)),
+            return (Answer(Outcome.ERROR, error=INTERFACE + str(fault)),
                     f" on team rank {self.state_rank}")
         except SolverFault as fault:
-            return _Answer(_Outcome.ERROR, error=str(fault)), f" on team rank {self.state_rank}"
-        return _Answer(_Outcome.OK, result), ""
+            return Answer(Outcome.ERROR, error=str(fault)), f" on team rank {self.state_rank}"
+        return Answer(Outcome.OK, result), ""
 
-    def _agree(self, mine: _Answer, deadline: float | None) -> tuple[_Answer, str]:
+    def _agree(self, mine: Answer, deadline: float | None) -> tuple[Answer, str]:
         """The team's outcome of a call or rebuild whose part on this rank is ``mine``: the
         largest outcome over the ranks, an error's text and traceback from the highest rank
         that had it (see :func:`serve_team`). Returns the answer (with this rank's result)
@@ -454,12 +318,12 @@ class TeamDriver:
         team = self.team
         assert team is not None
         outcome, rank = divmod(team.agree(int(mine.outcome) * team.size, deadline), team.size)
-        if outcome != _Outcome.ERROR:
-            return _Answer(_Outcome(outcome), mine.result), ""
+        if outcome != Outcome.ERROR:
+            return Answer(Outcome(outcome), mine.result), ""
         if rank == 0:
             return mine, " on team rank 0"
         error, _, trace = team.receive_error(rank, deadline).partition(TRACE)
-        return _Answer(_Outcome.ERROR, error=error, trace=trace), f" on team rank {rank}"
+        return Answer(Outcome.ERROR, error=error, trace=trace), f" on team rank {rank}"
 
     def _out_of_step(self, call: str, option: str, limit: float) -> SolverFailure:
         """A rank of the team did not finish ``call`` within ``limit`` (``option``): the team
@@ -493,22 +357,22 @@ class TeamDriver:
             self.team.send_command(TeamCommand.REBUILD, NO_VALUES)
         if self.env is not None:  # closed once, however many constructions fail after it
             faulty, self.env = self.env, None
-            _close_faulty(faulty, deadline if self.team is None else None)
+            close_faulty(faulty, deadline if self.team is None else None)
         where = ""
         if self.team is None:
             try:
-                answer = _construct(self.factory, self._solver_team, deadline)
+                answer = construct(self.factory, self._solver_team, deadline)
             except CallTimeout:
-                answer = _Answer(_Outcome.ERROR,
+                answer = Answer(Outcome.ERROR,
                                  error=self._late(BUILD_TIMEOUT, self.build_timeout))
         else:
             try:
-                answer, where = self._agree(_construct(self.factory, self._solver_team,
+                answer, where = self._agree(construct(self.factory, self._solver_team,
                                                        deadline), deadline)
             except (CallTimeout, TimeoutError):
                 raise self._out_of_step("the rebuild", BUILD_TIMEOUT,
                                         self.build_timeout) from None
-        if answer.outcome is not _Outcome.OK:
+        if answer.outcome is not Outcome.OK:
             raise SolverFault(f"{self.name}: rebuilding it after a fault{where}: "
                               f"{answer.error}")
         self.env = answer.result
@@ -619,21 +483,21 @@ class TeamDriver:
         if self._lost or self.env is None:
             return
         if self._faulty:
-            _close_faulty(self.env, None)
+            close_faulty(self.env, None)
         else:
             self.env.close()
 
 
-def _report(team: Team, answer: _Answer) -> bool:
+def _report(team: Team, answer: Answer) -> bool:
     """A solver rank's part of the team's agreement on a call or rebuild (the other side of
     :meth:`TeamDriver._agree`): its outcome and rank; when the team's outcome is an error and
     this is the highest rank that had it, its error text and traceback go to team rank 0.
     Returns whether the team's outcome is OK."""
     outcome, rank = divmod(team.agree(int(answer.outcome) * team.size + team.rank),
                            team.size)
-    if outcome == _Outcome.ERROR and rank == team.rank:
+    if outcome == Outcome.ERROR and rank == team.rank:
         team.send_error(answer.error + TRACE + answer.trace)
-    return outcome == _Outcome.OK
+    return outcome == Outcome.OK
 
 
 def serve_team(factory: Callable[[Team], Any], team: Team) -> None:
@@ -657,9 +521,9 @@ def serve_team(factory: Callable[[Team], Any], team: Team) -> None:
             return
         if command is TeamCommand.REBUILD:
             if env is not None:
-                _close_faulty(env, None)
-            built = _construct(factory, team, None)
-            env = built.result if built.outcome is _Outcome.OK else None
+                close_faulty(env, None)
+            built = construct(factory, team, None)
+            env = built.result if built.outcome is Outcome.OK else None
             _report(team, built)
             continue
         if command is TeamCommand.SNAPSHOT:
@@ -669,7 +533,7 @@ def serve_team(factory: Callable[[Team], Any], team: Team) -> None:
         call = "step"
         if command is TeamCommand.RESET:
             call, arg = "reset", None if payload[0] < 0 else int(payload[0])
-        answer = _attempt(env, call, arg, obs_dim, sends, None, step_names)
+        answer = attempt(env, call, arg, obs_dim, sends, None, step_names)
         if not (_report(team, answer) and sends):
             continue
         if call == "reset":

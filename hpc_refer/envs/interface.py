@@ -164,7 +164,7 @@ class Team(Protocol):
 
     def send_error(self, text: str) -> None:
         """A solver rank whose call failed: its error text (with the traceback, if any, after
-        :data:`hpc_refer.envs.driver.TRACE`) to team rank 0."""
+        :data:`hpc_refer.envs.calls.TRACE`) to team rank 0."""
         ...
 
     def receive_error(self, source: int, deadline: float | None = None) -> str:
