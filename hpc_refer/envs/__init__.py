@@ -83,8 +83,11 @@ to :func:`make_driver`: nothing in this package imports :mod:`hpc_refer.parallel
 ``--env`` selects: a built-in solver by name (``Diffusion1D``), a user's class as
 ``package.module:Class`` (constructed with the team),
 an external MPI program (``external``, ``external:[-n K] PROGRAM``, ``external:--connect
-DIR``, see :mod:`hpc_refer.envs.external`), or any gymnasium id with a continuous action
-space (one rank per environment).
+DIR``, see :mod:`hpc_refer.envs.external`), any gymnasium id with a continuous action
+space (one rank per environment), or a PettingZoo ParallelEnv of homogeneous agents as
+``pettingzoo:package.module:factory`` (one rank per environment; the factory is called with
+the ``[env]`` table as keyword arguments; the multi-agent interface, arrays of shape
+(n_agents, ...), is :mod:`hpc_refer.envs.pettingzoo_env`'s).
 A solver spanning K ranks is called collectively: team rank 0 (the actor) drives it through
 :class:`TeamDriver`, the other ranks follow in :func:`serve_team`. The state, reward and
 status are taken from the return values of team rank ``state_rank``, an optional attribute of
@@ -155,6 +158,7 @@ __all__ = [
     "episode_columns",
     "episode_metric_names",
     "is_external",
+    "is_pettingzoo",
     "make_driver",
     "serve_team",
     "solver_params",
@@ -173,6 +177,17 @@ SOLVER_METHODS = ("reset", "step", "close")
 """Methods of the solver protocol (see the module docstring)."""
 
 
+PETTINGZOO_PREFIX = "pettingzoo:"
+"""``run.env`` of a PettingZoo ParallelEnv: ``pettingzoo:package.module:factory`` (the
+adapter's :data:`~hpc_refer.envs.pettingzoo_env.PREFIX`, repeated here so that recognising the
+id imports neither pettingzoo nor the adapter)."""
+
+
+def is_pettingzoo(env_id: str) -> bool:
+    """Whether ``env_id`` names a PettingZoo ParallelEnv (``pettingzoo:...``)."""
+    return env_id.startswith(PETTINGZOO_PREFIX)
+
+
 def _load_class(spec: str) -> Any:
     """The solver class ``package.module:Class``, checked against the solver protocol (one
     line ConfigError naming what the protocol needs and what is missing)."""
@@ -182,7 +197,8 @@ def _load_class(spec: str) -> Any:
     except (ImportError, AttributeError) as err:
         raise ConfigError(
             f"run.env = {spec!r} cannot be loaded ({err}): allowed are gymnasium ids, "
-            f"{', '.join(BUILTIN)}, or package.module:Class"
+            f"{', '.join(BUILTIN)}, package.module:Class, or "
+            f"{PETTINGZOO_PREFIX}package.module:factory"
         ) from None
     needs = (f"a solver class needs class attributes {', '.join(SOLVER_ATTRIBUTES)} and "
              f"methods {', '.join(SOLVER_METHODS)}")
@@ -199,8 +215,9 @@ def _load_class(spec: str) -> Any:
 
 def _solver_class(env_id: str) -> Any | None:
     """The Python solver class ``env_id`` names (built-in or package.module:Class); None for
-    gymnasium ids and external solvers."""
-    if is_external(env_id) or not (":" in env_id or env_id in BUILTIN):
+    gymnasium ids, PettingZoo ids and external solvers."""
+    if (is_external(env_id) or is_pettingzoo(env_id)
+            or not (":" in env_id or env_id in BUILTIN)):
         return None
     return _load_class(BUILTIN.get(env_id, env_id))
 
@@ -268,8 +285,9 @@ def solver_params(env_id: str, params: Mapping[str, Any]) -> dict[str, Any]:
     converted to the constructor's annotated types (an int for a float parameter becomes a
     float): an unknown or reserved key, a missing required parameter or a value of the wrong
     type is a one-line ConfigError naming the solver and its parameters. Gymnasium ids are
-    checked when the environment is made (``gymnasium.make(env_id, **params)``); external
-    solvers receive the parameters as they are."""
+    checked when the environment is made (``gymnasium.make(env_id, **params)``), PettingZoo
+    ids against their factory's signature when it is called; external solvers receive the
+    parameters as they are."""
     cls = _solver_class(env_id)
     if cls is None:
         return dict(params)
@@ -299,7 +317,9 @@ def env_factory(spec: SolverSpec, index: int = 0) -> Callable[[Team | None], Any
     ConfigError on a bad id. A Python solver class is called as ``cls(team, **params)`` plus
     the :data:`CONTEXT_KEYWORDS` its constructor names (a :func:`functools.partial` of the
     class, so that messages can name it); a gymnasium id as
-    ``gymnasium.make(env_id, **params)``."""
+    ``gymnasium.make(env_id, **params)``; ``pettingzoo:package.module:factory`` as
+    :class:`~hpc_refer.envs.pettingzoo_env.PettingZooEnv` (``factory(**params)``), its module
+    and factory loaded here (a one-line ConfigError when they cannot be)."""
     cls = _solver_class(spec.env_id)
     params: dict[str, Any] = dict(spec.params)
     if cls is not None:
@@ -308,15 +328,26 @@ def env_factory(spec: SolverSpec, index: int = 0) -> Callable[[Team | None], Any
                    "seed": role_seed(spec.seed, SeedRole.SOLVER, index)}
         params.update({p.name: context[p.name] for p in named if p.name in context})
         return functools.partial(cls, **params)
+    if is_pettingzoo(spec.env_id):
+        from hpc_refer.envs.pettingzoo_env import PettingZooEnv, load_factory  # when used
+
+        load_factory(spec.env_id)
+        _one_rank(spec, "a PettingZoo environment")
+        return lambda team: PettingZooEnv(spec.env_id, **params)
     from hpc_refer.envs.gym_env import GymEnv, check_env_id  # gymnasium: only when used
 
     check_env_id(spec.env_id)
+    _one_rank(spec, "a gymnasium environment")
+    return lambda team: GymEnv(spec.env_id, **params)
+
+
+def _one_rank(spec: SolverSpec, kind: str) -> None:
+    """A ConfigError unless ``spec`` runs on one rank per environment."""
     if spec.ranks_per_env != 1:
         raise ConfigError(
-            f"run.env = {spec.env_id!r} is a gymnasium environment and runs on one rank: "
+            f"run.env = {spec.env_id!r} is {kind} and runs on one rank: "
             f"run.ranks_per_env = {spec.ranks_per_env} is invalid, allowed is 1"
         )
-    return lambda team: GymEnv(spec.env_id, **params)
 
 
 def make_driver(spec: SolverSpec, team: Team | None, *, index: int = 0, envs: int = 1,
@@ -399,7 +430,8 @@ def check_spaces(cls: type, where: str) -> tuple[int, int]:
 
 def env_dims(spec: SolverSpec) -> tuple[int, int] | None:
     """(obs_dim, act_dim) of ``spec``'s environment without a team (learners need only the
-    sizes), its declared spaces and parameters checked; a gymnasium id is made once.
+    sizes), its declared spaces and parameters checked; a gymnasium or PettingZoo id is
+    made once (a PettingZoo environment's sizes are one agent's).
 
     None for an external solver, whose sizes arrive in its HELLO (the id's form is validated
     here, its launch by :func:`check_env`).
@@ -414,6 +446,8 @@ def env_dims(spec: SolverSpec) -> tuple[int, int] | None:
     try:
         env = factory(None)
     except TypeError as err:  # gymnasium.make's unknown keyword
+        if is_pettingzoo(spec.env_id):  # its [env] is checked against the factory's signature
+            raise
         raise ConfigError(f"[env] {dict(spec.params)} is refused by gymnasium.make("
                           f"{spec.env_id!r}): {err}") from None
     try:

@@ -1,0 +1,346 @@
+"""A PettingZoo ParallelEnv as an hpc_refer environment (``--env pettingzoo:module:factory``,
+:mod:`hpc_refer.envs.pettingzoo_env`): the adapter's (n_agents, ...) arrays in
+``possible_agents`` order, agents that end at different steps, the faults it names (an
+unknown agent, one that comes back), the homogeneous spaces it demands, and the id through
+:func:`~hpc_refer.envs.env_dims` and :func:`~hpc_refer.envs.env_factory` with ``[env]``
+keyword arguments.
+
+:class:`PointMasses` is a small, real continuous-action ParallelEnv (point masses pushed
+toward their targets; agent i's target is i + 1 full-speed steps away, so the agents end at
+different steps), checked by PettingZoo's own ``parallel_api_test``. It is loaded by id as
+``pettingzoo:test_pettingzoo_env:point_masses``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from pettingzoo import ParallelEnv
+from pettingzoo.test import parallel_api_test
+from pettingzoo.utils import parallel_to_aec
+
+from hpc_refer.config import ConfigError
+from hpc_refer.envs import PETTINGZOO_PREFIX, SolverSpec, env_dims, env_factory, is_pettingzoo
+from hpc_refer.envs.interface import SolverFault, Status
+from hpc_refer.envs.pettingzoo_env import PREFIX, PettingZooEnv
+
+ID = "pettingzoo:test_pettingzoo_env:point_masses"
+C, T, R = Status.CONTINUE, Status.TERMINAL, Status.TRUNCATED
+
+
+class PointMasses(ParallelEnv):
+    """``n_agents`` point masses in the plane, each pushed toward its own target: the
+    action (2 values in [-1, 1]) is a velocity times ``speed``; the observation is the
+    position and the target (4 values), the reward minus the distance left. Agent i starts at
+    the origin with its target (i + 1) * speed away in a direction drawn from the seed, and
+    terminates once within ``radius`` of it; every agent still moving is truncated after
+    ``max_cycles`` steps."""
+
+    metadata: ClassVar[dict[str, Any]] = {"name": "point_masses_v0", "render_modes": []}
+
+    def __init__(self, n_agents: int = 3, max_cycles: int = 25, speed: float = 0.5,
+                 radius: float = 0.1) -> None:
+        self.possible_agents = [f"agent_{i}" for i in range(n_agents)]
+        self.render_mode = None
+        self.agents: list[str] = []
+        self.max_cycles, self.speed, self.radius = max_cycles, speed, radius
+        self._obs = {a: gym.spaces.Box(-100.0, 100.0, (4,), np.float32)
+                     for a in self.possible_agents}
+        self._act = {a: gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+                     for a in self.possible_agents}
+
+    def observation_space(self, agent: str) -> gym.spaces.Space:
+        return self._obs[agent]
+
+    def action_space(self, agent: str) -> gym.spaces.Space:
+        return self._act[agent]
+
+    def _observe(self, agent: str) -> np.ndarray:
+        return np.concatenate([self.pos[agent], self.target[agent]]).astype(np.float32)
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        rng = np.random.default_rng(seed)
+        self.agents = list(self.possible_agents)
+        self.cycles = 0
+        self.pos = {a: np.zeros(2) for a in self.agents}
+        self.target = {}
+        for i, a in enumerate(self.agents):
+            angle = rng.uniform(0, 2 * np.pi)
+            self.target[a] = (i + 1) * self.speed * np.array([np.cos(angle), np.sin(angle)])
+        return ({a: self._observe(a) for a in self.agents}, {a: {} for a in self.agents})
+
+    def step(self, actions: dict) -> tuple[dict, dict, dict, dict, dict]:
+        if set(actions) != set(self.agents):
+            raise ValueError(f"actions for {sorted(actions)}, expected {self.agents}")
+        self.cycles += 1
+        obs, rewards, terms, truncs = {}, {}, {}, {}
+        for a in self.agents:
+            self.pos[a] = self.pos[a] + self.speed * np.clip(actions[a], -1.0, 1.0)
+            dist = float(np.linalg.norm(self.target[a] - self.pos[a]))
+            obs[a], rewards[a] = self._observe(a), -dist
+            terms[a] = dist < self.radius
+            truncs[a] = self.cycles >= self.max_cycles
+        infos = {a: {} for a in self.agents}
+        self.agents = [a for a in self.agents if not (terms[a] or truncs[a])]
+        return obs, rewards, terms, truncs, infos
+
+
+def point_masses(**params: Any) -> PointMasses:
+    """The factory the id names."""
+    return PointMasses(**params)
+
+
+def toward_targets(states: np.ndarray) -> np.ndarray:
+    """Every agent's full-speed action straight at its target (rows of states)."""
+    delta = states[:, 2:] - states[:, :2]
+    norm = np.linalg.norm(delta, axis=1, keepdims=True)
+    return np.where(norm > 0, delta / np.maximum(norm, 1e-12), 0.0)
+
+
+def test_point_masses_is_a_conforming_parallel_env():
+    parallel_api_test(PointMasses(), num_cycles=30)
+    parallel_to_aec(PointMasses()).reset(seed=1)  # converts as a ParallelEnv does
+
+
+def test_shapes_dtypes_and_possible_agents_order():
+    env = PettingZooEnv(ID, n_agents=4)
+    assert (env.n_agents, env.obs_dim, env.act_dim) == (4, 4, 2)
+    np.testing.assert_array_equal(env.low, [-1.0, -1.0])
+    np.testing.assert_array_equal(env.high, [1.0, 1.0])
+    assert env.low.dtype == env.high.dtype == np.float64
+    states = env.reset(seed=3)
+    assert states.shape == (4, 4) and states.dtype == np.float32
+    for i, agent in enumerate(env.possible_agents):  # row i is agent_i's target
+        assert agent == f"agent_{i}"
+        np.testing.assert_allclose(np.linalg.norm(states[i, 2:]), (i + 1) * 0.5, rtol=1e-6)
+    # one agent's action: row 2 moves agent_2 only
+    actions = np.zeros((4, 2))
+    actions[2] = [1.0, -0.5]
+    states, rewards, statuses = env.step(actions)
+    assert states.shape == (4, 4) and rewards.shape == (4,) and statuses.shape == (4,)
+    assert rewards.dtype == np.float64 and np.issubdtype(statuses.dtype, np.integer)
+    np.testing.assert_allclose(states[2, :2], [0.5, -0.25])
+    np.testing.assert_array_equal(states[[0, 1, 3], :2], 0.0)
+    np.testing.assert_allclose(rewards, -np.linalg.norm(states[:, 2:] - states[:, :2], axis=1),
+                               rtol=1e-6)
+    assert list(statuses) == [C, C, C, C]
+    env.close()
+
+
+def test_agents_end_at_different_steps_and_their_rows_stay_put():
+    env = PettingZooEnv(ID, n_agents=3, max_cycles=10)
+    states = env.reset(seed=0)
+    seen, rows = [], []
+    for _ in range(3):
+        states, rewards, statuses = env.step(toward_targets(states))
+        seen.append(list(statuses))
+        rows.append((states.copy(), rewards.copy()))
+    assert seen == [[T, C, C], [T, T, C], [T, T, T]]  # agent i ends at step i + 1
+    for step, (states, rewards) in enumerate(rows):
+        for i in range(step):  # agent i ended at step i: its last state, reward 0 since
+            np.testing.assert_array_equal(states[i], rows[i][0][i])
+            assert rewards[i] == 0.0
+    assert np.all([rows[k][1][k] > -0.1 for k in range(3)])  # at its target when it ended
+    with pytest.raises(RuntimeError, match="every agent ended"):
+        env.step(np.zeros((3, 2)))
+    assert env.reset(seed=0).shape == (3, 4)  # reset starts them all again
+    _, _, statuses = env.step(np.zeros((3, 2)))
+    assert list(statuses) == [C, C, C]
+
+
+def test_truncation_and_terminal_wins_over_truncation():
+    env = PettingZooEnv(ID, n_agents=3, max_cycles=2)
+    states = env.reset(seed=5)
+    actions = toward_targets(states)
+    actions[2] = 0.0  # agent_0 reaches its target at step 1; agent_2 stands still
+    states, _, statuses = env.step(actions)
+    assert list(statuses) == [T, C, C]
+    actions = toward_targets(states)
+    actions[2] = 0.0  # agent_1 arrives at step 2, the time limit: both flags, TERMINAL
+    _, _, statuses = env.step(actions)
+    assert list(statuses) == [T, T, R]
+
+
+class Intruder(PointMasses):
+    """Answers its second step with an observation of an agent it never declared."""
+
+    def step(self, actions: dict) -> tuple[dict, dict, dict, dict, dict]:
+        answer = super().step(actions)
+        if self.cycles == 2:
+            answer[0]["intruder"] = np.zeros(4, np.float32)
+        return answer
+
+
+class Newcomer(PointMasses):
+    """An agent it never declared joins env.agents after the first step."""
+
+    def step(self, actions: dict) -> tuple[dict, dict, dict, dict, dict]:
+        answer = super().step(actions)
+        self.agents.append("agent_9")
+        return answer
+
+
+class LateComer(PointMasses):
+    """agent_2 of possible_agents is missing after reset: from env.agents, or (``no_obs``)
+    from the observations."""
+
+    no_obs = False
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        obs, infos = super().reset(seed, options)
+        if self.no_obs:
+            del obs["agent_2"]
+        else:
+            self.agents.remove("agent_2")
+        return obs, infos
+
+
+class Revenant(PointMasses):
+    """Puts agent_0 back into env.agents after it terminated."""
+
+    def step(self, actions: dict) -> tuple[dict, dict, dict, dict, dict]:
+        answer = super().step(actions)
+        if "agent_0" not in self.agents:
+            self.agents.insert(0, "agent_0")
+        return answer
+
+
+def adapter_of(env_class: type, monkeypatch: pytest.MonkeyPatch, **params: Any) -> PettingZooEnv:
+    """The adapter of ``env_class`` loaded by id (the module's factory replaced)."""
+    monkeypatch.setattr(__import__(__name__), "point_masses", env_class)
+    return PettingZooEnv(ID, **params)
+
+
+@pytest.mark.parametrize(("env_class", "n_agents", "expected"), [
+    (Intruder, 4, "step: observation for unknown agent 'intruder', allowed: agent_0..agent_3"),
+    (Newcomer, 3, "step: env.agents holds unknown agent 'agent_9', allowed: agent_0, agent_1, "
+                  "agent_2"),
+])
+def test_an_unknown_agent_is_a_fault_naming_the_field(monkeypatch, env_class, n_agents,
+                                                      expected):
+    env = adapter_of(env_class, monkeypatch, n_agents=n_agents)
+    env.reset(seed=0)
+    if env_class is Intruder:
+        env.step(np.zeros((n_agents, 2)))
+    with pytest.raises(SolverFault) as err:
+        env.step(np.zeros((n_agents, 2)))
+    assert str(err.value) == expected
+
+
+@pytest.mark.parametrize("no_obs", [False, True])
+def test_an_agent_that_is_absent_at_reset_or_comes_back_is_a_fault(monkeypatch, no_obs):
+    env = adapter_of(type("Late", (LateComer,), {"no_obs": no_obs}), monkeypatch)
+    with pytest.raises(SolverFault, match=r"^reset: agent 'agent_2' of possible_agents is not "
+                                          r"active after reset"):
+        env.reset(seed=0)
+    env = adapter_of(Revenant, monkeypatch)
+    states = env.reset(seed=0)
+    env.step(toward_targets(states))  # agent_0 terminates, and is put back
+    with pytest.raises(SolverFault, match=r"^step: agent 'agent_0' is in env.agents after it "
+                                          r"ended"):
+        env.step(np.zeros((3, 2)))
+
+
+class Heterogeneous(PointMasses):
+    """One agent (``odd``) with another ``field`` space."""
+
+    odd, field, space = "agent_2", "action", gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+
+    def action_space(self, agent: str) -> gym.spaces.Space:
+        odd = agent == self.odd and self.field == "action"
+        return self.space if odd else super().action_space(agent)
+
+    def observation_space(self, agent: str) -> gym.spaces.Space:
+        odd = agent == self.odd and self.field == "observation"
+        return self.space if odd else super().observation_space(agent)
+
+
+@pytest.mark.parametrize(("odd", "field", "space", "expected"), [
+    ("agent_2", "action", gym.spaces.Box(-1.0, 1.0, (3,), np.float32),
+     "agent 'agent_2' action_space has shape (3,), expected (2,) (that of agent 'agent_0'): "
+     "agents must be homogeneous"),
+    ("agent_1", "action", gym.spaces.Box(-1.0, 2.0, (2,), np.float32),
+     "agent 'agent_1' action_space.high[0] = 2.0, expected 1.0 (that of agent 'agent_0')"),
+    ("agent_1", "observation", gym.spaces.Box(-100.0, 100.0, (5,), np.float32),
+     "agent 'agent_1' observation_space has shape (5,), expected (4,)"),
+    ("agent_2", "observation", gym.spaces.Discrete(4),
+     "agent 'agent_2' has a Discrete observation_space, expected a Box space"),
+])
+def test_heterogeneous_spaces_are_refused_naming_the_agent(monkeypatch, odd, field, space,
+                                                            expected):
+    kind = type("Odd", (Heterogeneous,), {"odd": odd, "field": field, "space": space})
+    with pytest.raises(ConfigError) as err:
+        adapter_of(kind, monkeypatch)
+    message = str(err.value)
+    assert message.startswith(f"run.env = {ID!r}: ") and expected in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(("space", "expected"), [
+    (gym.spaces.Discrete(5), "agent 'agent_0' has a Discrete action_space, expected a "
+                             "continuous (Box) space"),
+    (gym.spaces.Box(-3, 3, (2,), np.int64), "agent 'agent_0' action_space has dtype int64, "
+                                            "expected a continuous (floating-point) Box"),
+])
+def test_a_discrete_action_space_is_refused(monkeypatch, space, expected):
+    kind = type("Odd", (Heterogeneous,), {"odd": "agent_0", "field": "action", "space": space})
+    with pytest.raises(ConfigError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+        adapter_of(kind, monkeypatch)
+
+
+def test_the_id_through_env_dims_and_the_factory_with_env_params():
+    spec = SolverSpec(ID, params={"n_agents": 5, "max_cycles": 4, "speed": 0.25})
+    assert env_dims(spec) == (4, 2)
+    env = env_factory(spec, index=1)(None)
+    assert isinstance(env, PettingZooEnv) and env.n_agents == 5
+    assert isinstance(env.env, PointMasses) and env.env.speed == 0.25
+    env.reset(seed=0)
+    for _ in range(4):
+        _, _, statuses = env.step(np.zeros((5, 2)))
+    assert list(statuses) == [R] * 5  # max_cycles = 4 from [env]
+    env.close()
+
+
+class NotParallel:
+    """Something a factory might return by mistake."""
+
+
+def aec_factory() -> Any:
+    return parallel_to_aec(PointMasses())
+
+
+@pytest.mark.parametrize(("env_id", "params", "expected"), [
+    ("pettingzoo:no_such_module_xyz:make", {},
+     "module 'no_such_module_xyz' cannot be imported"),
+    ("pettingzoo:test_pettingzoo_env:no_such_factory", {},
+     "module 'test_pettingzoo_env' has no 'no_such_factory'"),
+    ("pettingzoo:test_pettingzoo_env:ID", {}, "test_pettingzoo_env.ID is a str, not callable"),
+    ("pettingzoo:test_pettingzoo_env", {}, "is invalid: allowed is pettingzoo:package.module:"
+                                           "factory"),
+    ("pettingzoo:test_pettingzoo_env:NotParallel", {},
+     "NotParallel() returned a NotParallel, expected a pettingzoo ParallelEnv"),
+    ("pettingzoo:test_pettingzoo_env:aec_factory", {},
+     "expected a pettingzoo ParallelEnv (pettingzoo.utils.aec_to_parallel converts an AECEnv)"),
+    (ID, {"n_agent": 2}, "[env] {'n_agent': 2} is refused by run.env = "
+                         "'pettingzoo:test_pettingzoo_env:point_masses'"),
+    ("pettingzoo:test_pettingzoo_env:PointMasses", {"n_agent": 2},
+     "its parameters are n_agents, max_cycles, speed, radius"),
+])
+def test_bad_ids_are_one_line_config_errors(env_id, params, expected):
+    with pytest.raises(ConfigError) as err:
+        env_dims(SolverSpec(env_id, params=params))
+    assert expected in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_package_and_the_adapter_agree_on_the_prefix():
+    assert PETTINGZOO_PREFIX == PREFIX == "pettingzoo:"
+    assert is_pettingzoo(ID) and not is_pettingzoo("Pendulum-v1")
+    assert not is_pettingzoo("test_pettingzoo_env:PointMasses")
+
+
+def test_a_pettingzoo_env_runs_on_one_rank():
+    with pytest.raises(ConfigError, match="is a PettingZoo environment and runs on one rank"):
+        env_factory(SolverSpec(ID, ranks_per_env=2))
