@@ -1,6 +1,7 @@
 """CylinderJets (issue 13, point 4): the start state made once and reused, zero net mass flux
 of the jets, the jets blowing where the action says, the interface (shapes, rewards in
-Rabault's form, truncation, metrics), a missing start file, and blow-up as an error. At
+Rabault's form, truncation, metrics), a missing start file made on first use (issue 26,
+point 5) and written atomically, and blow-up as an error. At
 N = 20 nodes per diameter (N = 10 is unstable at Re = 100), from a start state of 6 time units
 (the shedding is established by 5)."""
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 
@@ -70,10 +72,66 @@ def test_episode_interface_and_metrics(start):
     np.testing.assert_array_equal(again.reset(3), env.reset(3))
 
 
-def test_a_missing_start_file_names_the_command(tmp_path):
-    env = cj.CylinderJets(resolution=N, start_file=str(tmp_path / "none.h5"))
-    with pytest.raises(FileNotFoundError, match="--make-start --resolution 20"):
-        env.reset(0)
+def test_a_missing_start_file_is_made_on_first_use_and_reused(tmp_path, monkeypatch, caplog):
+    """The first reset makes the missing start state where --make-start puts it (one log line
+    saying so, where, and how long), goes on from it; a second solver reuses the file. A start
+    of 0.2 time units (the default 12 take ~17 s)."""
+    monkeypatch.setattr(cj, "start_path", lambda n: tmp_path / "cache" / f"start_N{n}.h5")
+    monkeypatch.setattr(cj.CylinderJets, "start_duration", 0.2)
+    made = []
+    real = cj.make_start
+    monkeypatch.setattr(cj, "make_start", lambda *a: made.append(a) or real(*a))
+    env = cj.CylinderJets(resolution=N)
+    with caplog.at_level("INFO", logger="hpc_refer.envs.cylinder_jets"):
+        obs = env.reset(0)
+    path = tmp_path / "cache" / "start_N20.h5"
+    assert made == [(path, N, 0.2)] and path.is_file()
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "making it" in line and str(path) in line and "0.2 time units" in line
+    assert obs.shape == (env.obs_dim,) and np.all(np.isfinite(obs)) and np.ptp(obs) > 0
+    stamp = path.stat().st_mtime_ns
+    caplog.clear()
+    with caplog.at_level("INFO", logger="hpc_refer.envs.cylinder_jets"):
+        np.testing.assert_array_equal(cj.CylinderJets(resolution=N).reset(0), obs)
+    assert len(made) == 1 and path.stat().st_mtime_ns == stamp and not caplog.records
+    # the default duration's estimate: ~17 s at resolution 20
+    monkeypatch.setattr(cj.CylinderJets, "start_duration", cj.START_TIME)
+    monkeypatch.setattr(cj, "make_start", lambda *a: None)
+    with caplog.at_level("INFO", logger="hpc_refer.envs.cylinder_jets"):
+        cj.CylinderJets(resolution=N, start_file=str(tmp_path / "x.h5"))._ensure_start()
+    assert "12 time units" in caplog.records[-1].getMessage()
+    assert "about 17 s" in caplog.records[-1].getMessage()
+
+
+def test_make_start_renames_a_complete_file_onto_the_target(tmp_path, monkeypatch):
+    """make_start writes a temporary file in the target's directory and renames it onto the
+    target (os.replace): the target never exists partially written; a failure leaves neither
+    the target nor the temporary file."""
+    target = tmp_path / "start.h5"
+    seen = []
+    real = cj.os.replace
+
+    def replace(src, dst):
+        with h5py.File(src, "r") as h5:  # complete before it gets the target's name
+            seen.append((Path(src).parent, Path(dst), target.exists(), h5["f"].shape))
+        real(src, dst)
+
+    monkeypatch.setattr(cj.os, "replace", replace)
+    assert cj.make_start(target, N, duration=0.05) == target
+    assert seen == [(tmp_path, target, False, (9, 22 * N, 41 * N // 10))]
+    assert [p.name for p in tmp_path.iterdir()] == ["start.h5"]
+    with h5py.File(target, "r") as h5:
+        assert h5["f"].shape == (9, 22 * N, 41 * N // 10) and h5.attrs["duration"] == 0.05
+
+    def broken(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(cj.os, "replace", broken)
+    other = tmp_path / "other.h5"
+    with pytest.raises(OSError, match="disk full"):
+        cj.make_start(other, N, duration=0.05)
+    assert [p.name for p in tmp_path.iterdir()] == ["start.h5"]
 
 
 def test_a_blow_up_is_a_floating_point_error(start):
