@@ -53,6 +53,13 @@ team. The uncontrolled transient of ``reset`` is run redundantly on every rank b
 FFT path (same code, same bits, no messages), each rank then keeps its slice. The energy is a
 team sum and the sensors are gathered on team rank 0. The trajectory equals the one-rank
 trajectory to rounding (tested to 1e-10).
+
+The pieces are parametrised by the domain's length, the grid size and the actuator and sensor
+counts (:func:`spectral_operators`, :func:`serial_nonlinear`'s ``deriv``, :class:`KSSolver`,
+which holds the field, the transforms, the control step and the episode's bookkeeping):
+:class:`KuramotoSivashinsky` is KSSolver on L = 22, 64 points, 4 actuators and 8 sensors plus
+its ``step``; :class:`hpc_refer.envs.ks_agents.KuramotoSivashinskyAgents` reuses it with one
+agent per actuator on a domain that grows with the number of agents.
 """
 
 from __future__ import annotations
@@ -76,9 +83,18 @@ DT_CONTROL = DT * SUBSTEPS
 HORIZON = 100
 TRANSIENT = 40.0
 
-WAVENUMBERS = 2 * np.pi / LENGTH * np.arange(N // 2 + 1)
-LINEAR = WAVENUMBERS**2 - WAVENUMBERS**4
-DERIV = np.where(np.arange(N // 2 + 1) == N // 2, 0.0, WAVENUMBERS)
+
+
+def spectral_operators(length: float, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The wavenumbers k = 2 pi m / length of ``rfft`` modes m = 0..n/2 on n points, the
+    diagonal linear operator k^2 - k^4 and the derivative's k (0 at the Nyquist mode)."""
+    modes = np.arange(n // 2 + 1)
+    wavenumbers = 2 * np.pi / length * modes
+    return wavenumbers, wavenumbers**2 - wavenumbers**4, np.where(modes == n // 2, 0.0,
+                                                                   wavenumbers)
+
+
+WAVENUMBERS, LINEAR, DERIV = spectral_operators(LENGTH, N)
 
 
 class ETDRK4:
@@ -112,40 +128,47 @@ class ETDRK4:
         return self.e * v + self.f1 * nv + 2 * self.f2 * (na + nb) + self.f3 * nc
 
 
-def serial_nonlinear(forcing_hat: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
-    """The Fourier-space nonlinear term -(i k / 2) FFT(u^2) + forcing_hat on the full grid."""
+def serial_nonlinear(forcing_hat: np.ndarray,
+                     deriv: np.ndarray = DERIV) -> Callable[[np.ndarray], np.ndarray]:
+    """The Fourier-space nonlinear term -(i k / 2) FFT(u^2) + forcing_hat on the full grid of
+    n = 2 (deriv.size - 1) points (``deriv``: the derivative's k, see spectral_operators)."""
+    n = 2 * (deriv.size - 1)
 
     def term(v: np.ndarray) -> np.ndarray:
-        u = np.fft.irfft(v, N)
-        return -0.5j * DERIV * np.fft.rfft(u * u) + forcing_hat
+        u = np.fft.irfft(v, n)
+        return -0.5j * deriv * np.fft.rfft(u * u) + forcing_hat
 
     return term
 
 
-class KuramotoSivashinsky:
-    """Controlled 1-D Kuramoto-Sivashinsky equation; collective over the team's ranks."""
+class KSSolver:
+    """The controlled KS field on a periodic domain of length ``length`` with ``n`` grid
+    points, ``n_act`` equispaced Gaussian actuators and ``n_sens`` equispaced sensors (every
+    n / n_sens-th point); collective over the team's ranks. The numerics and episode
+    bookkeeping that :class:`KuramotoSivashinsky` (length 22, 64 points, 4 actuators, 8
+    sensors) and :class:`hpc_refer.envs.ks_agents.KuramotoSivashinskyAgents` share; a
+    subclass adds the solver interface's class attributes and its ``step``."""
 
-    obs_dim = N_SENS
-    act_dim = N_ACT
-    low = -np.ones(N_ACT)
-    high = np.ones(N_ACT)
     episode_metrics = ("energy",)
     field_label = "u(x, t)"
 
-    def __init__(self, team: Team | None = None) -> None:
+    def __init__(self, team: Team | None, length: float, n: int, n_act: int,
+                 n_sens: int) -> None:
+        self.length, self.n = length, n
         self.team = team if team is not None and team.size > 1 else None
         rank, size = (team.rank, team.size) if team is not None else (0, 1)
-        self.points = np.array_split(np.arange(N), size)[rank]
-        x = LENGTH * self.points / N
-        centres = LENGTH * (np.arange(N_ACT) + 0.5) / N_ACT
-        d = (x[:, None] - centres[None, :] + LENGTH / 2) % LENGTH - LENGTH / 2
+        self.points = np.array_split(np.arange(n), size)[rank]
+        x = length * self.points / n
+        centres = length * (np.arange(n_act) + 0.5) / n_act
+        d = (x[:, None] - centres[None, :] + length / 2) % length - length / 2
         self.actuators = A_MAX * np.exp(-0.5 * (d / SIGMA) ** 2)
-        self.sensors = self.points % (N // N_SENS) == 0
-        modes = np.arange(N // 2 + 1)[:, None]
-        self.dft = np.exp(-2j * np.pi * modes * self.points[None, :] / N)
-        weights = np.where((modes == 0) | (modes == N // 2), 1.0, 2.0)
-        self.idft = (weights * np.conj(self.dft)).T / N
-        self.integrator = ETDRK4(LINEAR, DT)
+        self.sensors = self.points % (n // n_sens) == 0
+        modes = np.arange(n // 2 + 1)[:, None]
+        self.dft = np.exp(-2j * np.pi * modes * self.points[None, :] / n)
+        weights = np.where((modes == 0) | (modes == n // 2), 1.0, 2.0)
+        self.idft = (weights * np.conj(self.dft)).T / n
+        _, linear, self.deriv = spectral_operators(length, n)
+        self.integrator = ETDRK4(linear, DT)
         self.rng: np.random.Generator | None = None
         self.u = np.zeros(self.points.size)
         self.t = 0
@@ -165,16 +188,16 @@ class KuramotoSivashinsky:
     def _backward(self, v: np.ndarray) -> np.ndarray:
         """This rank's grid values of the field with Fourier coefficients v."""
         if self.team is None:
-            return np.fft.irfft(v, N)
+            return np.fft.irfft(v, self.n)
         return np.real(self.idft @ v)
 
     def _nonlinear(self, forcing_hat: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
         if self.team is None:
-            return serial_nonlinear(forcing_hat)
+            return serial_nonlinear(forcing_hat, self.deriv)
 
         def term(v: np.ndarray) -> np.ndarray:
             u = self._backward(v)
-            return -0.5j * DERIV * self._forward(u * u) + forcing_hat
+            return -0.5j * self.deriv * self._forward(u * u) + forcing_hat
 
         return term
 
@@ -185,29 +208,42 @@ class KuramotoSivashinsky:
             self.history.append(np.array(full, np.float32))
 
     def _observe(self) -> np.ndarray:
+        """u at the sensors, in grid order, on team rank 0 (empty elsewhere; collective)."""
         local = self.u[self.sensors]
         full = self.team.gather_rows(local) if self.team is not None else local
         return np.asarray(full if full is not None else np.zeros(0), np.float32)
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         """A new episode on the attractor; collective (the same state on every rank)."""
+        self.start(self._initial_field(seed))
+        return self._observe()
+
+    def _initial_field(self, seed: int | None) -> np.ndarray:
+        """u on the whole grid after TRANSIENT uncontrolled time units from a random smooth
+        field (run redundantly, by the serial FFT path, on every rank)."""
         if seed is None and self.rng is None:
             seed = self._team_seed()
         if seed is not None:
             self.rng = np.random.default_rng(seed)
         assert self.rng is not None
-        v = np.zeros(N // 2 + 1, np.complex128)
-        v[1:5] = N / 2 * (self.rng.standard_normal(4) + 1j * self.rng.standard_normal(4)) / 2
-        unforced = serial_nonlinear(np.zeros_like(v))
+        v = np.zeros(self.n // 2 + 1, np.complex128)
+        v[1:5] = self.n / 2 * (self.rng.standard_normal(4)
+                               + 1j * self.rng.standard_normal(4)) / 2
+        unforced = serial_nonlinear(np.zeros_like(v), self.deriv)
         for _ in range(round(TRANSIENT / DT)):
             v = self.integrator.step(v, unforced)
-        self.u = np.fft.irfft(v, N)[self.points]
+        return np.fft.irfft(v, self.n)
+
+    def start(self, u: np.ndarray) -> None:
+        """Begin an episode at the field ``u`` (the whole grid, the same on every rank; each
+        rank keeps its slice); collective. ``reset`` starts from a random field on the
+        attractor, a test from the field it wants."""
+        self.u = np.array(u, np.float64)[self.points]
         self.t = 0
         self.last_energy = self.energy()
         self.energy_sum = 0.0
         self.history = []
         self._record_field()
-        return self._observe()
 
     def _team_seed(self) -> int:
         """A fresh seed, the same on every rank (drawn on team rank 0)."""
@@ -217,9 +253,9 @@ class KuramotoSivashinsky:
         mine = np.array([seed if self.team.rank == 0 else 0], np.float64)
         return int(self.team.sum_array(mine)[0])
 
-    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, Status]:
-        """Advance DT_CONTROL with the action (as seen on team rank 0); collective."""
-        a = np.clip(np.asarray(action, np.float64), -1.0, 1.0)
+    def _advance(self, a: np.ndarray) -> tuple[float, Status]:
+        """Advance DT_CONTROL with the actuators' amplitudes a (clipped to [-1, 1] by the
+        caller); collective. Returns the energy before the step and the step's status."""
         v, forcing_hat = self._forward(np.stack([self.u, self.actuators @ a]))
         forcing_hat[0] = 0.0
         nonlinear = self._nonlinear(forcing_hat)
@@ -230,14 +266,12 @@ class KuramotoSivashinsky:
         self.energy_sum += self.last_energy
         self.t += 1
         self._record_field()
-        status = Status.TRUNCATED if self.t >= HORIZON else Status.CONTINUE
-        reward = -(self.last_energy - previous) / DT_CONTROL - ACT_COST * float(np.mean(a**2))
-        return self._observe(), reward, status
+        return previous, Status.TRUNCATED if self.t >= HORIZON else Status.CONTINUE
 
     def energy(self) -> float:
         """E = mean_x(u^2) / 2 of the current field; collective (a team sum)."""
         local = float(np.sum(self.u**2))
-        return (self.team.sum(local) if self.team is not None else local) / (2 * N)
+        return (self.team.sum(local) if self.team is not None else local) / (2 * self.n)
 
     def episode_values(self) -> tuple[float]:
         """<E>: the mean energy after each step of the episode so far (not collective)."""
@@ -245,8 +279,27 @@ class KuramotoSivashinsky:
 
     def episode_field(self) -> np.ndarray:
         """u(x, t) of the episode so far: rows are the control steps (the start, then after
-        each step), columns the N grid points (team rank 0, not collective)."""
-        return np.stack(self.history) if self.history else np.zeros((0, N), np.float32)
+        each step), columns the grid points (team rank 0, not collective)."""
+        return np.stack(self.history) if self.history else np.zeros((0, self.n), np.float32)
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+class KuramotoSivashinsky(KSSolver):
+    """Controlled 1-D Kuramoto-Sivashinsky equation; collective over the team's ranks."""
+
+    obs_dim = N_SENS
+    act_dim = N_ACT
+    low = -np.ones(N_ACT)
+    high = np.ones(N_ACT)
+
+    def __init__(self, team: Team | None = None) -> None:
+        super().__init__(team, LENGTH, N, N_ACT, N_SENS)
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, Status]:
+        """Advance DT_CONTROL with the action (as seen on team rank 0); collective."""
+        a = np.clip(np.asarray(action, np.float64), -1.0, 1.0)
+        previous, status = self._advance(a)
+        reward = -(self.last_energy - previous) / DT_CONTROL - ACT_COST * float(np.mean(a**2))
+        return self._observe(), reward, status
