@@ -67,7 +67,9 @@ LOG = logging.getLogger(__name__)
 
 
 @dataclass
-class _Pending:
+class Pending:
+    """Steps of one episode taken and not sent yet (rows as the actor made them)."""
+
     obs: list[np.ndarray] = field(default_factory=list)
     act: list[np.ndarray] = field(default_factory=list)
     rew: list[float] = field(default_factory=list)
@@ -84,7 +86,7 @@ class _Pending:
                 "std": rows(self.std, act_dim)}
 
     @classmethod
-    def of(cls, tree: StateTree) -> _Pending:
+    def of(cls, tree: StateTree) -> Pending:
         """Inverse of :meth:`state`."""
         def rows(name: str) -> list[np.ndarray]:
             return [np.array(r, np.float32) for r in np.asarray(tree[name])]
@@ -127,7 +129,7 @@ class Actor:
         self._squash = action_bounds is ActionBounds.TANH
         self._ou = exploration is Exploration.OU
         self._noise = np.zeros(env.act_dim)
-        self._pending = _Pending()
+        self._pending = Pending()
         self._return = 0.0
         self._length = 0
         self._sent = False
@@ -259,7 +261,7 @@ class Actor:
         chunk = None
         if self._obs is not None and (self._pending.act or self._sent):
             chunk = self._flush(ChunkEnd.TRUNCATED, self._obs)
-        self._pending = _Pending()
+        self._pending = Pending()
         self._return, self._length = 0.0, 0
         self._obs = None
         self._sent = False
@@ -281,24 +283,28 @@ class Actor:
         and the actor's generator and noise are untouched. Only between episodes (raises
         RuntimeError while one is in progress: call it at an episode boundary). A solver
         fault ends its evaluation episode without a record (counted and logged)."""
-        if self._obs is not None:
+        if not self.between_episodes:
             raise RuntimeError(f"actor rank {self.source}: evaluation asked for while an "
                                f"episode is in progress; evaluate at an episode boundary")
-        records = []
+        records: list[EpisodeRecord] = []
         for k in range(episodes):
             try:
-                obs = self.env.reset(seed if k == 0 else None)
-                ret, length, status = 0.0, 0, Status.CONTINUE
-                while status == Status.CONTINUE:
-                    *_, obs, reward, status = self._transition(obs, explore=False)
-                    ret += reward
-                    length += 1
-                records.append(EpisodeRecord(ret, length, self.env.end_episode(), CLOCK.now()))
+                records += self._evaluation_episode(seed if k == 0 else None)
             except SolverFault as fault:
                 self._count_fault(fault, "evaluation episode ended")
             except SolverFailure as failure:
                 raise self._failed(failure) from failure
         return records
+
+    def _evaluation_episode(self, seed: int | None) -> list[EpisodeRecord]:
+        """One episode of the mean policy from ``reset(seed)``: its record."""
+        obs = self.env.reset(seed)
+        ret, length, status = 0.0, 0, Status.CONTINUE
+        while status == Status.CONTINUE:
+            *_, obs, reward, status = self._transition(obs, explore=False)
+            ret += reward
+            length += 1
+        return [EpisodeRecord(ret, length, self.env.end_episode(), CLOCK.now())]
 
     def checkpoint_state(self) -> StateTree:
         """Everything the actor needs to continue: its generator, the OU noise, the episode
@@ -333,7 +339,7 @@ class Actor:
         set_numpy_rng_state(self.rng, tree["rng"])
         self._noise = np.array(tree["noise"], np.float64)
         self._obs = None if tree["obs"] is None else np.array(tree["obs"], np.float32)
-        self._pending = _Pending.of(tree["pending"])
+        self._pending = Pending.of(tree["pending"])
         self._return = float(tree["return"])
         self._length = int(tree["length"])
         self._sent = bool(tree["sent"])
@@ -346,23 +352,27 @@ class Actor:
         self._interrupted = bool(tree["interrupted"]) or (self._obs is not None
                                                            and not restored)
 
+    @property
+    def between_episodes(self) -> bool:
+        """Whether no episode is in progress (an evaluation round may run now)."""
+        return self._obs is None and not self._interrupted
+
     def _flush(self, end: ChunkEnd, final_obs: np.ndarray | None) -> Chunk:
-        p = self._pending
-        obs = p.obs + ([final_obs] if end is ChunkEnd.TRUNCATED and final_obs is not None
-                       else [])
-        a = self.env.act_dim  # a chunk may hold no action: the closing one after a fault
-
-        def rows(x: list[np.ndarray]) -> np.ndarray:
-            return np.stack(x).astype(np.float32) if x else np.empty((0, a), np.float32)
-
-        chunk = Chunk(
-            obs=np.stack(obs).astype(np.float32),
-            act=rows(p.act),
-            rew=np.asarray(p.rew, np.float32),
-            mu_mean=rows(p.mean),
-            mu_std=rows(p.std),
-            end=end,
-            source=self.source,
-        )
-        self._pending = _Pending()
+        chunk = pending_chunk(self._pending, end, final_obs, self.env.act_dim, self.source)
+        self._pending = Pending()
         return chunk
+
+
+def pending_chunk(p: Pending, end: ChunkEnd, final_obs: np.ndarray | None, act_dim: int,
+                  source: int, agent: int = 0) -> Chunk:
+    """The pending steps ``p`` as a chunk that stops with ``end`` (a TRUNCATED one also
+    holds its final state ``final_obs``); it may hold no action (the closing one after a
+    fault)."""
+    obs = p.obs + ([final_obs] if end is ChunkEnd.TRUNCATED and final_obs is not None else [])
+
+    def rows(x: list[np.ndarray]) -> np.ndarray:
+        return np.stack(x).astype(np.float32) if x else np.empty((0, act_dim), np.float32)
+
+    return Chunk(obs=np.stack(obs).astype(np.float32), act=rows(p.act),
+                 rew=np.asarray(p.rew, np.float32), mu_mean=rows(p.mean), mu_std=rows(p.std),
+                 end=end, source=source, agent=agent)

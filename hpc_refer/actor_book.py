@@ -73,7 +73,8 @@ class ActorBook:
         assert chunk is not None
         if chunk.obs.shape[0] == 0:
             return False
-        self.between_episodes[actor] = chunk.end != ChunkEnd.OPEN
+        self.between_episodes[actor] = (chunk.end != ChunkEnd.OPEN if message.between is None
+                                        else message.between)
         return True
 
     def release(self, actor: int, budget: int | None) -> None:

@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from hpc_refer.actor import Actor, action_box
+from hpc_refer.actor import action_box
+from hpc_refer.agents_actor import actor_for
 from hpc_refer.checkpoint import CheckpointError
 from hpc_refer.config import ActionBounds, ConfigError, build_config, load_toml
 from hpc_refer.envs import SolverSpec, SolverStartError, env_factory, make_driver, serve_team
@@ -40,7 +41,9 @@ from hpc_refer.records import EpisodeRecord
 
 
 def statistics(episodes: list[EpisodeRecord], names: tuple[str, ...]) -> dict[str, Any]:
-    """Mean, std, min and max of the returns; mean of each episode metric."""
+    """Mean, std, min and max of the returns; mean of each episode metric. With several
+    agents (records of agent 0..n-1 for each simulation) also ``agents``, each agent's mean
+    return and the mean and std over simulations of the summed return sum_i R_i."""
     returns = np.array([e.ret for e in episodes])
     out: dict[str, Any] = {
         "episodes": len(episodes),
@@ -52,6 +55,12 @@ def statistics(episodes: list[EpisodeRecord], names: tuple[str, ...]) -> dict[st
     }
     for i, name in enumerate(names):
         out[f"{name}_mean"] = float(np.mean([e.values[i] for e in episodes]))
+    agents = 1 + max((e.agent for e in episodes), default=0)
+    if agents > 1:  # one record per agent and simulation, in agent order (AgentsActor)
+        per_sim = returns.reshape(-1, agents)
+        out.update(agents=agents, return_mean_per_agent=per_sim.mean(axis=0).tolist(),
+                   summed_return_mean=float(per_sim.sum(axis=1).mean()),
+                   summed_return_std=float(per_sim.sum(axis=1).std()))
     return out
 
 
@@ -95,7 +104,7 @@ class ConstantAction(BehaviourPolicy):
 
     def numpy_policy(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
         u, std = self.u, np.zeros_like(self.u)
-        return lambda obs: (u, std)
+        return lambda obs: (np.broadcast_to(u, np.shape(obs)[:-1] + u.shape), std)
 
 
 def report(label: str, episodes: list[EpisodeRecord], names: tuple[str, ...],
@@ -109,6 +118,11 @@ def report(label: str, episodes: list[EpisodeRecord], names: tuple[str, ...],
     print(f"{label}: mean return {stats['return_mean']:.6g} +- {stats['return_std']:.3g} over "
           f"{len(episodes)} episodes (min {stats['return_min']:.6g}, max "
           f"{stats['return_max']:.6g}{means}); solver faults {faults}")
+    if "agents" in stats:
+        per_agent = ", ".join(f"{r:.6g}" for r in stats["return_mean_per_agent"])
+        print(f"{label}: {stats['agents']} agents, summed return {stats['summed_return_mean']:.6g}"
+              f" +- {stats['summed_return_std']:.3g} per simulation; mean return per agent "
+              f"{per_agent}")
     stats.update(faults=faults, episode_returns=[e.ret for e in episodes],
                  episode_metrics={n: [e.values[i] for e in episodes]
                                   for i, n in enumerate(names)})
@@ -184,12 +198,13 @@ def main(argv: list[str] | None = None) -> int:
             action = baseline_action(args.baseline, env.low, env.high)
             reference = ConstantAction(action, env.low, env.high,
                                        config.action_bounds is ActionBounds.TANH)
-        actor = Actor(env, saved.policy, config.action_bounds, args.seed, config.run.chunk_len,
-                      max_failures=config.run.max_env_failures)
+        actor = actor_for(env, saved.policy, config.action_bounds, args.seed,
+                          config.run.chunk_len, max_failures=config.run.max_env_failures)
         episodes = actor.evaluate(args.episodes, seed=args.seed)
         if reference is not None:
-            uncontrolled = Actor(env, reference, config.action_bounds, args.seed,
-                                 config.run.chunk_len, max_failures=config.run.max_env_failures)
+            uncontrolled = actor_for(env, reference, config.action_bounds, args.seed,
+                                     config.run.chunk_len,
+                                     max_failures=config.run.max_env_failures)
             baseline = uncontrolled.evaluate(args.episodes, seed=args.seed)
     except ConfigError as err:
         print(f"hpc_refer.evaluate: error: {err}", file=sys.stderr)

@@ -75,7 +75,8 @@ class LocalChannel:
             else:
                 steps = next_message(self.actor, STOP)
                 message = (Incoming(self.rank, MessageKind.FINISHED) if steps is None
-                           else Incoming(self.rank, MessageKind.CHUNK, *steps))
+                           else Incoming(self.rank, MessageKind.CHUNK, *steps,
+                                         between=self.actor.between_episodes))
         except SolverFailure as failure:
             message = Incoming(self.rank, MessageKind.FAILED, failure=str(failure))
         return message._replace(faults=self.actor.faults)

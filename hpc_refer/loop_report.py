@@ -124,13 +124,13 @@ class LoopReport:
         episodes at ``eval_step``, when the round was asked for, if given); returns whether
         evaluation episodes were booked (the round is over)."""
         self.episodes += [LoggedEpisode(env_step, actor, ep.ret, ep.length, ep.values,
-                                        ep.wall_s) for actor, ep in self._new_episodes]
+                                        ep.wall_s, ep.agent) for actor, ep in self._new_episodes]
         self._new_episodes = []
         if not self._new_evals:
             return False
         asked = eval_step if eval_step is not None else env_step
-        self.evals += [LoggedEpisode(asked, actor, ep.ret, ep.length, ep.values, ep.wall_s)
-                       for actor, ep in self._new_evals]
+        self.evals += [LoggedEpisode(asked, actor, ep.ret, ep.length, ep.values, ep.wall_s,
+                                     ep.agent) for actor, ep in self._new_evals]
         self._new_evals = []
         return True
 

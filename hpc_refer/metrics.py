@@ -27,6 +27,7 @@ import csv
 import importlib.metadata
 import json
 import logging
+import math
 import os
 import platform
 import re
@@ -48,6 +49,7 @@ from hpc_refer.schema import (
     EPISODE_FIELDS,
     EPISODES_FILE,
     EVAL_FILE,
+    FIELDS_BEFORE_AGENTS,
     LOG_FILE,
     MACHINE_FILE,
     METRIC_FILES,
@@ -139,7 +141,9 @@ class RunDirectory:
         open every file (the constructor's work once the lock is held)."""
         path = self.path
         config.write_toml(path / CONFIG_FILE)
-        columns = EPISODE_FIELDS + tuple(episode_metrics)
+        self._fields = _fields_of(path / EPISODES_FILE) if resume is not None else EPISODE_FIELDS
+        """The fixed columns this directory's files have (older runs have no ``agent``)."""
+        columns = self._fields + tuple(episode_metrics)
         self._metric_names = tuple(episode_metrics)
         self.metric = self._metric_names[0] if self._metric_names else None
         """The first episode metric, shown in the progress line."""
@@ -180,7 +184,7 @@ class RunDirectory:
         names = tuple(names)
         if names == self._metric_names:
             return
-        columns = EPISODE_FIELDS + names
+        columns = self._fields + names
         for name, f in ((EPISODES_FILE, self._episodes), (EVAL_FILE, self._eval)):
             if f is None:
                 continue
@@ -258,22 +262,29 @@ class RunDirectory:
         if len(values) != len(self._metric_names):
             raise ValueError(f"an episode with {len(values)} metric values, but the run "
                              f"directory's episode metrics are {self._metric_names}")
+        agent = (episode.agent,) if self._fields == EPISODE_FIELDS else ()
         return (episode.env_step, episode.actor, f"{episode.ret:.6g}", episode.length,
-                f"{episode.wall_s:.3f}", *(f"{v:.6g}" for v in values))
+                f"{episode.wall_s:.3f}", *agent, *(f"{v:.6g}" for v in values))
 
     def episode(self, episode: LoggedEpisode) -> None:
         """A finished training episode: a row of episodes.csv, the progress line's means and
-        (with ``run.tensorboard``) the ``episode/<name>`` scalars."""
+        (with ``run.tensorboard``) the ``episode/<name>`` scalars, the return also as
+        ``episode/return_agent_<i>`` (one series per agent of a simulation; agent 0 only for
+        a solver of one agent; the metrics' nan of agents that finished early are left
+        out)."""
         self._episode_writer.writerow(self._row(episode))
         env_step, values = episode.env_step, episode.values
         self.recent.append(episode.ret)
-        if values:
-            self.recent_metric.append(values[0])
+        if values and not math.isnan(values[0]):  # nan: an agent that finished before its
+            self.recent_metric.append(values[0])  # simulation ended (no metric of its own)
         if self._board is not None:
             self._board.add_scalar("episode/return", episode.ret, env_step)
             self._board.add_scalar("episode/length", episode.length, env_step)
+            self._board.add_scalar(f"episode/return_agent_{episode.agent}", episode.ret,
+                                   env_step)
             for name, value in zip(self._metric_names, values, strict=True):
-                self._board.add_scalar(f"episode/{name}", value, env_step)
+                if not math.isnan(value):
+                    self._board.add_scalar(f"episode/{name}", value, env_step)
 
     def progress(self, record: IntervalRecord, total: int) -> str:
         """The progress line of an interval record (means over the last 20 episodes); the
@@ -340,6 +351,17 @@ class RunDirectory:
         if self._board is not None:
             self._board.close()
         self.lock.release()
+
+
+def _fields_of(path: Path) -> tuple[str, ...]:
+    """The fixed columns of an existing episodes.csv: :data:`EPISODE_FIELDS`, or those of a
+    run written before agents (:data:`FIELDS_BEFORE_AGENTS`: its episodes have no agent)."""
+    try:
+        with path.open(newline="") as f:
+            header = next(csv.reader(f), [])
+    except FileNotFoundError:
+        return EPISODE_FIELDS
+    return EPISODE_FIELDS if "agent" in header else FIELDS_BEFORE_AGENTS
 
 
 def _write_state(run_dir: Path, state: RunState) -> None:

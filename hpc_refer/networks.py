@@ -173,7 +173,8 @@ class BehaviourPolicy(nn.Module):
     def numpy_policy(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
         """A function state [obs_dim] -> (mean [A], std [A]) equal to :meth:`policy` to
         float32 round-off, on numpy views of the parameters (see :class:`NumpyMLP`); built
-        once, it follows every later load of parameters."""
+        once, it follows every later load of parameters. A batch of states [n, obs_dim]
+        (the agents of one simulation) gives means [n, A] in one call (std [A] or [n, A])."""
         raise NotImplementedError
 
 
@@ -220,7 +221,7 @@ class GaussianPolicyValueNet(BehaviourPolicy):
         p = self.sigma_param.detach().numpy()
 
         def policy(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            return forward(obs)[1:], np.logaddexp(np.float32(0.0), p)
+            return forward(obs)[..., 1:], np.logaddexp(np.float32(0.0), p)
 
         return policy
 

@@ -34,7 +34,9 @@ class Chunk(NamedTuple):
     ``obs`` has one row per state: the m states that carry an action, plus the final state
     s_T when ``end`` is TRUNCATED. ``act``, ``rew``, ``mu_mean`` and ``mu_std`` have m rows.
     ``end`` says how the chunk stops: OPEN (the episode continues in the next chunk of the same
-    ``source``), TERMINATED (the last transition reached a terminal state) or TRUNCATED.
+    ``source`` and ``agent``), TERMINATED (the last transition reached a terminal state) or
+    TRUNCATED. ``agent``: which agent of the actor's simulation took the steps (0 for a
+    solver of one agent): each agent's trajectory is an episode of its own.
     """
 
     obs: np.ndarray
@@ -44,11 +46,12 @@ class Chunk(NamedTuple):
     mu_std: np.ndarray
     end: ChunkEnd
     source: int = 0
+    agent: int = 0
 
 
 class EpisodeRecord(NamedTuple):
     """A finished episode: undiscounted return, number of steps, the solver's metric values,
-    and when it ended."""
+    when it ended, and of which agent of its simulation."""
 
     ret: float
     length: int
@@ -56,34 +59,41 @@ class EpisodeRecord(NamedTuple):
     wall_s: float = math.nan
     """Seconds since the run started (:mod:`hpc_refer.run_clock`) when the episode ended,
     read by the actor that ran it; nan: not known."""
+    agent: int = 0
+    """The agent (0..n_agents-1) whose episode it is (0 for a solver of one agent)."""
 
 
-HEADER_FIXED = 8
+HEADER_FIXED = 10
 """Length of the fixed part of a packed :class:`ChunkHeader`; the episode's metric values
 follow it."""
 
 
 class ChunkHeader(NamedTuple):
     """What precedes a chunk's payload: its sizes and end, the episode it closes (if any),
-    and the actor's solver faults so far."""
+    the actor's solver faults so far, the agent of the chunk and whether the actor is
+    between episodes after it (every agent's episode over, nothing held back to send)."""
 
     n_states: int
     n_actions: int
     end: ChunkEnd
     episode: EpisodeRecord | None
     faults: int
+    agent: int = 0
+    between: bool = True
 
     @classmethod
-    def of(cls, chunk: Chunk, episode: EpisodeRecord | None, faults: int) -> ChunkHeader:
-        return cls(chunk.obs.shape[0], chunk.act.shape[0], chunk.end, episode, faults)
+    def of(cls, chunk: Chunk, episode: EpisodeRecord | None, faults: int,
+           between: bool) -> ChunkHeader:
+        return cls(chunk.obs.shape[0], chunk.act.shape[0], chunk.end, episode, faults,
+                   chunk.agent, between)
 
     def pack(self) -> np.ndarray:
         """float64 [n_states, n_actions, end, has_episode, length, return, faults, wall_s,
-        values...]."""
+        agent, between, values...]."""
         ep = self.episode if self.episode is not None else EpisodeRecord(0.0, 0)
         return np.array([self.n_states, self.n_actions, int(self.end),
                          self.episode is not None, ep.length, ep.ret, self.faults, ep.wall_s,
-                         *ep.values], np.float64)
+                         self.agent, self.between, *ep.values], np.float64)
 
     @classmethod
     def unpack(cls, flat: np.ndarray) -> ChunkHeader:
@@ -91,10 +101,12 @@ class ChunkHeader(NamedTuple):
         if flat.size < HEADER_FIXED:
             raise ValueError(f"chunk header of {flat.size} values, expected >= {HEADER_FIXED}")
         n, m, end, has_ep, length = (int(x) for x in flat[:5])
+        agent = int(flat[8])
         episode = (EpisodeRecord(float(flat[5]), length,
-                                 tuple(float(x) for x in flat[HEADER_FIXED:]), float(flat[7]))
+                                 tuple(float(x) for x in flat[HEADER_FIXED:]), float(flat[7]),
+                                 agent)
                    if has_ep else None)
-        return cls(n, m, ChunkEnd(end), episode, int(flat[6]))
+        return cls(n, m, ChunkEnd(end), episode, int(flat[6]), agent, bool(flat[9]))
 
 
 class MessageKind(IntEnum):
@@ -126,17 +138,20 @@ class Incoming(NamedTuple):
     failure: str = ""
     faults: int | None = None
     """The actor's solver faults so far, when the message reports them (chunk headers)."""
+    between: bool | None = None
+    """Whether the actor is between episodes after this chunk (evaluation may then run);
+    None: as the chunk's end says (not OPEN)."""
 
 
-EPISODE_FIXED = 3
+EPISODE_FIXED = 4
 """Values of each packed episode (:func:`pack_episodes`) before its metric values."""
 
 
 def pack_episodes(episodes: list[EpisodeRecord]) -> np.ndarray:
-    """float64 [count, values per episode, then per episode: return, length, wall_s,
+    """float64 [count, values per episode, then per episode: return, length, wall_s, agent,
     values...]."""
     width = len(episodes[0].values) if episodes else 0
-    rows = [[e.ret, e.length, e.wall_s, *e.values] for e in episodes]
+    rows = [[e.ret, e.length, e.wall_s, e.agent, *e.values] for e in episodes]
     return np.concatenate([[len(episodes), width], np.ravel(rows)]).astype(np.float64)
 
 
@@ -150,7 +165,8 @@ def unpack_episodes(flat: np.ndarray) -> tuple[EpisodeRecord, ...]:
                          f"of {width} metric values")
     rows = flat[2:].reshape(count, EPISODE_FIXED + width)
     return tuple(EpisodeRecord(float(r[0]), int(r[1]),
-                               tuple(float(v) for v in r[EPISODE_FIXED:]), float(r[2]))
+                               tuple(float(v) for v in r[EPISODE_FIXED:]), float(r[2]),
+                               int(r[3]))
                  for r in rows)
 
 
@@ -164,6 +180,8 @@ class LoggedEpisode(NamedTuple):
     values: tuple[float, ...]
     wall_s: float
     """When it ended (:attr:`EpisodeRecord.wall_s`)."""
+    agent: int = 0
+    """Whose episode it is (:attr:`EpisodeRecord.agent`)."""
 
 
 StateTree = dict[str, Any]
@@ -193,14 +211,18 @@ def episodes_tree(episodes: list[LoggedEpisode]) -> StateTree:
             "length": np.array([e.length for e in episodes], np.int64),
             "values": np.array([e.values for e in episodes], np.float64).reshape(
                 len(episodes), width),
-            "wall_s": np.array([e.wall_s for e in episodes], np.float64)}
+            "wall_s": np.array([e.wall_s for e in episodes], np.float64),
+            "agent": np.array([e.agent for e in episodes], np.int64)}
 
 
 def episodes_from(tree: StateTree) -> list[LoggedEpisode]:
     """Inverse of :func:`episodes_tree`; a tree written before episodes carried their end
-    time (no ``wall_s``) gives nan."""
-    walls = tree.get("wall_s", np.full(len(tree["env_step"]), math.nan))
+    time (no ``wall_s``) gives nan, one written before agents (no ``agent``) agent 0."""
+    count = len(tree["env_step"])
+    walls = tree.get("wall_s", np.full(count, math.nan))
+    agents = tree.get("agent", np.zeros(count, np.int64))
     return [LoggedEpisode(int(s), int(a), float(r), int(n), tuple(float(x) for x in v),
-                          float(w))
-            for s, a, r, n, v, w in zip(tree["env_step"], tree["actor"], tree["ret"],
-                                        tree["length"], tree["values"], walls, strict=True)]
+                          float(w), int(g))
+            for s, a, r, n, v, w, g in zip(tree["env_step"], tree["actor"], tree["ret"],
+                                           tree["length"], tree["values"], walls, agents,
+                                           strict=True)]

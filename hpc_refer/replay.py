@@ -190,16 +190,17 @@ class ReplayShard:
         self.n_removed = 0
         """Transitions forgotten by FIFO so far."""
         self.reward_scale = 1.0
-        self._open: dict[int, tuple[int, int]] = {}
+        self._open: dict[tuple[int, int], tuple[int, int]] = {}
         self._written = 0
 
     def checkpoint_state(self) -> StateTree:
         """The shard's state: rows 0 .. size-1 of every column of :data:`COLUMNS` (copies),
         the ring counters, the open tails and, under PER, the sum tree.
 
-        ``open`` holds three int64 arrays of equal length, one entry per episode whose next
-        chunk has not arrived: the actor ``source``, the ring ``row`` of its tail and the
-        ``written`` count at that row (which tells whether the tail was overwritten since).
+        ``open`` holds four int64 arrays of equal length, one entry per episode whose next
+        chunk has not arrived: the actor ``source`` and its ``agent`` (the lane of chunks
+        that continue each other), the ring ``row`` of its tail and the ``written`` count at
+        that row (which tells whether the tail was overwritten since).
         The V-tbc pass's visit stamps are not stored: each pass uses a new mark, so a shard
         restored with cleared stamps takes the same decisions.
         """
@@ -211,7 +212,8 @@ class ReplayShard:
             n_transitions=self.n_transitions, n_far=self.n_far, n_removed=self.n_removed,
             reward_scale=float(self.reward_scale), written=self._written,
             next_episode=self._next_episode,
-            open={"source": np.array(sources, np.int64),
+            open={"source": np.array([k[0] for k in sources], np.int64),
+                  "agent": np.array([k[1] for k in sources], np.int64),
                   "row": np.array([self._open[k][0] for k in sources], np.int64),
                   "written": np.array([self._open[k][1] for k in sources], np.int64)},
         )
@@ -245,9 +247,10 @@ class ReplayShard:
         self.n_removed, self._written = int(tree["n_removed"]), int(tree["written"])
         self.reward_scale = float(tree["reward_scale"])
         tails = tree["open"]
-        self._open = {int(k): (int(r), int(w))
-                      for k, r, w in zip(tails["source"], tails["row"], tails["written"],
-                                         strict=True)}
+        agents = tails.get("agent", np.zeros(len(tails["source"]), np.int64))  # before agents
+        self._open = {(int(k), int(a)): (int(r), int(w))
+                      for k, a, r, w in zip(tails["source"], agents, tails["row"],
+                                            tails["written"], strict=True)}
         if self.tree is not None:
             self.tree.restore_state(tree["priorities"])
         if "episode" in tree:
@@ -317,7 +320,7 @@ class ReplayShard:
         self.prev[rows[1:]] = rows[:-1]
         self.next[rows[:-1]] = rows[1:]
         self.next[rows[-1]] = -1
-        tail = self._link(chunk.source, rows[0], n)
+        tail = self._link((chunk.source, chunk.agent), rows[0], n)
         self.prev[rows[0]] = tail
         if tail >= 0:
             self.episode[rows] = self.episode[tail]
@@ -325,7 +328,7 @@ class ReplayShard:
             self.episode[rows] = self._next_episode
             self._next_episode += 1
         if chunk.end == OPEN:  # (``_link`` took the source's previous open tail)
-            self._open[chunk.source] = (int(rows[-1]), self._written + n - 1)
+            self._open[chunk.source, chunk.agent] = (int(rows[-1]), self._written + n - 1)
         self._written += n
         self.head = int((rows[-1] + 1) % self.capacity)
         self.size = max(self.size, int(rows.max()) + 1)
@@ -369,11 +372,11 @@ class ReplayShard:
         self._open = {k: v for k, v in self._open.items() if self.episode[v[0]] != victim}
         self._forget(rows, c_max)
 
-    def _link(self, source: int, first: int, n: int) -> int:
-        """Row continued by ``first`` (the open tail of ``source``), or -1 if it is forgotten
-        (under FIFO also when the ``n`` rows being written now overwrite it; ``far_policy``
-        drops the tail of an episode it forgets)."""
-        tail = self._open.pop(source, None)
+    def _link(self, lane: tuple[int, int], first: int, n: int) -> int:
+        """Row continued by ``first`` (the open tail of ``lane``: a chunk's (source, agent)),
+        or -1 if it is forgotten (under FIFO also when the ``n`` rows being written now
+        overwrite it; ``far_policy`` drops the tail of an episode it forgets)."""
+        tail = self._open.pop(lane, None)
         if tail is None or (self.forget is Forget.OLDEST
                             and self._written + n - tail[1] > self.capacity):
             return -1

@@ -7,11 +7,13 @@ bins rho all take the names from here.
 Layout of ``runs/<name>/``::
 
     config.toml       the resolved configuration (defaults < TOML file < flags)
-    episodes.csv      EPISODE_FIELDS (env_step, rank, return, length, wall_s), then the
+    episodes.csv      EPISODE_FIELDS (env_step, rank, return, length, wall_s, agent), then the
                       solver's episode metrics (e.g. KS: energy): one line per finished
                       episode; wall_s: when it ended, in seconds since the run started
                       (:mod:`hpc_refer.run_clock`: read on its actor, continued by a resumed
-                      run; nan where a checkpoint written before did not keep it)
+                      run; nan where a checkpoint written before did not keep it); agent:
+                      whose episode (0..n_agents-1 of its simulation; 0 for one agent; a run
+                      directory written before agents has no such column and keeps none)
     train.jsonl       one IntervalRecord per interval of ``run.log_every`` environment steps
     eval.csv          evaluation episodes of the mean policy (``run.eval_every`` > 0), the
                       columns of episodes.csv
@@ -121,8 +123,12 @@ def read_state(path: Path) -> RunState | None:
     except ValueError as err:
         raise ValueError(f"{path}: {err}") from None
 
-EPISODE_FIELDS = ("env_step", "rank", "return", "length", "wall_s")
+EPISODE_FIELDS = ("env_step", "rank", "return", "length", "wall_s", "agent")
 """The fixed columns of episodes.csv and eval.csv; the solver's episode metrics follow them."""
+
+FIELDS_BEFORE_AGENTS = EPISODE_FIELDS[:-1]
+"""The fixed columns of a run directory written before agents (no ``agent``): a restart of
+such a run keeps them."""
 
 RHO_EDGES = np.linspace(-2.0, 2.0, 41)
 """Bin edges of log10(rho) in the interval records' ``rho_hist`` (0.01 to 100 in 40 bins;

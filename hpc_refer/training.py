@@ -17,6 +17,7 @@ import torch
 
 from hpc_refer.actor import Actor
 from hpc_refer.actor_checkpoint import restore_actor, write_actor_part
+from hpc_refer.agents_actor import actor_for
 from hpc_refer.algorithms import algorithm_class, make_algorithm
 from hpc_refer.checkpoint import Resume
 from hpc_refer.collectives import Reducer, SerialReducer
@@ -89,13 +90,15 @@ def make_learner(config: Config, obs_dim: int, act_dim: int, reducer: Reducer) -
 
 
 def make_actor(config: Config, env: TeamDriver, index: int, source: int) -> Actor:
-    """The actor of environment ``index`` with a fresh copy of the behaviour policy."""
+    """The actor of environment ``index`` with a fresh copy of the behaviour policy (one of
+    several agents' simulation for a solver that declares them, see
+    :mod:`hpc_refer.agents_actor`)."""
     cls = algorithm_class(config.run.algorithm)
     net: BehaviourPolicy = cls.behaviour_policy(env.obs_dim, env.act_dim, config.algorithm)
-    return Actor(env, net, config.action_bounds,
-                 role_seed(config.run.seed, SeedRole.ACTOR, index), config.run.chunk_len,
-                 source=source, exploration=config.algorithm.exploration,
-                 max_failures=config.run.max_env_failures)
+    return actor_for(env, net, config.action_bounds,
+                     role_seed(config.run.seed, SeedRole.ACTOR, index), config.run.chunk_len,
+                     source=source, exploration=config.algorithm.exploration,
+                     max_failures=config.run.max_env_failures)
 
 
 def outputs_of(config: Config, run_dir: Path | None) -> dict[str, Any]:
@@ -224,7 +227,7 @@ def actor_main(config: Config, layout: Layout, fabric: Fabric, run_dir: Path | N
                 result.finished_early = True
                 return result
             chunk, episode = message
-            channel.send_chunk(chunk, episode, actor.faults)
+            channel.send_chunk(chunk, episode, actor.faults, actor.between_episodes)
             result.sent += chunk.act.shape[0]
             result.episodes += episode is not None
         return result

@@ -40,3 +40,20 @@ def test_tensorboard_events_hold_the_same_scalars_as_train_jsonl(in_tmp):
 def test_no_events_without_the_flag(in_tmp):
     assert run_main(["--env", "Pendulum-v1", "--steps", "200", "--run-dir", "r", *SMALL]) == 0
     assert not (in_tmp / "r" / "tensorboard").exists()
+
+
+def test_each_agents_returns_are_a_series_of_their_own(in_tmp):
+    assert run_main(["--env", "agents_envs:Points", "--steps", "400", "--run-dir", "r",
+                     "--tensorboard", "true", *SMALL]) == 0
+    events = EventAccumulator(str(in_tmp / "r" / "tensorboard"))
+    events.Reload()
+    with (in_tmp / "r" / "episodes.csv").open() as f:
+        episodes = list(csv.DictReader(f))
+    for agent in range(3):
+        mine = [e for e in episodes if e["agent"] == str(agent)]
+        shown = events.Scalars(f"episode/return_agent_{agent}")
+        assert mine and [s.step for s in shown] == [int(e["env_step"]) for e in mine]
+        assert [s.value for s in shown] == pytest.approx([float(e["return"]) for e in mine],
+                                                         rel=1e-5)
+    spread = events.Scalars("episode/spread")  # only the agents that end their simulation
+    assert len(spread) == sum(e["spread"] != "nan" for e in episodes) > 0

@@ -156,7 +156,7 @@ class NAFNet(BehaviourPolicy):
         :meth:`BehaviourPolicy.numpy_policy`)."""
         forward = NumpyMLP(self.trunk, self.normalizer)
         sigma, a = self.sigma.numpy(), self.act_dim
-        return lambda obs: (np.tanh(forward(obs)[1 : 1 + a]), sigma)
+        return lambda obs: (np.tanh(forward(obs)[..., 1 : 1 + a]), sigma)
 
 
 @register

@@ -21,7 +21,13 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from hpc_refer.config import ConfigError
-from hpc_refer.envs.checks import INTERFACE, InterfaceError, check_state, check_step, check_values
+from hpc_refer.envs.checks import (
+    INTERFACE,
+    InterfaceError,
+    check_answer,
+    check_state,
+    check_values,
+)
 from hpc_refer.envs.external import ExternalEnv
 from hpc_refer.envs.interface import EnvironmentFinished, SolverFault, SolverStartError, Team
 from hpc_refer.timeouts import CallTimeout, call_with_alarm, deadline_after
@@ -82,18 +88,20 @@ def guarded(work: Callable[[], Any], deadline: float | None) -> Answer:
 
 
 def attempt(env: Any, call: str, arg: Any, obs_dim: int, check: bool,
-             deadline: float | None, step_names: tuple[str, ...] = ()) -> Answer:
+             deadline: float | None, step_names: tuple[str, ...] = (), agents: int = 1
+             ) -> Answer:
     """One rank's part of ``env.<call>(arg)`` (call: ``reset`` or ``step``) as
     :func:`guarded` answers it; its answer validated when ``check``: the state (reset), or
-    ((state, reward, status), the values of ``step_names`` from ``step_values()``) (step)."""
+    ((state, reward, status), the values of ``step_names`` from ``step_values()``) (step),
+    in the form of a solver of ``agents`` agents (:func:`~hpc_refer.envs.checks.check_answer`)."""
     def answer() -> Any:
         result = getattr(env, call)(arg)
         if not check:
             return None
         if call == "reset":
-            return check_state(result, obs_dim)
+            return check_state(result, obs_dim, agents)
         values = check_values(env.step_values(), step_names) if step_names else NO_VALUES
-        return check_step(result, obs_dim), values
+        return check_answer(result, obs_dim, agents), values
 
     return guarded(answer, deadline)
 

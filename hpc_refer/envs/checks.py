@@ -39,17 +39,37 @@ def state_rank_of(env: Any, team: Team | None) -> int:
     return int(rank)
 
 
-def pack_step(obs: Any, reward: float, status: Status, values: np.ndarray) -> np.ndarray:
-    """A step result as one float64 vector [reward, status, m, values[m], state...] (see
-    :func:`unpack_step`; ``values``: the solver's step metrics)."""
-    return np.concatenate([[float(reward), int(status), values.size], values,
-                           np.asarray(obs, np.float64).ravel()])
+def agents_of(env: Any, where: str) -> int:
+    """The solver's ``n_agents`` (1 when it declares none): agents that share the declared
+    spaces and one policy (see :mod:`hpc_refer.envs`), checked to be an integer >= 1."""
+    n = getattr(env, "n_agents", 1)
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
+        raise ConfigError(f"{where}.n_agents = {n!r} is invalid: allowed are integers >= 1 "
+                          f"(the agents of one simulation, sharing obs_dim and act_dim)")
+    return int(n)
 
 
-def unpack_step(packed: np.ndarray) -> tuple[tuple[np.ndarray, float, Status], np.ndarray]:
-    """((state, reward, status), step metric values) from a vector of :func:`pack_step`."""
-    m = int(packed[2])
-    return (packed[3 + m:], float(packed[0]), Status(int(packed[1]))), packed[3:3 + m]
+def pack_step(obs: Any, reward: Any, status: Any, values: np.ndarray) -> np.ndarray:
+    """A step result as one float64 vector [n, reward[n], status[n], m, values[m], state...]
+    (see :func:`unpack_step`; n: the agents, 1 for a scalar reward; ``values``: the
+    solver's step metrics)."""
+    rewards = np.asarray(reward, np.float64).ravel()
+    n = rewards.size
+    return np.concatenate([[n], rewards, np.asarray(status, np.float64).ravel(),
+                           [values.size], values, np.asarray(obs, np.float64).ravel()])
+
+
+def unpack_step(packed: np.ndarray) -> tuple[tuple[np.ndarray, Any, Any], np.ndarray]:
+    """((state, reward, status), step metric values) from a vector of :func:`pack_step`: a
+    scalar reward and a Status for one agent, else arrays of n with the states as n rows."""
+    n = int(packed[0])
+    m = int(packed[1 + 2 * n])
+    values = packed[2 + 2 * n:2 + 2 * n + m]
+    state = packed[2 + 2 * n + m:]
+    if n == 1:
+        return (state, float(packed[1]), Status(int(packed[2]))), values
+    return (state.reshape(n, -1), packed[1:1 + n], packed[1 + n:1 + 2 * n].astype(np.int64)
+            ), values
 
 
 class InterfaceError(SolverFault):
@@ -61,24 +81,32 @@ INTERFACE = "interface: "
 """Prefix of an :class:`InterfaceError`'s text when it travels as a string."""
 
 INTERFACE_HINT = ("the solver interface is reset(seed) -> state of shape (obs_dim,) and "
-                  "step(action) -> (state, reward as a real scalar, Status)")
+                  "step(action) -> (state, reward as a real scalar, Status); with n_agents "
+                  "> 1 states of shape (n_agents, obs_dim), rewards and statuses of shape "
+                  "(n_agents,)")
 
-def check_state(obs: Any, obs_dim: int) -> np.ndarray:
-    """A solver's state as float32 of shape (obs_dim,); SolverFault (naming the field) when
-    it has another shape, is not real-valued or not finite in float32."""
+
+def check_state(obs: Any, obs_dim: int, agents: int = 1) -> np.ndarray:
+    """A solver's state as float32 of shape (obs_dim,), or (agents, obs_dim) for a solver of
+    several agents (every row checked, those of agents done too); SolverFault (naming the
+    field) when it has another shape, is not real-valued or not finite in float32."""
     try:
         raw = np.asarray(obs)
     except (ValueError, TypeError) as err:
         raise InterfaceError(f"state is not an array ({err})") from None
-    if raw.shape != (obs_dim,):
-        raise InterfaceError(f"state has shape {raw.shape}, expected ({obs_dim},)")
+    shape = (obs_dim,) if agents == 1 else (agents, obs_dim)
+    if raw.shape != shape:
+        raise InterfaceError(f"state has shape {raw.shape}, expected {shape}"
+                             + (" (n_agents, obs_dim)" if agents > 1 else ""))
     if raw.dtype.kind not in "biuf":
         raise InterfaceError(f"state has dtype {raw.dtype}, expected real numbers")
     with np.errstate(over="ignore"):
         state = raw.astype(np.float32)
     bad = np.flatnonzero(~np.isfinite(state))
     if bad.size:
-        raise SolverFault(f"state[{bad[0]}] = {raw[bad[0]]} is not finite in float32 "
+        where = np.unravel_index(bad[0], raw.shape)
+        index = ", ".join(str(int(i)) for i in where)
+        raise SolverFault(f"state[{index}] = {raw[where]} is not finite in float32 "
                           f"({bad.size} such values)")
     return state
 
@@ -103,6 +131,43 @@ def check_step(answer: Any, obs_dim: int) -> tuple[np.ndarray, float, Status]:
     except (ValueError, TypeError):
         raise InterfaceError(f"status = {status!r} is unknown (0 continue, 1 terminal, "
                              f"2 truncated)") from None
+
+
+def check_answer(answer: Any, obs_dim: int, agents: int = 1) -> tuple[np.ndarray, Any, Any]:
+    """A ``step`` answer validated: :func:`check_step` for one agent, else
+    :func:`check_agents_step`."""
+    return (check_step(answer, obs_dim) if agents == 1
+            else check_agents_step(answer, obs_dim, agents))
+
+
+def check_agents_step(answer: Any, obs_dim: int, agents: int
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ``step`` answer of a solver of ``agents`` agents validated: (states as by
+    :func:`check_state`, rewards as float64 of shape (agents,), finite, statuses as int64 of
+    shape (agents,), each a :class:`Status`); SolverFault naming the field and the agent
+    otherwise."""
+    if not isinstance(answer, tuple | list) or len(answer) != 3:
+        raise InterfaceError(f"returned {type(answer).__name__}, expected a tuple (states, "
+                             f"rewards, statuses)")
+    obs, reward, status = answer
+    state = check_state(obs, obs_dim, agents)
+    r, s = np.asarray(reward), np.asarray(status)
+    for name, a in (("rewards", r), ("statuses", s)):
+        if a.shape != (agents,):
+            raise InterfaceError(f"{name} have shape {a.shape}, expected ({agents},) "
+                                 f"(n_agents,)")
+    if r.dtype.kind not in "iuf":
+        raise InterfaceError(f"rewards have dtype {r.dtype}, expected real numbers")
+    bad = np.flatnonzero(~np.isfinite(r))
+    if bad.size:
+        raise SolverFault(f"rewards[{bad[0]}] = {float(r[bad[0]])} is not finite")
+    known = np.isin(s, [int(v) for v in Status]) if s.dtype.kind in "iuf" else np.zeros(
+        agents, bool)
+    if not known.all():
+        k = int(np.flatnonzero(~known)[0])
+        raise InterfaceError(f"statuses[{k}] = {s[k].item()!r} is unknown (0 continue, 1 "
+                             f"terminal, 2 truncated)")
+    return state, r.astype(np.float64), s.astype(np.int64)
 
 
 def check_values(values: Any, names: tuple[str, ...]) -> np.ndarray:

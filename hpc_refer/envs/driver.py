@@ -40,8 +40,9 @@ from hpc_refer.envs.checks import (
     INTERFACE,
     INTERFACE_HINT,
     InterfaceError,
+    agents_of,
+    check_answer,
     check_state,
-    check_step,
     check_values,
     metric_names,
     pack_step,
@@ -142,6 +143,8 @@ class TeamDriver:
         """Whether a fault is followed by a rebuild (else by the next reset alone)."""
         self.metric_names = metric_names(env, type(env).__name__)
         self.obs_dim, self.act_dim = int(env.obs_dim), int(env.act_dim)
+        self.n_agents = agents_of(env, type(env).__name__)
+        """The agents of the simulation (1: the single-agent interface); never changes."""
         self.low = np.asarray(env.low, np.float64).reshape(-1)
         self.high = np.asarray(env.high, np.float64).reshape(-1)
         self.busy: Busy | None = None
@@ -211,6 +214,12 @@ class TeamDriver:
             self.series.add(values)
         return result  # type: ignore[no-any-return]
 
+    def step_agents(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`step` of a solver of :attr:`n_agents` > 1 agents: ``actions`` of shape
+        (n_agents, act_dim); returns (states (n_agents, obs_dim) float32, rewards
+        (n_agents,) float64, statuses (n_agents,) int64 of :class:`Status` values)."""
+        return self.step(actions)  # type: ignore[return-value]
+
     def _call(self, call: str, arg: Any, command: TeamCommand, payload: np.ndarray) -> Any:
         """``call`` made by the whole team, after the rebuild a fault left due."""
         if self.external:
@@ -234,7 +243,7 @@ class TeamDriver:
         if self.team is None:
             try:
                 answer = attempt(self.env, call, arg, self.obs_dim, True, deadline,
-                                  self.step_names)
+                                  self.step_names, self.n_agents)
             except CallTimeout:
                 self._check_started(call)
                 answer = Answer(Outcome.ERROR, error=self._late(STEP_TIMEOUT, self.timeout))
@@ -268,8 +277,8 @@ class TeamDriver:
         answer = getattr(self.env, call)(arg)
         try:
             if call == "reset":
-                return check_state(answer, self.obs_dim)
-            return check_step(answer, self.obs_dim), check_values(
+                return check_state(answer, self.obs_dim, self.n_agents)
+            return check_answer(answer, self.obs_dim, self.n_agents), check_values(
                 self.env.step_values, tuple(self.env.step_metric_names))
         except InterfaceError as fault:
             self._probe_failed(f"{self.name}: {fault}")
@@ -288,7 +297,7 @@ class TeamDriver:
         try:
             answer, where = self._agree(
                 attempt(self.env, call, arg, self.obs_dim, self.state_rank == 0, deadline,
-                         self.step_names), deadline)
+                         self.step_names, self.n_agents), deadline)
             if answer.outcome is not Outcome.OK or self.state_rank == 0:
                 return answer, where
             packed = team.receive_result(self.state_rank, deadline)
@@ -298,11 +307,12 @@ class TeamDriver:
             raise failure from None
         try:
             if call == "reset":
-                result: Any = check_state(packed, self.obs_dim)
+                result: Any = check_state(packed if self.n_agents == 1 else packed.reshape(
+                    self.n_agents, -1), self.obs_dim, self.n_agents)
             else:
                 triple, values = unpack_step(packed)
-                result = (check_step(triple, self.obs_dim), check_values(values,
-                                                                         self.step_names))
+                result = (check_answer(triple, self.obs_dim, self.n_agents),
+                          check_values(values, self.step_names))
         except InterfaceError as fault:
             return (Answer(Outcome.ERROR, error=INTERFACE + str(fault)),
                     f" on team rank {self.state_rank}")
@@ -375,7 +385,13 @@ class TeamDriver:
         if answer.outcome is not Outcome.OK:
             raise SolverFault(f"{self.name}: rebuilding it after a fault{where}: "
                               f"{answer.error}")
+        agents = agents_of(answer.result, type(answer.result).__name__)
+        if agents != self.n_agents:
+            self._lost = (f"rebuilt after a fault with n_agents = {agents}, but it started "
+                          f"with {self.n_agents}: the agent count of a solver never changes")
         self.env = answer.result
+        if self._lost:
+            raise SolverFailure(f"{self.name}: {self._lost}")
         self._faulty = False
 
     def end_episode(self) -> tuple[float, ...]:
@@ -511,8 +527,10 @@ def serve_team(factory: Callable[[Team], Any], team: Team) -> None:
     REBUILD)."""
     env = start_solver(factory, team, factory_label(factory), 0.0)
     sends = team.rank == state_rank_of(env, team)
-    obs_dim = int(env.obs_dim)
+    obs_dim, act_dim = int(env.obs_dim), int(env.act_dim)
+    agents = agents_of(env, type(env).__name__)
     step_names = metric_names(env, type(env).__name__, "step_metrics")
+    arg: Any
     while True:
         command, payload = team.receive_command()
         if command is TeamCommand.STOP:
@@ -529,11 +547,12 @@ def serve_team(factory: Callable[[Team], Any], team: Team) -> None:
         if command is TeamCommand.SNAPSHOT:
             env.snapshot()
             continue
-        arg: Any = payload
         call = "step"
         if command is TeamCommand.RESET:
             call, arg = "reset", None if payload[0] < 0 else int(payload[0])
-        answer = attempt(env, call, arg, obs_dim, sends, None, step_names)
+        else:
+            arg = payload if agents == 1 else payload.reshape(agents, act_dim)
+        answer = attempt(env, call, arg, obs_dim, sends, None, step_names, agents)
         if not (_report(team, answer) and sends):
             continue
         if call == "reset":

@@ -8,11 +8,12 @@ protocol, the calls a solver and the team driver may make. Its MPI implementatio
 :class:`hpc_refer.parallel.MpiTeam`, built by hpc_refer's entry points and passed in, so a
 solver never imports :mod:`hpc_refer.parallel` (nor, through it, mpi4py).
 
-``Status`` is what ``step`` returns with the state and reward. A solver may raise
-:class:`SolverFault` from ``reset`` or ``step`` for a step it cannot make (a diverged field, a
-failed sub-iteration): like any exception or invalid answer it ends the episode as a fault,
-nothing of the step is stored, and the solver is built anew (unless its class declares
-``rebuild_after_fault = False``: then the next ``reset`` is all that follows);
+``Status`` is what ``step`` returns with the state and reward (one per agent, as an integer
+array of shape (n_agents,), for a solver of several agents: see :mod:`hpc_refer.envs`). A
+solver may raise :class:`SolverFault` from ``reset`` or ``step`` for a step it cannot make
+(a diverged field, a failed sub-iteration): like any exception or invalid answer it ends the
+episode as a fault, nothing of the step is stored, and the solver is built anew (unless its
+class declares ``rebuild_after_fault = False``: then the next ``reset`` is all that follows);
 :class:`EnvironmentFinished` from ``reset`` says it has no more episodes.
 :class:`SolverFailure` and :class:`SolverStartError` are what hpc_refer raises when an
 environment cannot go on or cannot start.

@@ -126,9 +126,11 @@ class ActorChannel:
         """Episodes of the evaluation round asked for (after an EVAL reply)."""
         self._status = _mpi().Status()
 
-    def send_chunk(self, chunk: Chunk, episode: EpisodeRecord | None, faults: int) -> None:
-        """Send a chunk, with the episode it ends and the actor's solver faults so far."""
-        header = ChunkHeader.of(chunk, episode, faults)
+    def send_chunk(self, chunk: Chunk, episode: EpisodeRecord | None, faults: int,
+                   between: bool) -> None:
+        """Send a chunk, with the episode it ends, the actor's solver faults so far and
+        whether the actor is between episodes after it."""
+        header = ChunkHeader.of(chunk, episode, faults, between)
         payload = np.concatenate([chunk.obs.ravel(), chunk.act.ravel(), chunk.rew,
                                   chunk.mu_mean.ravel(), chunk.mu_std.ravel()])
         self.world.Send(header.pack(), dest=self.learner, tag=TAG_HEADER)
@@ -223,7 +225,7 @@ class LearnerChannel:
         self.world.Recv(raw, source=source, tag=TAG_HEADER)
         header = ChunkHeader.unpack(raw)
         return Incoming(source, MessageKind.CHUNK, self._recv_chunk(source, header),
-                        header.episode, faults=header.faults)
+                        header.episode, faults=header.faults, between=header.between)
 
     def _recv_chunk(self, source: int, header: ChunkHeader) -> Chunk:
         n, m = header.n_states, header.n_actions
@@ -233,7 +235,7 @@ class LearnerChannel:
         self.world.Recv(payload, source=source, tag=TAG_DATA)
         obs, act, rew, mean, std = np.split(payload, np.cumsum(sizes)[:-1])
         return Chunk(obs.reshape(n, ds), act.reshape(m, da), rew, mean.reshape(m, da),
-                     std.reshape(m, da), header.end, source)
+                     std.reshape(m, da), header.end, source, header.agent)
 
     def send_params(self, actor: int, flat: np.ndarray, budget: int) -> None:
         """The float32 parameters ``flat`` and the environment steps the actor may take."""
