@@ -32,9 +32,7 @@ A run writes its own report every ``run.report_every`` environment steps and at 
 from __future__ import annotations
 
 import argparse
-import csv
 import html
-import io
 import json
 import math
 import re
@@ -53,6 +51,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from hpc_refer.plot import auto_window, draw_learning_curves, run_label, window_means
+from hpc_refer.report_agents import agents_section
+from hpc_refer.report_figures import absent, figure, read_csv, reference
 from hpc_refer.run_lock import died_message, inspect
 from hpc_refer.schema import (
     CONFIG_FILE,
@@ -81,9 +81,6 @@ DIAGNOSTICS = (("beta", "beta (penalty coefficient, eq. 12)"),
                ("far_fraction", "far-policy fraction"))
 """The ReF-ER state drawn against environment steps: (interval record field, axis title)."""
 
-DATA_GID = "data"
-"""The SVG id prefix of every drawn data artist: the browser check counts them."""
-
 STYLE = """
 body { font-family: sans-serif; margin: 1.5em auto; max-width: 1100px; color: #222; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; border-bottom: 1px solid #ccc; }
@@ -108,7 +105,7 @@ class Run:
         self.config_text = (path / CONFIG_FILE).read_text()
         self.config = tomllib.loads(self.config_text)
         self.records: list[IntervalRecord] = read_intervals(path / TRAIN_FILE)
-        self.episodes = _read_csv(path / EPISODES_FILE)
+        self.episodes = read_csv(path / EPISODES_FILE)
         state = read_state(path / STATE_FILE)
         lock = inspect(path)
         self.died = (died_message(lock.record) if state is not None
@@ -156,58 +153,6 @@ def _latest_snapshots(directory: Path) -> list[Path]:
     return [latest[k][1] for k in sorted(latest)]
 
 
-def _read_csv(path: Path) -> list[dict[str, str]]:
-    if not path.is_file():
-        return []
-    with path.open(newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def _tag_data(fig: Any) -> int:
-    """Give every data artist of ``fig`` (lines, bands, bars, images; not the reference
-    lines, whose gid is set) an SVG id starting with :data:`DATA_GID`; return the number of
-    finite data values drawn."""
-    n, points = 0, 0
-    for ax in fig.axes:
-        if getattr(ax, "_colorbar", None) is not None:  # a colour scale, not data
-            continue
-        for artist in [*ax.lines, *ax.collections, *ax.patches, *ax.images]:
-            if artist.get_gid() is not None or artist is ax.patch:
-                continue
-            artist.set_gid(f"{DATA_GID}-{n}")
-            n += 1
-            if hasattr(artist, "get_ydata"):
-                points += int(np.isfinite(np.asarray(artist.get_ydata(), float)).sum())
-            elif hasattr(artist, "get_array") and artist.get_array() is not None:
-                points += int(np.isfinite(np.asarray(artist.get_array(), float)).sum())
-            elif hasattr(artist, "get_height"):
-                points += int(np.isfinite(artist.get_height()))
-    return points
-
-
-def _reference(line: Any) -> None:
-    """Mark a line as a reference (target, bound), not data."""
-    line.set_gid("reference")
-
-
-def _figure(fig: Any, caption: str) -> str:
-    """``fig`` as an inline SVG ``<figure>`` with its caption; closes the figure."""
-    points = _tag_data(fig)
-    buf = io.StringIO()
-    # text as <text>, not glyph paths; each picture its own <image> inside its data group
-    with matplotlib.rc_context({"svg.fonttype": "none", "image.composite_image": False}):
-        fig.savefig(buf, format="svg", bbox_inches="tight")
-    plt.close(fig)
-    svg = buf.getvalue()
-    svg = svg[svg.index("<svg"):]  # drop the XML prolog and doctype: HTML5 inline SVG
-    return (f'<figure class="plot" data-points="{points}">{svg}'
-            f"<figcaption>{html.escape(caption)}</figcaption></figure>")
-
-
-def _absent(text: str) -> str:
-    return f'<p class="absent">{html.escape(text)}</p>'
-
-
 def _per_run_lines(runs: list[Run], key: str, ax: Any) -> bool:
     """One line per run of train.jsonl's ``key``; whether anything was drawn."""
     drawn = False
@@ -222,20 +167,20 @@ def _per_run_lines(runs: list[Run], key: str, ax: Any) -> bool:
 def learning_section(runs: list[Run], window: int | None) -> str:
     with_episodes = [r.path for r in runs if r.episodes]
     if not with_episodes:
-        return _absent(f"No episode has ended yet ({EPISODES_FILE} is empty).")
+        return absent(f"No episode has ended yet ({EPISODES_FILE} is empty).")
     w = window if window is not None else auto_window(with_episodes)
     fig, ax = plt.subplots(figsize=(8, 4.2))
     draw_learning_curves(ax, with_episodes, w)
     evals = " Dashed: mean return of each evaluation round of the mean policy." if any(
         (r.path / EVAL_FILE).is_file() for r in runs) else f" No evaluation rounds ({EVAL_FILE})."
-    return _figure(fig, f"Mean return of the episodes that ended in each window of {w} "
+    return figure(fig, f"Mean return of the episodes that ended in each window of {w} "
                         f"environment steps: mean over {len(with_episodes)} run(s), band from "
                         f"the 20th to the 80th percentile over runs.{evals}")
 
 
 def refer_section(runs: list[Run]) -> str:
     if not any(r.records for r in runs):
-        return _absent(f"No interval record yet ({TRAIN_FILE} is empty).")
+        return absent(f"No interval record yet ({TRAIN_FILE} is empty).")
     fig, axes = plt.subplots(2, 2, figsize=(9, 5.5), sharex=True)
     for ax, (key, title) in zip(axes.flat, DIAGNOSTICS, strict=True):
         _per_run_lines(runs, key, ax)
@@ -244,13 +189,13 @@ def refer_section(runs: list[Run]) -> str:
         if key == "far_fraction":
             target = runs[0].config_value("refer", "D")
             if target is not None:
-                _reference(ax.axhline(float(target), color="k", ls=":", lw=1,
+                reference(ax.axhline(float(target), color="k", ls=":", lw=1,
                                       label=f"target D = {target}"))
             ax.legend(fontsize=7)
     for ax in axes[1]:
         ax.set_xlabel("environment steps")
     fig.tight_layout()
-    return _figure(fig, "ReF-ER against environment steps: beta grows while the far-policy "
+    return figure(fig, "ReF-ER against environment steps: beta grows while the far-policy "
                         "fraction exceeds D and shrinks below it; c_max and the learning rate "
                         "anneal as 1 + C / (1 + A t) and eta0 / (1 + A t).")
 
@@ -260,7 +205,7 @@ def rho_section(runs: list[Run]) -> str:
     for run in runs:
         rows = [(r.env_step, r.rho_hist, r.c_max) for r in run.records if sum(r.rho_hist) > 0]
         if not rows:
-            parts.append(_absent(f"{run.name}: no rho histogram (no stored transition yet, or "
+            parts.append(absent(f"{run.name}: no rho histogram (no stored transition yet, or "
                                  "a run from before rho_hist was recorded)."))
             continue
         steps = np.array([s for s, _, _ in rows], dtype=float)
@@ -272,13 +217,13 @@ def rho_section(runs: list[Run]) -> str:
         mesh = ax.pcolormesh(x_edges, RHO_EDGES, frac.T, cmap="viridis", shading="flat")
         fig.colorbar(mesh, ax=ax, label="fraction of stored transitions")
         c_max = np.array([c for _, _, c in rows], dtype=float)
-        _reference(ax.plot(steps, np.log10(c_max), "w--", lw=1, label="log10 c_max")[0])
-        _reference(ax.plot(steps, -np.log10(c_max), "w--", lw=1)[0])
+        reference(ax.plot(steps, np.log10(c_max), "w--", lw=1, label="log10 c_max")[0])
+        reference(ax.plot(steps, -np.log10(c_max), "w--", lw=1)[0])
         ax.set_ylabel("log10 rho")
         ax.set_xlabel("environment steps")
         ax.set_title(run.name, fontsize=10)
         ax.legend(fontsize=7, loc="upper right")
-        parts.append(_figure(fig, f"{run.name}: distribution of log10 rho of the stored "
+        parts.append(figure(fig, f"{run.name}: distribution of log10 rho of the stored "
                                   "transitions at each record; between the dashed lines "
                                   "(1/c_max < rho < c_max) samples are near-policy."))
     return "".join(parts)
@@ -289,7 +234,7 @@ def losses_section(runs: list[Run]) -> str:
     algorithm reports, losses, kl, near_fraction, q, ...), by name."""
     keys = sorted({k for r in runs for rec in r.records for k in rec.stats})
     if not keys:
-        return _absent("No gradient step yet: no statistics of the algorithm recorded.")
+        return absent("No gradient step yet: no statistics of the algorithm recorded.")
     fig, axes = plt.subplots(1, len(keys), figsize=(3.4 * len(keys), 3.2), squeeze=False)
     for ax, key in zip(axes[0], keys, strict=True):
         _per_run_lines(runs, key, ax)
@@ -297,7 +242,7 @@ def losses_section(runs: list[Run]) -> str:
         ax.set_xlabel("environment steps")
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    return _figure(fig, "Interval means of the algorithm's named statistics of its gradient "
+    return figure(fig, "Interval means of the algorithm's named statistics of its gradient "
                         "steps (its losses; kl: the mean KL of Rule 2; near_fraction: the "
                         "near-policy fraction of the minibatch).")
 
@@ -323,7 +268,7 @@ def _rank_rates(run: Run) -> dict[int, float]:
 
 def throughput_section(runs: list[Run]) -> str:
     if not any(r.records for r in runs):
-        return _absent("No interval record yet.")
+        return absent("No interval record yet.")
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
     ax = axes[0]
     for run in runs:
@@ -349,7 +294,7 @@ def throughput_section(runs: list[Run]) -> str:
     ax.set_ylabel("environment steps per second")
     ax.set_title("per actor rank (from its episodes)", fontsize=10)
     fig.tight_layout()
-    return _figure(fig, "Left: environment and gradient steps per second of each interval "
+    return figure(fig, "Left: environment and gradient steps per second of each interval "
                         "(all actors; learners step together, one allreduce per step, so one "
                         "gradient rate serves every learner rank). Right: each actor rank's "
                         "environment steps per second over its episodes.")
@@ -367,11 +312,11 @@ def faults_section(runs: list[Run]) -> str:
         ax.set_xlabel("environment steps")
         ax.set_ylabel("solver faults so far")
         ax.grid(alpha=0.3)
-        parts.append(_figure(fig, "Solver faults counted by the actors (an episode ended by "
+        parts.append(figure(fig, "Solver faults counted by the actors (an episode ended by "
                                   "an invalid answer, an exception or a timeout; the solver "
                                   "was rebuilt)."))
     else:
-        parts.append(_absent("No solver fault in " + ", ".join(total) + "."))
+        parts.append(absent("No solver fault in " + ", ".join(total) + "."))
     for run in runs:
         lines = [line for line in run.log_lines if FAULT_LINE.search(line)]
         if lines:
@@ -386,7 +331,7 @@ def metrics_section(runs: list[Run], window: int | None) -> str:
     names = [c for c in (runs[0].episodes[0] if runs[0].episodes else {})
              if c not in EPISODE_FIELDS]
     if not names:
-        return _absent("The solver reports no episode metrics (episode_metrics).")
+        return absent("The solver reports no episode metrics (episode_metrics).")
     steps_all = [int(e["env_step"]) for r in runs for e in r.episodes]
     w = window if window is not None else auto_window([r.path for r in runs])
     fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 3.2), squeeze=False)
@@ -394,13 +339,14 @@ def metrics_section(runs: list[Run], window: int | None) -> str:
         for run in runs:
             steps = np.array([int(e["env_step"]) for e in run.episodes])
             values = np.array([float(e[name]) for e in run.episodes])
-            x, y = window_means(steps, values, w)
+            kept = np.isfinite(values)  # nan: an agent that finished before its simulation
+            x, y = window_means(steps[kept], values[kept], w)
             ax.plot(x, y, marker=".", lw=1.2, label=run.name if len(runs) > 1 else None)
         ax.set_title(name, fontsize=10)
         ax.set_xlabel("environment steps")
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    return _figure(fig, f"The solver's episode metrics, mean per window of {w} environment "
+    return figure(fig, f"The solver's episode metrics, mean per window of {w} environment "
                         f"steps ({len(steps_all)} episodes).")
 
 
@@ -420,7 +366,7 @@ def fields_section(runs: list[Run]) -> str:
             fig.colorbar(image, ax=ax, label=label)
             ax.set_xlabel("control step")
             ax.set_ylabel("grid point")
-            parts.append(_figure(fig, f"{run.name}, {path.stem}: {label} of its last episode "
+            parts.append(figure(fig, f"{run.name}, {path.stem}: {label} of its last episode "
                                       f"(episode {episode} of that environment)."))
         for path in run.snapshots[:4]:
             with h5py.File(path, "r") as h5:
@@ -434,10 +380,10 @@ def fields_section(runs: list[Run]) -> str:
             bodies = tuple((float(x), float(y), float(r)) for x, y, r in circles)
             fig, ax = plt.subplots(figsize=(9, 2.6))
             fig.colorbar(draw_snapshot(ax, name, values, box, bodies), ax=ax, label=name)
-            parts.append(_figure(fig, f"{run.name}, {path.stem}: {solver}'s {name} at the end "
+            parts.append(figure(fig, f"{run.name}, {path.stem}: {solver}'s {name} at the end "
                                       f"of episode {episode} (--snapshot; the newest of that "
                                       f"environment)."))
-    return "".join(parts) or _absent("The environment contributes no pictures "
+    return "".join(parts) or absent("The environment contributes no pictures "
                                      "(no fields/env-*.npz: its solver has no "
                                      "episode_field(); no snapshots/: no --snapshot).")
 
@@ -467,15 +413,15 @@ def series_section(runs: list[Run]) -> str:
                 ax.grid(alpha=0.3)
             axes[0][0].legend(fontsize=7)
             fig.tight_layout()
-            parts.append(_figure(fig, f"{run.name}, {path.stem}: the solver's step metrics "
+            parts.append(figure(fig, f"{run.name}, {path.stem}: the solver's step metrics "
                                       f"over its last {episodes.size} episodes "
                                       f"({columns['step'].size} rows recorded)."))
-    return "".join(parts) or _absent("The solver reports no step metrics (step_metrics).")
+    return "".join(parts) or absent("The solver reports no step metrics (step_metrics).")
 
 
 def _machine_table(run: Run) -> str:
     if not run.machines:
-        return _absent(f"{run.name}: no machine.json.")
+        return absent(f"{run.name}: no machine.json.")
     rows = []
     for m in run.machines:
         versions = ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items())
@@ -517,6 +463,8 @@ def render(runs: list[Run], window: int | None = None) -> str:
         ("Throughput", throughput_section(runs)),
         ("Solver faults", faults_section(runs)),
         ("Episode metrics", metrics_section(runs, window)),
+        ("Agents", agents_section([(r.name, r.episodes) for r in runs],
+                                  window or auto_window([r.path for r in runs]))),
         ("Per-step series", series_section(runs)),
         ("Flow fields", fields_section(runs)),
         ("Configuration", "".join(f"<details><summary>{html.escape(r.name)}: {CONFIG_FILE}"
