@@ -1,12 +1,16 @@
 """KuramotoSivashinskyAgents: N = 4 agents are ks.py's KuramotoSivashinsky split per actuator,
 a shift of the field by one segment permutes the agents, the mean of the segment energies is
 the global energy, the per-agent rewards, the shapes for N = 4 and 8, the ``agents`` check and
-the multi-rank trajectory (pytest-mpi).
+the multi-rank trajectory (pytest-mpi), and a learning test: four agents sharing a policy
+lower the energy.
 
 Run the MPI part with ``mpirun -n 2 python -m pytest --with-mpi tests/test_ks_agents.py``.
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +20,8 @@ from hpc_refer.config import ConfigError
 from hpc_refer.envs import solver_params
 from hpc_refer.envs.interface import Status
 from hpc_refer.envs.ks_agents import POINTS_PER_SEGMENT, KuramotoSivashinskyAgents
+from hpc_refer.evaluate import main as evaluate_main
+from hpc_refer.run import main as run_main
 
 SPEC = "hpc_refer.envs.ks_agents:KuramotoSivashinskyAgents"
 
@@ -166,3 +172,20 @@ def test_multi_rank_trajectory_equals_the_single_rank_one():
         assert all(o.shape == (0, 6) for o in obs)
         assert env.history == []
     np.testing.assert_allclose(np.mean(env.segment_energies()), env.energy(), rtol=1e-12)
+
+
+@pytest.mark.mpi_skip
+def test_four_agents_sharing_a_policy_lower_the_energy(in_tmp):
+    """16,000 transitions (4,000 simulation steps) of KSAgents with 4 agents, V-RACER +
+    ReF-ER with configs/ks.toml, in one process; ``evaluate`` runs the mean policy and the
+    uncontrolled flow from the same 3 initial conditions: <E> at least 10 % lower (measured:
+    0.56 against 0.82, x0.68)."""
+    config = Path(__file__).resolve().parents[1] / "configs" / "ks.toml"
+    assert run_main(["--config", str(config), "--env", "KSAgents", "--env.agents", "4",
+                     "--steps", "16000", "--log-every", "4000", "--seed", "0",
+                     "--run-dir", "r"]) == 0
+    assert evaluate_main(["r", "--episodes", "3", "--baseline", "zero", "--out", "ev.json"]) == 0
+    stats = json.loads(Path("ev.json").read_text())
+    assert stats["agents"] == 4 and stats["episodes"] == 12
+    trained, uncontrolled = stats["energy_mean"], stats["baseline"]["energy_mean"]
+    assert trained < 0.9 * uncontrolled, (trained, uncontrolled)

@@ -1,0 +1,223 @@
+"""Several agents against one agent on Kuramoto-Sivashinsky (issue 26, point 4).
+
+Settings, each trained with ``configs/ks.toml`` (V-RACER + ReF-ER) for the same number S of
+simulation steps (control steps of the flow, what a CFD user pays for):
+
+``single``  one agent drives all N actuators and sees all 2N sensors (N = 4: the built-in
+            ``KS``; N = 8: :class:`KSJoint` on L = 44), reward the global shaped energy
+            rate; ``run.steps`` = S.
+``agents``  ``KSAgents`` with ``--env.agents N``: N agents share one policy, each seeing the
+            sensors of its segment and its two neighbours, rewarded by its own segment's
+            energy rate; ``run.steps`` = N S (N transitions per simulation step).
+
+Then each run's mean policy is evaluated (``python -m hpc_refer.evaluate``, 5 episodes,
+``--baseline zero``: the uncontrolled flow from the same seeds), and the policy trained
+with N = 4 agents on L = 22 is evaluated unchanged on N = 8 agents on L = 44 (transfer).
+The figure of merit is <E>, the mean energy over an episode (lower is better).
+
+    python bench/ks_agents.py run [--steps S] [--seeds 0 1] [--jobs 1]
+    python bench/ks_agents.py report
+
+Runs go to ``bench/runs/ks_agents/<setting>-N<n>-seed<k>``; the report writes
+``bench/results/ks_agents.{json,md,png}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import tomli_w
+from ablation import Job, execute
+from common import RESULTS, write
+
+from hpc_refer.envs.interface import Status
+from hpc_refer.envs.ks_agents import KuramotoSivashinskyAgents
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE / "runs" / "ks_agents"
+CONFIG = HERE.parent / "configs" / "ks.toml"
+SETTINGS = ("single", "agents")
+SIZES = (4, 8)
+
+
+class KSJoint:
+    """One agent driving every actuator of ``KSAgents`` with N = 8 (L = 44): it sees the 16
+    sensors (two per segment, each agent's own pair), acts on the 8 actuators, and is
+    rewarded by the mean of the agents' rewards (the global shaped energy rate, as ``KS``
+    is for N = 4)."""
+
+    agents = 8
+    obs_dim = 2 * agents
+    act_dim = agents
+    low = -np.ones(agents)
+    high = np.ones(agents)
+    episode_metrics = ("energy",)
+    field_label = "u(x, t)"
+
+    def __init__(self, team: object = None) -> None:
+        self.flow = KuramotoSivashinskyAgents(None, agents=self.agents)
+
+    def _joint(self, states: np.ndarray) -> np.ndarray:
+        return np.asarray(states[:, 2:4], np.float32).ravel()  # each agent's own sensors
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        return self._joint(self.flow.reset(seed))
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, Status]:
+        states, rewards, statuses = self.flow.step(np.asarray(action).reshape(-1, 1))
+        return self._joint(states), float(np.mean(rewards)), Status(int(statuses[0]))
+
+    def episode_values(self) -> tuple[float, ...]:
+        return tuple(self.flow.episode_values())
+
+    def episode_field(self) -> np.ndarray:
+        return self.flow.episode_field()
+
+    def close(self) -> None:
+        self.flow.close()
+
+
+def env_flags(setting: str, n: int) -> list[str]:
+    if setting == "agents":
+        return ["--env", "KSAgents", "--env.agents", str(n)]
+    return ["--env", "KS"] if n == 4 else ["--env", "ks_agents:KSJoint"]
+
+
+def run_dir(setting: str, n: int, seed: int) -> Path:
+    return ROOT / f"{setting}-N{n}-seed{seed}"
+
+
+def python() -> list[str]:
+    return [sys.executable, "-m"]
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    os.environ.update(_env())  # the runs load ks_agents:KSJoint from this directory
+    jobs = []
+    for seed in args.seeds:
+        for n in SIZES:
+            for setting in SETTINGS:
+                d = run_dir(setting, n, seed)
+                if (d / "policy.h5").is_file() and (d / "state.txt").read_text().startswith(
+                        "finished"):
+                    continue
+                if d.exists():
+                    shutil.rmtree(d)
+                steps = args.steps * (n if setting == "agents" else 1)
+                argv = [*python(), "hpc_refer.run", "--config", str(CONFIG),
+                        *env_flags(setting, n), "--steps", str(steps), "--seed", str(seed),
+                        "--log-every", str(max(steps // 20, 1)), "--run-dir", str(d)]
+                jobs.append(Job(d.name, argv, d.with_name(d.name + ".log")))
+    codes = execute(jobs, args.jobs)
+    if any(codes):
+        return 1
+    for seed in args.seeds:
+        for n in SIZES:
+            for setting in SETTINGS:
+                evaluate(run_dir(setting, n, seed), run_dir(setting, n, seed) / "evaluation.json")
+        transfer(seed)
+    return 0
+
+
+def evaluate(d: Path, out: Path, policy: Path | None = None) -> None:
+    """The mean policy of ``d`` over 5 episodes, beside the uncontrolled flow."""
+    argv = [*python(), "hpc_refer.evaluate", str(d), "--episodes", "5", "--baseline", "zero",
+            "--out", str(out)] + (["--policy", str(policy)] if policy is not None else [])
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env=_env())
+
+
+def transfer(seed: int) -> None:
+    """The N = 4 agents' policy evaluated unchanged on N = 8 agents (L = 44)."""
+    trained = run_dir("agents", 4, seed)
+    d = ROOT / f"transfer-N4to8-seed{seed}"
+    d.mkdir(parents=True, exist_ok=True)
+    config = tomllib.loads((trained / "config.toml").read_text())
+    config.setdefault("env", {})["agents"] = 8
+    (d / "config.toml").write_text(tomli_w.dumps(config))
+    evaluate(d, d / "evaluation.json", trained / "policy.h5")
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+
+def last_window(d: Path, fraction: float = 0.2) -> float:
+    """Mean <E> of the training episodes in the last ``fraction`` of the run's steps."""
+    with (d / "episodes.csv").open() as f:
+        rows = [r for r in csv.DictReader(f) if r["energy"] not in ("", "nan")]
+    last = max(int(r["env_step"]) for r in rows)
+    kept = [float(r["energy"]) for r in rows if int(r["env_step"]) >= (1 - fraction) * last]
+    return float(np.mean(kept))
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    results: dict[str, dict] = {}
+    for d in sorted(ROOT.glob("*-seed*")):
+        ev = d / "evaluation.json"
+        if not ev.is_file():
+            continue
+        stats = json.loads(ev.read_text())
+        name, seed = d.name.rsplit("-seed", 1)
+        entry = results.setdefault(name, {"seeds": [], "policy_energy": [],
+                                          "uncontrolled_energy": [], "train_energy": []})
+        entry["seeds"].append(int(seed))
+        entry["policy_energy"].append(stats["energy_mean"])
+        entry["uncontrolled_energy"].append(stats["baseline"]["energy_mean"])
+        if (d / "episodes.csv").is_file():
+            entry["train_energy"].append(last_window(d))
+    for entry in results.values():
+        for key in ("policy_energy", "uncontrolled_energy", "train_energy"):
+            entry[f"{key}_mean"] = float(np.mean(entry[key])) if entry[key] else None
+    lines = ["| setting | seeds | <E> trained policy | <E> uncontrolled | ratio | <E> last 20 % "
+             "of training |", "|---|---|---|---|---|---|"]
+    for name, e in results.items():
+        ratio = e["policy_energy_mean"] / e["uncontrolled_energy_mean"]
+        train = "-" if e["train_energy_mean"] is None else f"{e['train_energy_mean']:.3f}"
+        lines.append(f"| {name} | {len(e['seeds'])} | {e['policy_energy_mean']:.3f} | "
+                     f"{e['uncontrolled_energy_mean']:.3f} | {ratio:.2f} | {train} |")
+    (RESULTS / "ks_agents.md").write_text("\n".join(lines) + "\n")
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    names = list(results)
+    for k, name in enumerate(names):
+        e = results[name]
+        ax.scatter([k] * len(e["policy_energy"]), e["policy_energy"], color="C0")
+        ax.scatter([k] * len(e["uncontrolled_energy"]), e["uncontrolled_energy"], color="C3",
+                   marker="x")
+    ax.set_xticks(range(len(names)), names, rotation=20, fontsize=8)
+    ax.set_ylabel("<E> (mean energy per episode)")
+    ax.set_title("KS: trained mean policy (dots) vs uncontrolled (crosses)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "ks_agents.png", dpi=120)
+    print(write("ks_agents", {"steps_per_simulation": args.steps, "settings": results}))
+    print("\n".join(lines))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="train every setting, then evaluate")
+    run.add_argument("--steps", type=int, default=20_000, help="simulation steps S per run")
+    run.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    run.add_argument("--jobs", type=int, default=1, help="runs at a time (one core each)")
+    report = sub.add_parser("report", help="tables and figure from the finished runs")
+    report.add_argument("--steps", type=int, default=20_000)
+    args = parser.parse_args(argv)
+    return cmd_run(args) if args.command == "run" else cmd_report(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
