@@ -37,16 +37,18 @@ it. Every rank of the solver makes the same calls::
   so with ``Client(..., uses_world=True)``: under MPMD the client then stops the job with
   a one-line error naming spawn and connect, instead of letting it deadlock.
 
-Protocol version 2, between the actor (A) and the group's rank 0 (the leader, S); the
-leader broadcasts what it receives to the group. d = obs_dim, a = act_dim, m = number of
-step metrics, q = number of episode metrics, x = q in a STATE that ends an episode (status
-1 or 2), else 0:
+Protocol version 3 (version 2, the same without agents, is still accepted), between the
+actor (A) and the group's rank 0 (the leader, S); the leader broadcasts what it receives to
+the group. d = obs_dim, a = act_dim (both per agent), K = n_agents, m = number of step
+metrics, q = number of episode metrics, x = q in a STATE that ends an episode (status 1 or
+2), else 0:
 
 ==== ========= ================ =========================================================
 tag  direction type[count]      content
 ==== ========= ================ =========================================================
 101  A -> S    int32[2]         ASSIGN: environment index e, number of environments E
-102  S -> A    int32[4]         HELLO: protocol version (2), obs_dim, act_dim, group ranks
+102  S -> A    int32[5]         HELLO: protocol version (3), obs_dim, act_dim, group ranks,
+                                n_agents K >= 1 (protocol 2: int32[4], no n_agents)
 103  S -> A    float64[2 a]     BOUNDS: action low[a], then high[a]
 108  S -> A    char[n]          METRICS: the step metrics' names, UTF-8, one per line
                                 (n = 0: none); identifiers, distinct. Optionally an
@@ -56,17 +58,28 @@ tag  direction type[count]      content
 109  A -> S    char[n]          PARAMS: UTF-8 text, one ``key=value`` per line: the run's
                                 solver parameters and ``env_index``, ``run_dir``, ``seed``
 106  A -> S    int32[1]         RESET: seed (-1: none); S answers with a STATE
-105  A -> S    float64[a]       ACTION: one step; S answers with a STATE
-104  S -> A    float64[3+d+m+x] STATE: status, step index, reward, state[d], step
+105  A -> S    float64[K a]     ACTION: one step, agent k's action at [k a, (k+1) a); S
+                                answers with a STATE (K = 1) or agent states (K > 1)
+104  S -> A    float64[3+d+m+x] STATE (K = 1): status, step index, reward, state[d], step
                                 values[m], then, ending an episode, its episode values[q]
+110  S -> A    float64[4+d]     AGENT_STATE (K > 1): agent index k, status, step index,
+                                reward, state[d]: one per agent, in any order
+111  S -> A    float64[1+m+y]   STEP_END (K > 1): step index, step values[m], then, when
+                                every agent has ended (y = q, else 0), the episode values
 107  A -> S    int32[0]         STOP: no more work; the solver finalises
 ==== ========= ================ =========================================================
 
-Order: ASSIGN; HELLO, BOUNDS, METRICS; PARAMS; then RESET/ACTION each answered by a STATE;
-STOP. status: 0 continue, 1 terminal, 2 truncated; step index 0 after RESET, k after the
-k-th ACTION of the episode. The episode values of an ending STATE become the episode's
-columns of ``episodes.csv`` (and ``eval.csv``), as a Python solver's ``episode_values()``
-do. Start-up under MPMD: every process of the job makes
+Order: ASSIGN; HELLO, BOUNDS, METRICS; PARAMS; then RESET/ACTION each answered by a STATE
+(K = 1) or by AGENT_STATEs closed by one STEP_END (K > 1); STOP. status: 0 continue, 1
+terminal, 2 truncated; step index 0 after RESET, k after the k-th ACTION of the episode.
+With K > 1 each answer has one AGENT_STATE of every agent that has not ended (status 0
+after RESET); an agent that ended (status 1 or 2) is done until the next RESET: its rows of
+later ACTIONs are to be ignored and its later AGENT_STATEs may be left out (hpc_refer
+ignores them and repeats its last state). The simulation's episode ends when every agent
+has ended; the STEP_END of that answer carries the episode values. See
+:mod:`hpc_refer.envs.external` for the checks. The episode values of an ending STATE
+become the episode's columns of ``episodes.csv`` (and ``eval.csv``), as a Python solver's
+``episode_values()`` do. Start-up under MPMD: every process of the job makes
 ``Allgather(APPNUM)`` (int32) on ``COMM_WORLD`` and then, with several apps,
 ``Split(COMM_WORLD, appnum, world rank)``; the solver app's rank 0 receives the E ASSIGN
 messages and the app splits into E equal groups (group e = app rank // (ranks / E)).
@@ -87,10 +100,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-PROTOCOL_VERSION = 2
-"""The wire protocol's version, sent in HELLO; hpc_refer refuses any other."""
+PROTOCOL_VERSION = 3
+"""The wire protocol's version, sent in HELLO (int32[5], with n_agents)."""
+PROTOCOL_VERSIONS = (2, 3)
+"""The versions hpc_refer accepts: 2 is 3 without agents (HELLO int32[4], n_agents 1)."""
 TAG_ASSIGN, TAG_HELLO, TAG_BOUNDS, TAG_STATE, TAG_ACTION, TAG_RESET, TAG_STOP = range(101, 108)
-TAG_METRICS, TAG_PARAMS = 108, 109
+TAG_METRICS, TAG_PARAMS, TAG_AGENT_STATE, TAG_STEP_END = 108, 109, 110, 111
 """Tags of the wire protocol (see the module docstring)."""
 
 CONTINUE, TERMINAL, TRUNCATED = 0, 1, 2
@@ -112,7 +127,8 @@ class Command(NamedTuple):
     seed: int = -1
     """RESET: the episode's seed (-1: none)."""
     action: np.ndarray = np.empty(0)
-    """STEP: the action, float64[act_dim] (empty otherwise)."""
+    """STEP: the action, float64[act_dim]; with n_agents K > 1 float64[K, act_dim], agent k's
+    in row k (empty otherwise)."""
 
 
 def _check_names(names: Sequence[str], what: str) -> tuple[str, ...]:
@@ -243,19 +259,27 @@ class Client:
     """One environment's solver group, joined to its hpc_refer actor (every rank).
 
     ``Client(obs_dim, act_dim, low, high, step_metrics=(), episode_metrics=(),
-    uses_world=None)`` joins (collective over the solver's ranks; under MPMD also the Allgather
-    and Split that hpc_refer makes), declares the sizes, the action bounds, the names of the
-    per-step series (``step_metrics``) and of the per-episode values (``episode_metrics``:
-    columns of ``episodes.csv`` and the progress line; each list of distinct identifiers,
-    possibly none) and receives the run's parameters. ``uses_world``: True when the code
-    communicates on ``MPI.COMM_WORLD`` itself, so that an MPMD launch (where COMM_WORLD holds
-    hpc_refer's ranks too) is refused with an error; False when it uses :attr:`comm`; None (not
-    said): under MPMD the group's rank 0 logs one line at start-up saying that COMM_WORLD is not
-    the group (:func:`world_note`), the usual cause of a solver that hangs there.
+    uses_world=None, n_agents=1)`` joins (collective over the solver's ranks; under MPMD
+    also the Allgather and Split that hpc_refer makes), declares the sizes, the action
+    bounds, the names of the per-step series (``step_metrics``) and of the per-episode
+    values (``episode_metrics``: columns of ``episodes.csv`` and the progress line; each
+    list of distinct identifiers, possibly none) and receives the run's parameters.
+    ``uses_world``: True when the code communicates on ``MPI.COMM_WORLD`` itself, so that an
+    MPMD launch (where COMM_WORLD holds hpc_refer's ranks too) is refused with an error;
+    False when it uses :attr:`comm`; None (not said): under MPMD the group's rank 0 logs one
+    line at start-up saying that COMM_WORLD is not the group (:func:`world_note`), the usual
+    cause of a solver that hangs there.
+
+    ``n_agents``: the agents of the simulation (an integer >= 1), which share ``obs_dim``,
+    ``act_dim`` and the bounds (given per agent) and one policy. With K > 1 agents a STEP's
+    :attr:`Command.action` has shape (K, act_dim), and each answer is one
+    ``send_state(..., agent=k)`` per agent not yet ended, then :meth:`send_step_end` with
+    the step values (or :meth:`send_states` with all rows at once).
 
     Attributes: ``comm`` (this environment's ranks: use it, or in spawn/connect mode COMM_WORLD,
     for the solver's own traffic), ``rank``, ``size`` (in ``comm``), ``env``, ``envs``
-    (environment index e of E), ``obs_dim``, ``act_dim``, ``step_metrics``, ``episode_metrics``,
+    (environment index e of E), ``obs_dim``, ``act_dim``, ``n_agents``, ``step_metrics``,
+    ``episode_metrics``,
     ``params`` (dict of str, on every rank: the run's solver parameters plus ``env_index``,
     ``run_dir``, ``seed``), ``mode`` (``"mpmd"``, ``"spawn"`` or ``"connect"``).
     """
@@ -263,10 +287,18 @@ class Client:
     def __init__(self, obs_dim: int, act_dim: int, low: Iterable[float],
                  high: Iterable[float], step_metrics: Sequence[str] = (),
                  episode_metrics: Sequence[str] = (), *,
-                 uses_world: bool | None = None) -> None:
+                 uses_world: bool | None = None, n_agents: int = 1) -> None:
         from mpi4py import MPI
 
         self._mpi = MPI
+        if isinstance(n_agents, bool) or not isinstance(n_agents, int | np.integer) or (
+                n_agents < 1):
+            raise ValueError(f"Client needs n_agents an integer >= 1 (the agents of the "
+                             f"simulation), got {n_agents!r}")
+        self.n_agents = int(n_agents)
+        self._reset_answer()
+        self._done: set[int] = set()
+        """The agents that ended in this episode (rank 0)."""
         bounds = np.concatenate([np.asarray(low, np.float64).reshape(-1),
                                  np.asarray(high, np.float64).reshape(-1)])
         if obs_dim < 1 or act_dim < 1 or bounds.size != 2 * act_dim:
@@ -302,7 +334,8 @@ class Client:
         """The step index of the next STATE (0 after RESET, k after the k-th ACTION)."""
         text = np.empty(0, np.uint8)
         if self.rank == 0:
-            hello = np.array([PROTOCOL_VERSION, obs_dim, act_dim, self.size], np.int32)
+            hello = np.array([PROTOCOL_VERSION, obs_dim, act_dim, self.size,
+                              self.n_agents], np.int32)
             self.peer.Send(hello, dest=self.actor, tag=TAG_HELLO)
             self.peer.Send(bounds, dest=self.actor, tag=TAG_BOUNDS)
             self.peer.Send(np.frombuffer(names, np.uint8), dest=self.actor, tag=TAG_METRICS)
@@ -370,13 +403,25 @@ class Client:
             if min(actors) >= 0:
                 return actors
 
+    def _reset_answer(self) -> None:
+        """Rank 0: no answer in progress (no agent's state sent since the last one)."""
+        self._sent: list[int] = []
+        """The agents whose state this answer sent (in order)."""
+        self._row: np.ndarray | None = None
+        """One agent (K = 1): its [status, step, reward, state] until :meth:`send_step_end`."""
+
     def recv_action(self) -> Command:
         """The actor's next command (collective over ``comm``): RESET with its seed, STEP
-        with the action on every rank, or STOP."""
+        with the action on every rank (shape (act_dim,), or (n_agents, act_dim) with several
+        agents), or STOP."""
         mpi = self._mpi
         head = np.array([STOP, -1], np.int64)
-        action = np.empty(self.act_dim, np.float64)
+        action = np.empty(self.n_agents * self.act_dim, np.float64)
         if self.rank == 0:
+            if self._sent or self._row is not None:
+                _fail(f"send_state(..., agent=k) gave the states of agent(s) "
+                      f"{sorted(self._sent) or [0]} but no send_step_end closed the answer "
+                      f"before recv_action")
             status = mpi.Status()
             self.peer.Probe(source=self.actor, tag=mpi.ANY_TAG, status=status)
             tag = status.Get_tag()
@@ -396,38 +441,130 @@ class Client:
         if kind == STEP:
             self.comm.Bcast(action, root=0)
             self.step += 1
-            return Command(STEP, -1, action)
+            return Command(STEP, -1, action if self.n_agents == 1
+                           else action.reshape(self.n_agents, self.act_dim))
         if kind == RESET:
             self.step = 0
+            self._done = set()
             return Command(RESET, int(head[1]))
         return Command(STOP)
 
+    def _vectors(self, state: Any, step_values: Iterable[float], episode_values:
+                 Iterable[float], what: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        state = np.asarray(state, np.float64).reshape(-1)
+        values = np.asarray(tuple(step_values), np.float64).reshape(-1)
+        ending = np.asarray(tuple(episode_values), np.float64).reshape(-1)
+        if state.size != self.obs_dim or values.size != len(self.step_metrics):
+            raise ValueError(f"{what}: state has {state.size} values and step_values "
+                             f"{values.size}, expected obs_dim = {self.obs_dim} and one per "
+                             f"step metric {self.step_metrics}")
+        return state, values, ending
+
+    def _check_ending(self, ending: np.ndarray, ends: bool, what: str, status: str) -> None:
+        expected = len(self.episode_metrics) if ends else 0
+        if ending.size != expected:
+            raise ValueError(f"{what}: episode_values has {ending.size} values {status}, "
+                             f"expected {expected}: one per episode metric "
+                             f"{self.episode_metrics} with a status that ends the episode "
+                             f"(TERMINAL, TRUNCATED), none with CONTINUE")
+
     def send_state(self, state: Any, reward: float, status: int = CONTINUE,
                    step_values: Iterable[float] = (),
-                   episode_values: Iterable[float] = ()) -> None:
+                   episode_values: Iterable[float] = (), *, agent: int | None = None) -> None:
         """Answer the last RESET or ACTION; called on every rank, the arguments are read on
         ``rank`` 0 only (the others may pass None). ``state``: obs_dim values;
         ``step_values``: one value per name of ``step_metrics``; ``episode_values``: with a
         status that ends the episode (TERMINAL, TRUNCATED) one value per name of
         ``episode_metrics``, with CONTINUE none; the step index is kept by the client.
-        ValueError (on rank 0) naming the argument of another size."""
+        ValueError (on rank 0) naming the argument of another size.
+
+        ``agent=k`` (0 <= k < n_agents; required with several agents): the state, reward and
+        status of agent k alone, part of an answer that :meth:`send_step_end` closes (with
+        the step and episode values, which are then not given here). Every agent that has
+        not ended in this episode sends one per answer; an agent that ended may be left out.
+        ValueError for an agent index outside 0..n_agents-1."""
         if self.rank != 0:
             return
-        state = np.asarray(state, np.float64).reshape(-1)
-        values = np.asarray(tuple(step_values), np.float64).reshape(-1)
-        ending = np.asarray(tuple(episode_values), np.float64).reshape(-1)
-        if state.size != self.obs_dim or values.size != len(self.step_metrics):
-            raise ValueError(f"send_state: state has {state.size} values and step_values "
-                             f"{values.size}, expected obs_dim = {self.obs_dim} and one per "
-                             f"step metric {self.step_metrics}")
-        expected = len(self.episode_metrics) if status in (TERMINAL, TRUNCATED) else 0
-        if ending.size != expected:
-            raise ValueError(f"send_state: episode_values has {ending.size} values with "
-                             f"status {status}, expected {expected}: one per episode metric "
-                             f"{self.episode_metrics} with a status that ends the episode "
-                             f"(TERMINAL, TRUNCATED), none with CONTINUE")
+        if agent is not None:
+            self._send_agent(int(agent), state, reward, status, step_values, episode_values)
+            return
+        if self.n_agents > 1:
+            raise ValueError(f"send_state: this client has n_agents = {self.n_agents}: give "
+                             f"each agent's state with agent=k, then call send_step_end (or "
+                             f"send_states)")
+        state, values, ending = self._vectors(state, step_values, episode_values,
+                                              "send_state")
+        self._check_ending(ending, status in (TERMINAL, TRUNCATED), "send_state",
+                           f"with status {status}")
         message = np.concatenate([[status, self.step, reward], state, values, ending])
         self.peer.Send(message, dest=self.actor, tag=TAG_STATE)
+
+    def _send_agent(self, agent: int, state: Any, reward: float, status: int,
+                    step_values: Iterable[float], episode_values: Iterable[float]) -> None:
+        """Rank 0: agent ``agent``'s part of the answer (see :meth:`send_state`)."""
+        if not 0 <= agent < self.n_agents:
+            raise ValueError(f"send_state: agent = {agent} is outside 0..{self.n_agents - 1} "
+                             f"(n_agents = {self.n_agents})")
+        if tuple(step_values) or tuple(episode_values):
+            raise ValueError("send_state: with agent=k the step and episode values go to "
+                             "send_step_end, which closes the answer")
+        state = np.asarray(state, np.float64).reshape(-1)
+        if state.size != self.obs_dim:
+            raise ValueError(f"send_state: state of agent {agent} has {state.size} values, "
+                             f"expected obs_dim = {self.obs_dim}")
+        if status in (TERMINAL, TRUNCATED):
+            self._done.add(agent)
+        if self.n_agents == 1:  # the wire's STATE, sent by send_step_end
+            if self._row is not None:
+                raise ValueError("send_state: the state of agent 0 was given twice in one "
+                                 "answer")
+            self._row = np.concatenate([[status, self.step, reward], state])
+            return
+        self._sent.append(agent)
+        self.peer.Send(np.concatenate([[agent, status, self.step, reward], state]),
+                       dest=self.actor, tag=TAG_AGENT_STATE)
+
+    def send_step_end(self, step_values: Iterable[float] = (),
+                      episode_values: Iterable[float] = ()) -> None:
+        """Close the answer begun by ``send_state(..., agent=k)`` calls (every rank, read on
+        rank 0): ``step_values`` one per name of ``step_metrics``; ``episode_values``, when
+        every agent has ended in this episode (the simulation's episode ends), one per name
+        of ``episode_metrics``, else none. ValueError (on rank 0) naming the argument of
+        another size."""
+        if self.rank != 0:
+            return
+        if self.n_agents == 1 and self._row is None:
+            raise ValueError("send_step_end: no send_state(..., agent=0) came before it")
+        _, values, ending = self._vectors(np.zeros(self.obs_dim), step_values,
+                                          episode_values, "send_step_end")
+        ends = len(self._done) == self.n_agents
+        self._check_ending(ending, ends, "send_step_end",
+                           f"with {len(self._done)} of {self.n_agents} agents ended")
+        if self.n_agents == 1:
+            assert self._row is not None
+            message = np.concatenate([self._row, values, ending])
+            self.peer.Send(message, dest=self.actor, tag=TAG_STATE)
+        else:
+            self.peer.Send(np.concatenate([[self.step], values, ending]), dest=self.actor,
+                           tag=TAG_STEP_END)
+        self._reset_answer()
+
+    def send_states(self, states: Any, rewards: Iterable[float], statuses: Iterable[int],
+                    step_values: Iterable[float] = (),
+                    episode_values: Iterable[float] = ()) -> None:
+        """The whole answer at once (every rank, read on rank 0): ``states`` of shape
+        (n_agents, obs_dim), ``rewards`` and ``statuses`` one per agent, then
+        :meth:`send_step_end` with the step and episode values. Agents that ended earlier
+        in the episode are left out."""
+        if self.rank != 0:
+            return
+        rows = np.asarray(states, np.float64).reshape(self.n_agents, -1)
+        done = set(self._done)
+        for k, (row, reward, status) in enumerate(zip(rows, tuple(rewards), tuple(statuses),
+                                                      strict=True)):
+            if k not in done:
+                self.send_state(row, float(reward), int(status), agent=k)
+        self.send_step_end(step_values, episode_values)
 
     def finalize(self) -> None:
         """After STOP: free the communicators and disconnect from a spawning or accepting

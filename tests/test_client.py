@@ -28,8 +28,11 @@ from hpc_refer.client import (
     parse_params,
     world_note,
 )
+from hpc_refer.schema import EPISODE_FIELDS
 
 ROOT = Path(__file__).resolve().parents[1]
+COLUMNS = ",".join(EPISODE_FIELDS)
+"""The fixed columns of episodes.csv (the solver's episode metrics follow them)."""
 SOLVER = ROOT / "solvers/examples/halo_python/solver.py"
 SMALL = ["--chunk-len", "20", "--log-every", "100", f"--{VRacer.name}.hidden", "16,16",
          f"--{VRacer.name}.batch", "16", "--replay.learn-start", "100", "--replay.size", "4096"]
@@ -112,13 +115,15 @@ class Peer:
         self.sent.append((message.tolist(), tag))
 
 
-def _client(step: int) -> tuple[Client, Peer]:
-    """A client of rank 0 (obs_dim 2, step metric cd, episode metric cd_mean) at ``step``,
-    without MPI."""
+def _client(step: int, agents: int = 1) -> tuple[Client, Peer]:
+    """A client of rank 0 (obs_dim 2, step metric cd, episode metric cd_mean, ``agents``
+    agents) at ``step``, without MPI."""
     client = Client.__new__(Client)
     peer = Peer()
     client.rank, client.actor, client.peer, client.step = 0, 0, peer, step
     client.obs_dim, client.step_metrics, client.episode_metrics = 2, ("cd",), ("cd_mean",)
+    client.n_agents, client._done = agents, set()
+    client._reset_answer()
     return client, peer
 
 
@@ -218,14 +223,14 @@ def _check_training(proc: subprocess.CompletedProcess, run_dir: Path, world: int
     last = json.loads((run_dir / "train.jsonl").read_text().splitlines()[-1])
     assert last["env_step"] == 300 and last["solver_faults"] == 0 and last["grad_step"] > 0
     header, *episodes = (run_dir / "episodes.csv").read_text().splitlines()
-    assert header == "env_step,rank,return,length,wall_s,energy_mean"
+    assert header == f"{COLUMNS},energy_mean"
     assert len(episodes) == 7 and all(line.split(",")[3] == "40" for line in episodes)
     summary = json.loads((run_dir / "halo-env0.json").read_text())
     means = summary.pop("energy_means")
     assert summary == {"env": 0, "ranks": 2, "world_ranks": world,
                        "halo_exchanges": 2 * summary["steps"], "steps": summary["steps"]}
     assert summary["steps"] >= 300
-    column = [float(line.split(",")[5]) for line in episodes]
+    column = [float(line.split(",")[len(EPISODE_FIELDS)]) for line in episodes]
     assert all(math.isfinite(v) and v > 0 for v in column)
     assert column == pytest.approx(means[: len(column)], rel=1e-5)  # written with 6 digits
 
@@ -241,7 +246,7 @@ def test_training_against_a_spawned_two_rank_python_solver(tmp_path):
 
 def _energy_means(run_dir: Path) -> list[float]:
     """The energy_mean column of episodes.csv."""
-    return [float(line.split(",")[5])
+    return [float(line.split(",")[len(EPISODE_FIELDS)])
             for line in (run_dir / "episodes.csv").read_text().splitlines()[1:]]
 
 
@@ -260,7 +265,7 @@ def test_training_in_one_process_against_a_spawned_python_solver(tmp_path):
                           env=mpi_env(), capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     header = (tmp_path / "run/episodes.csv").read_text().splitlines()[0]
-    assert header == "env_step,rank,return,length,wall_s,energy_mean"
+    assert header == f"{COLUMNS},energy_mean"
     after = _energy_means(tmp_path / "run")
     means = json.loads((tmp_path / "run/halo-env0.json").read_text())["energy_means"]
     assert after[: len(before)] == before and len(after) > len(before)

@@ -48,6 +48,10 @@ from hpc_refer.envs.external import (
 )
 from hpc_refer.metrics import RunDirectory
 from hpc_refer.records import LoggedEpisode
+from hpc_refer.schema import EPISODE_FIELDS
+
+COLUMNS = ",".join(EPISODE_FIELDS)
+"""The fixed columns of episodes.csv (the solver's episode metrics follow them)."""
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -747,7 +751,7 @@ def test_episode_metric_names_are_checked_at_start_up():
         _scripted(_handshake(metrics=b"cd\n\nreturn\nlength"))
     assert str(exc.value) == ("external env 3 (spawned rank 0 of true): field 'METRICS' names "
                               "the episode metric(s) length, return, taken by episodes.csv's "
-                              "columns env_step, rank, return, length, wall_s: rename them")
+                              f"columns {', '.join(EPISODE_FIELDS)}: rename them")
     with pytest.raises(ExternalSolverError, match="field 'METRICS' ends with an empty line"):
         _scripted(_handshake(metrics=b"cd\n"))
 
@@ -769,16 +773,16 @@ def test_the_run_directory_takes_episode_metrics_declared_at_start(tmp_path):
     run.close()
     for name in ("episodes.csv", "eval.csv"):
         lines = (tmp_path / "r" / name).read_text().splitlines()
-        assert lines[0] == "env_step,rank,return,length,wall_s,energy_mean"
+        assert lines[0] == f"{COLUMNS},energy_mean"
         assert len(lines) == 2
     assert (tmp_path / "r/episodes.csv").read_text().splitlines()[1].endswith(",0.25")
     run = RunDirectory(tmp_path / "r", config, resume=(offsets, 40))
     run.declare_episode_metrics(("energy_mean",))
     assert run.metric == "energy_mean"
     run.episode(_episode(80, 0.125))
-    with pytest.raises(ValueError, match=r"episodes.csv has the columns "
-                                         r"env_step,rank,return,length,wall_s,energy_mean, but "
-                                         r"the solver declares the episode metrics \('cd',\)"):
+    with pytest.raises(ValueError, match=rf"episodes.csv has the columns "
+                                         rf"{COLUMNS},energy_mean, but the solver declares "
+                                         r"the episode metrics \('cd',\)"):
         run.declare_episode_metrics(("cd",))
     run.close()
     assert (tmp_path / "r/episodes.csv").read_text().splitlines()[2].endswith(",0.125")

@@ -17,8 +17,17 @@
 ! Per-step series: declare their names at init and pass their values with each state:
 !   call hpc_refer_init(c, obs_dim, act_dim, low, high, metrics=[character(len=2) :: 'cd', 'cl'])
 !   call hpc_refer_send_state(c, status, step, reward, state, values=[cd, cl])
-! Protocol version 2 (HELLO, BOUNDS, METRICS; PARAMS; RESET/ACTION answered by STATE; STOP):
-! see hpc_refer_client.h.
+! Several agents in one simulation (protocol 3; sizes and bounds per agent, agent indices
+! 0..n_agents-1 as in the C client and episodes.csv):
+!   call hpc_refer_init(c, obs_dim, act_dim, low, high, metrics=[...], n_agents=3)
+!   call hpc_refer_recv_action(c, actions, seed, cmd)          ! actions(act_dim * n_agents)
+!   call hpc_refer_recv_action_agent(c, k, action)             ! or agent k's row alone
+!   do k = 0, 2   ! every agent not ended yet in this episode (an ended one may be left out)
+!     call hpc_refer_send_state_agent(c, k, status(k), step, reward(k), state(:, k))
+!   end do
+!   call hpc_refer_send_step_end(c, step, values=[x_mean])      ! closes the answer
+! Protocol version 3 (HELLO with n_agents, BOUNDS, METRICS; PARAMS; RESET/ACTION answered by
+! STATE, or by AGENT_STATEs and STEP_END; STOP): see hpc_refer_client.h.
 !
 ! c%comm holds this environment's ranks (use it instead of MPI_COMM_WORLD). The three launch
 ! forms of the C header work the same way: MPMD, spawn, and a separate job that connects
@@ -35,11 +44,12 @@ module hpc_refer_client
   use, intrinsic :: iso_c_binding, only: c_int
   implicit none
   private
-  integer, parameter, public :: HPC_REFER_PROTOCOL = 2
+  integer, parameter, public :: HPC_REFER_PROTOCOL = 3
   integer, parameter, public :: HPC_REFER_TAG_ASSIGN = 101, HPC_REFER_TAG_HELLO = 102, &
        HPC_REFER_TAG_BOUNDS = 103, HPC_REFER_TAG_STATE = 104, HPC_REFER_TAG_ACTION = 105, &
        HPC_REFER_TAG_RESET = 106, HPC_REFER_TAG_STOP = 107, HPC_REFER_TAG_METRICS = 108, &
-       HPC_REFER_TAG_PARAMS = 109
+       HPC_REFER_TAG_PARAMS = 109, HPC_REFER_TAG_AGENT_STATE = 110, &
+       HPC_REFER_TAG_STEP_END = 111
   integer, parameter, public :: HPC_REFER_CONTINUE = 0, HPC_REFER_TERMINAL = 1, &
        HPC_REFER_TRUNCATED = 2
   integer, parameter, public :: HPC_REFER_RESET = 0, HPC_REFER_STEP = 1, HPC_REFER_STOP = 2
@@ -47,18 +57,22 @@ module hpc_refer_client
   type, public :: hpc_refer_t
      integer :: comm, rank, size      ! this environment's ranks
      integer :: env, envs
-     integer :: obs_dim, act_dim
+     integer :: obs_dim, act_dim      ! per agent
+     integer :: n_agents = 1          ! agents of the simulation
      integer :: n_metrics = 0         ! step metrics declared at init
      character(len=:), allocatable :: params   ! the PARAMS text: "key=value" lines
      integer :: peer, actor           ! MPI_COMM_WORLD or an intercommunicator to the actor
      integer :: app
      logical :: intercomm = .false.   ! spawn or connect: peer is disconnected at the end
      logical :: owns_mpi = .false.
-     double precision, allocatable :: buf(:)   ! 3 + obs_dim + n_metrics (rank 0)
+     double precision, allocatable :: buf(:)   ! 4 + obs_dim + n_metrics (rank 0)
+     double precision, allocatable :: actions(:)   ! act_dim * n_agents: the last ACTION
+     integer :: open = 0              ! rank 0: agents' states sent since the last step end
   end type hpc_refer_t
 
   public :: hpc_refer_init, hpc_refer_param, hpc_refer_recv_action, hpc_refer_send_state, &
-       hpc_refer_finalize
+       hpc_refer_finalize, hpc_refer_recv_action_agent, hpc_refer_send_state_agent, &
+       hpc_refer_send_step_end
 
   interface
      integer(c_int) function c_usleep(microseconds) bind(C, name='usleep')
@@ -137,15 +151,17 @@ contains
   end subroutine assign_mpmd
 
   ! Join hpc_refer (every rank): split the ranks into environments, declare the sizes, the
-  ! action bounds and the names of the per-step series (metrics, identifiers; absent: none),
-  ! and receive the run's solver parameters (hpc_refer_param).
-  subroutine hpc_refer_init(c, obs_dim, act_dim, low, high, metrics)
+  ! action bounds, the names of the per-step series (metrics, identifiers; absent: none) and
+  ! the number of agents (n_agents >= 1, absent: 1; sizes and bounds per agent), and receive
+  ! the run's solver parameters (hpc_refer_param).
+  subroutine hpc_refer_init(c, obs_dim, act_dim, low, high, metrics, n_agents)
     type(hpc_refer_t), intent(out) :: c
     integer, intent(in) :: obs_dim, act_dim
     double precision, intent(in) :: low(act_dim), high(act_dim)
     character(len=*), intent(in), optional :: metrics(:)
+    integer, intent(in), optional :: n_agents
     integer :: ierr, wrank, wsize, arank, asize, mine, parent, plen, pstat, i, length
-    integer :: head(2), hello(4), st(MPI_STATUS_SIZE)
+    integer :: head(2), hello(5), st(MPI_STATUS_SIZE)
     character(len=:), allocatable :: names
     integer(kind=MPI_ADDRESS_KIND) :: attr
     integer, allocatable :: apps(:), actors(:)
@@ -156,6 +172,10 @@ contains
     if (.not. flag) call MPI_Init(ierr)
     c%obs_dim = obs_dim
     c%act_dim = act_dim
+    if (present(n_agents)) c%n_agents = n_agents
+    if (c%n_agents < 1) call fail('hpc_refer_init: n_agents must be >= 1')
+    allocate (c%actions(act_dim * c%n_agents))
+    c%actions = 0d0
     names = ''
     if (present(metrics)) then
        c%n_metrics = size(metrics)
@@ -214,13 +234,13 @@ contains
     call MPI_Comm_rank(c%comm, c%rank, ierr)
     call MPI_Comm_size(c%comm, c%size, ierr)
     if (c%rank == 0) then
-       hello = [HPC_REFER_PROTOCOL, obs_dim, act_dim, c%size]
-       call MPI_Send(hello, 4, MPI_INTEGER, c%actor, HPC_REFER_TAG_HELLO, c%peer, ierr)
+       hello = [HPC_REFER_PROTOCOL, obs_dim, act_dim, c%size, c%n_agents]
+       call MPI_Send(hello, 5, MPI_INTEGER, c%actor, HPC_REFER_TAG_HELLO, c%peer, ierr)
        call MPI_Send([low, high], 2 * act_dim, MPI_DOUBLE_PRECISION, c%actor, &
             HPC_REFER_TAG_BOUNDS, c%peer, ierr)
        call MPI_Send(names, len(names), MPI_CHARACTER, c%actor, HPC_REFER_TAG_METRICS, &
             c%peer, ierr)
-       allocate (c%buf(3 + obs_dim + c%n_metrics))
+       allocate (c%buf(4 + obs_dim + c%n_metrics))
        call MPI_Probe(c%actor, HPC_REFER_TAG_PARAMS, c%peer, st, ierr)
        call MPI_Get_count(st, MPI_CHARACTER, length, ierr)
     end if
@@ -261,18 +281,23 @@ contains
     end do
   end subroutine hpc_refer_param
 
+  ! The actor's next command (every rank): cmd HPC_REFER_RESET (seed set, -1: none),
+  ! HPC_REFER_STEP (action set on every rank: act_dim values, with n_agents > 1 act_dim *
+  ! n_agents, agent k's at k * act_dim + 1) or HPC_REFER_STOP.
   subroutine hpc_refer_recv_action(c, action, seed, cmd)
     type(hpc_refer_t), intent(inout) :: c
-    double precision, intent(inout) :: action(c%act_dim)
+    double precision, intent(inout) :: action(c%act_dim * c%n_agents)
     integer, intent(out) :: seed, cmd
     integer :: head(2), st(MPI_STATUS_SIZE), ierr, dummy(1)
     head = [HPC_REFER_STOP, -1]
     if (c%rank == 0) then
+       if (c%open > 0) call fail('hpc_refer_send_state_agent gave agents'' states but no ' // &
+            'hpc_refer_send_step_end closed the answer before hpc_refer_recv_action')
        call MPI_Probe(c%actor, MPI_ANY_TAG, c%peer, st, ierr)
        select case (st(MPI_TAG))
        case (HPC_REFER_TAG_ACTION)
-          call MPI_Recv(action, c%act_dim, MPI_DOUBLE_PRECISION, c%actor, st(MPI_TAG), &
-               c%peer, MPI_STATUS_IGNORE, ierr)
+          call MPI_Recv(c%actions, c%act_dim * c%n_agents, MPI_DOUBLE_PRECISION, c%actor, &
+               st(MPI_TAG), c%peer, MPI_STATUS_IGNORE, ierr)
           head(1) = HPC_REFER_STEP
        case (HPC_REFER_TAG_RESET)
           call MPI_Recv(head(2), 1, MPI_INTEGER, c%actor, st(MPI_TAG), c%peer, &
@@ -286,11 +311,24 @@ contains
        end select
     end if
     call MPI_Bcast(head, 2, MPI_INTEGER, 0, c%comm, ierr)
-    if (head(1) == HPC_REFER_STEP) &
-         call MPI_Bcast(action, c%act_dim, MPI_DOUBLE_PRECISION, 0, c%comm, ierr)
+    if (head(1) == HPC_REFER_STEP) then
+       call MPI_Bcast(c%actions, c%act_dim * c%n_agents, MPI_DOUBLE_PRECISION, 0, c%comm, ierr)
+       action = c%actions
+    end if
     cmd = head(1)
     seed = head(2)
   end subroutine hpc_refer_recv_action
+
+  ! Agent agent's action (act_dim values) of the last HPC_REFER_STEP (any rank, no
+  ! communication; 0 <= agent < n_agents).
+  subroutine hpc_refer_recv_action_agent(c, agent, action)
+    type(hpc_refer_t), intent(in) :: c
+    integer, intent(in) :: agent
+    double precision, intent(out) :: action(c%act_dim)
+    if (agent < 0 .or. agent >= c%n_agents) &
+         call fail('hpc_refer_recv_action_agent: agent outside 0..n_agents-1')
+    action = c%actions(agent * c%act_dim + 1:(agent + 1) * c%act_dim)
+  end subroutine hpc_refer_recv_action_agent
 
   ! Answer a RESET or an ACTION (every rank; read on c%rank == 0): state(obs_dim) and, when
   ! step metrics were declared, their values(n_metrics).
@@ -301,6 +339,8 @@ contains
     double precision, intent(in), optional :: values(*)
     integer :: ierr
     if (c%rank /= 0) return
+    if (c%n_agents > 1) call fail('n_agents > 1 was declared: answer with ' // &
+         'hpc_refer_send_state_agent per agent and hpc_refer_send_step_end')
     c%buf(1) = status
     c%buf(2) = step
     c%buf(3) = reward
@@ -308,17 +348,77 @@ contains
     if (c%n_metrics > 0) then
        if (.not. present(values)) call fail('step metrics were declared: pass their ' // &
             'values to hpc_refer_send_state')
-       c%buf(4 + c%obs_dim:) = values(1:c%n_metrics)
+       c%buf(4 + c%obs_dim:3 + c%obs_dim + c%n_metrics) = values(1:c%n_metrics)
     end if
     call MPI_Send(c%buf, 3 + c%obs_dim + c%n_metrics, MPI_DOUBLE_PRECISION, c%actor, &
          HPC_REFER_TAG_STATE, c%peer, ierr)
   end subroutine hpc_refer_send_state
+
+  ! Agent agent's part of the answer to a RESET or an ACTION (every rank, read on c%rank ==
+  ! 0; 0 <= agent < n_agents): status, step index, reward, state(obs_dim). Each agent not done
+  ! in this episode sends one per answer (one that ended earlier may be left out);
+  ! hpc_refer_send_step_end closes the answer. With one agent the state goes out as protocol
+  ! 2's STATE in hpc_refer_send_step_end.
+  subroutine hpc_refer_send_state_agent(c, agent, status, step, reward, state)
+    type(hpc_refer_t), intent(inout) :: c
+    integer, intent(in) :: agent, status, step
+    double precision, intent(in) :: reward, state(*)
+    integer :: ierr
+    if (c%rank /= 0) return
+    if (agent < 0 .or. agent >= c%n_agents) &
+         call fail('hpc_refer_send_state_agent: agent outside 0..n_agents-1')
+    c%open = c%open + 1
+    if (c%n_agents == 1) then   ! kept for hpc_refer_send_step_end
+       if (c%open > 1) call fail('hpc_refer_send_state_agent: agent 0''s state given ' // &
+            'twice in one answer')
+       c%buf(1) = status
+       c%buf(2) = step
+       c%buf(3) = reward
+       c%buf(4:3 + c%obs_dim) = state(1:c%obs_dim)
+       return
+    end if
+    c%buf(1) = agent
+    c%buf(2) = status
+    c%buf(3) = step
+    c%buf(4) = reward
+    c%buf(5:4 + c%obs_dim) = state(1:c%obs_dim)
+    call MPI_Send(c%buf, 4 + c%obs_dim, MPI_DOUBLE_PRECISION, c%actor, &
+         HPC_REFER_TAG_AGENT_STATE, c%peer, ierr)
+  end subroutine hpc_refer_send_state_agent
+
+  ! Close the answer begun by hpc_refer_send_state_agent (every rank, read on c%rank == 0):
+  ! the step index and, when step metrics were declared, their values(n_metrics).
+  subroutine hpc_refer_send_step_end(c, step, values)
+    type(hpc_refer_t), intent(inout) :: c
+    integer, intent(in) :: step
+    double precision, intent(in), optional :: values(*)
+    integer :: ierr
+    if (c%rank /= 0) return
+    if (c%n_metrics > 0 .and. .not. present(values)) call fail('step metrics were ' // &
+         'declared: pass their values to hpc_refer_send_step_end')
+    if (c%n_agents == 1) then
+       if (c%open /= 1) call fail('hpc_refer_send_step_end: no hpc_refer_send_state_agent ' &
+            // 'before it')
+       c%open = 0
+       if (c%n_metrics > 0) c%buf(4 + c%obs_dim:3 + c%obs_dim + c%n_metrics) = &
+            values(1:c%n_metrics)
+       call MPI_Send(c%buf, 3 + c%obs_dim + c%n_metrics, MPI_DOUBLE_PRECISION, c%actor, &
+            HPC_REFER_TAG_STATE, c%peer, ierr)
+       return
+    end if
+    c%open = 0
+    c%buf(1) = step
+    if (c%n_metrics > 0) c%buf(2:1 + c%n_metrics) = values(1:c%n_metrics)
+    call MPI_Send(c%buf, 1 + c%n_metrics, MPI_DOUBLE_PRECISION, c%actor, &
+         HPC_REFER_TAG_STEP_END, c%peer, ierr)
+  end subroutine hpc_refer_send_step_end
 
   subroutine hpc_refer_finalize(c)
     type(hpc_refer_t), intent(inout) :: c
     integer :: ierr
     if (allocated(c%buf)) deallocate (c%buf)
     if (allocated(c%params)) deallocate (c%params)
+    if (allocated(c%actions)) deallocate (c%actions)
     call MPI_Comm_free(c%comm, ierr)
     if (c%intercomm) call MPI_Comm_disconnect(c%peer, ierr)
     if (c%app /= MPI_COMM_WORLD) call MPI_Comm_free(c%app, ierr)

@@ -23,6 +23,19 @@
  *   double values[2] = {cd, cl};
  *   hpc_refer_send_state_values(&c, status, step, reward, state, values);
  *
+ * Several agents in one simulation (protocol 3): K agents that share obs_dim, act_dim, the
+ * bounds (all per agent) and one policy. Declare K at init, take each agent's action, answer
+ * with each agent's state, then close the answer with the step metrics' values:
+ *   hpc_refer_init_agents(&c, &argc, &argv, obs_dim, act_dim, low, high, 0, NULL, K);
+ *   int seed, cmd = hpc_refer_recv_action(&c, NULL, &seed);  // or actions[K * act_dim]
+ *   for (k = 0; k < K; ++k) hpc_refer_recv_action_agent(&c, k, action_k);  // after a STEP
+ *   ...advance...
+ *   for (k = 0; k < K; ++k)                    // every agent not ended yet in this episode
+ *     hpc_refer_send_state_agent(&c, k, status_k, step, reward_k, state_k);
+ *   hpc_refer_send_step_end(&c, step, values);                // values: NULL when none
+ * An agent that sent status 1 or 2 is done until the next RESET: its later actions are to be
+ * ignored, its later states may be left out. The episode ends when every agent has ended.
+ *
  * Use c.comm (the ranks of this environment, c.rank / c.size) for the solver's own MPI
  * traffic instead of MPI_COMM_WORLD. Launch (see solvers/README.md):
  *   MPMD:    mpirun -n 2 python -m hpc_refer.run --env external ... : -n 4 ./solver
@@ -37,18 +50,23 @@
  *            HPC_REFER_PORT_WAIT seconds, default 600, then every rank of MPI_COMM_WORLD
  *            joins MPI_Comm_connect)
  *
- * Wire protocol, version 2 (between the actor and the group's rank 0; A = actor, S = solver;
- * d = obs_dim, a = act_dim, m = number of step metrics):
+ * Wire protocol, version 3 (between the actor and the group's rank 0; A = actor, S = solver;
+ * d = obs_dim, a = act_dim, K = n_agents, m = number of step metrics; version 2, still
+ * accepted, is K = 1 with a HELLO of int[4]):
  *   tag  dir     type[count]      content
  *   101  A -> S  int[2]           ASSIGN: environment index e, number of environments E
- *   102  S -> A  int[4]           HELLO: protocol version 2, obs_dim, act_dim, group ranks
+ *   102  S -> A  int[5]           HELLO: protocol version 3, obs_dim, act_dim, group ranks, K
  *   103  S -> A  double[2 a]      BOUNDS: action low[a] then high[a]
  *   108  S -> A  char[n]          METRICS: the step metric names, one per line (n = 0: none)
  *   109  A -> S  char[n]          PARAMS: "key=value" lines, UTF-8: the run's solver
  *                                 parameters and env_index, run_dir, seed
  *   106  A -> S  int[1]           RESET: seed (-1: none); S answers with STATE
- *   105  A -> S  double[a]        ACTION; S answers with STATE
- *   104  S -> A  double[3 + d + m] STATE: status, step index, reward, state[d], values[m]
+ *   105  A -> S  double[K a]      ACTION (agent k's at [k a, (k+1) a)); S answers with STATE
+ *   104  S -> A  double[3 + d + m] STATE (K = 1): status, step index, reward, state[d],
+ *                                 values[m]
+ *   110  S -> A  double[4 + d]    AGENT_STATE (K > 1): agent, status, step index, reward,
+ *                                 state[d]; one per agent not done, then:
+ *   111  S -> A  double[1 + m]    STEP_END (K > 1): step index, values[m]
  *   107  A -> S  int[0]           STOP
  * status: 0 continue, 1 terminal, 2 truncated; step index: 0 after RESET, k after the k-th
  * ACTION. Messages travel on MPI_COMM_WORLD (MPMD) or an intercommunicator (spawn, connect).
@@ -64,12 +82,13 @@
 #include <string.h>
 #include <time.h>
 
-#define HPC_REFER_PROTOCOL 2
+#define HPC_REFER_PROTOCOL 3
 
 enum {
   HPC_REFER_TAG_ASSIGN = 101, HPC_REFER_TAG_HELLO = 102, HPC_REFER_TAG_BOUNDS = 103,
   HPC_REFER_TAG_STATE = 104, HPC_REFER_TAG_ACTION = 105, HPC_REFER_TAG_RESET = 106,
-  HPC_REFER_TAG_STOP = 107, HPC_REFER_TAG_METRICS = 108, HPC_REFER_TAG_PARAMS = 109
+  HPC_REFER_TAG_STOP = 107, HPC_REFER_TAG_METRICS = 108, HPC_REFER_TAG_PARAMS = 109,
+  HPC_REFER_TAG_AGENT_STATE = 110, HPC_REFER_TAG_STEP_END = 111
 };
 enum { HPC_REFER_CONTINUE = 0, HPC_REFER_TERMINAL = 1, HPC_REFER_TRUNCATED = 2 };
 enum { HPC_REFER_RESET = 0, HPC_REFER_STEP = 1, HPC_REFER_STOP = 2 };
@@ -78,7 +97,8 @@ typedef struct {
   MPI_Comm comm;  /* this environment's ranks: use it for the solver's own communication */
   int rank, size; /* in comm */
   int env, envs;  /* environment index e and number E of environments */
-  int obs_dim, act_dim;
+  int obs_dim, act_dim; /* per agent */
+  int n_agents;   /* agents of the simulation (1 unless hpc_refer_init_agents said more) */
   int n_metrics;  /* number of step metrics declared at init */
   char *params;   /* the PARAMS text ("key=value" lines, NUL-terminated), on every rank */
   MPI_Comm peer;  /* MPI_COMM_WORLD (MPMD) or an intercommunicator to the actor */
@@ -86,7 +106,9 @@ typedef struct {
   MPI_Comm app;   /* this program's ranks (MPI_COMM_WORLD unless MPMD) */
   int intercomm;  /* peer is an intercommunicator (spawn, connect): disconnected at the end */
   int owns_mpi;
-  double *buf;    /* 3 + obs_dim + n_metrics doubles (rank 0) */
+  double *buf;    /* 4 + obs_dim + n_metrics doubles (rank 0) */
+  double *actions; /* n_agents * act_dim: the last ACTION, on every rank */
+  int open;       /* rank 0: agents' states sent since the last hpc_refer_send_step_end */
 } hpc_refer_client;
 
 /* Print "hpc_refer_client: <msg>" and abort the whole job (both apps). */
@@ -153,13 +175,14 @@ static inline MPI_Comm hpc_refer_connect_(const char *path) {
 }
 
 /* Join hpc_refer: split the ranks into environments, declare the sizes, the action bounds and
- * the names of n_metrics per-step series (identifiers; n_metrics = 0, names NULL: none), and
- * receive the run's solver parameters (collective over every rank of the solver; in MPMD
- * also the Allgather + Split that hpc_refer makes). */
-static inline int hpc_refer_init_metrics(hpc_refer_client *c, int *argc, char ***argv,
-                                         int obs_dim, int act_dim, const double *low,
-                                         const double *high, int n_metrics,
-                                         const char *const *names) {
+ * the names of n_metrics per-step series (identifiers; n_metrics = 0, names NULL: none) and
+ * the number of agents n_agents >= 1 (sizes and bounds per agent), and receive the run's
+ * solver parameters (collective over every rank of the solver; in MPMD also the Allgather +
+ * Split that hpc_refer makes). */
+static inline int hpc_refer_init_agents(hpc_refer_client *c, int *argc, char ***argv,
+                                        int obs_dim, int act_dim, const double *low,
+                                        const double *high, int n_metrics,
+                                        const char *const *names, int n_agents) {
   int flag, wrank, wsize, found, *attr, mine, several = 0, i, length = 0;
   const char *port_file = getenv("HPC_REFER_PORT");
   MPI_Comm parent;
@@ -167,9 +190,12 @@ static inline int hpc_refer_init_metrics(hpc_refer_client *c, int *argc, char **
   MPI_Initialized(&flag);
   c->owns_mpi = !flag;
   if (!flag) MPI_Init(argc, argv);
+  if (n_agents < 1) hpc_refer_fail("hpc_refer_init_agents: n_agents must be >= 1");
   c->obs_dim = obs_dim;
   c->act_dim = act_dim;
+  c->n_agents = n_agents;
   c->n_metrics = n_metrics;
+  c->actions = (double *)calloc((size_t)n_agents * (size_t)act_dim, sizeof(double));
   c->app = MPI_COMM_WORLD;
   MPI_Comm_get_parent(&parent);
   if (port_file != NULL && *port_file) {
@@ -226,7 +252,7 @@ static inline int hpc_refer_init_metrics(hpc_refer_client *c, int *argc, char **
   MPI_Comm_rank(c->comm, &c->rank);
   MPI_Comm_size(c->comm, &c->size);
   if (c->rank == 0) {
-    int hello[4] = {HPC_REFER_PROTOCOL, obs_dim, act_dim, c->size};
+    int hello[5] = {HPC_REFER_PROTOCOL, obs_dim, act_dim, c->size, n_agents};
     double *bounds = (double *)malloc(2 * (size_t)act_dim * sizeof(double));
     memcpy(bounds, low, (size_t)act_dim * sizeof(double));
     memcpy(bounds + act_dim, high, (size_t)act_dim * sizeof(double));
@@ -240,12 +266,12 @@ static inline int hpc_refer_init_metrics(hpc_refer_client *c, int *argc, char **
       if (i) strcat(text, "\n");
       strcat(text, names[i]);
     }
-    MPI_Send(hello, 4, MPI_INT, c->actor, HPC_REFER_TAG_HELLO, c->peer);
+    MPI_Send(hello, 5, MPI_INT, c->actor, HPC_REFER_TAG_HELLO, c->peer);
     MPI_Send(bounds, 2 * act_dim, MPI_DOUBLE, c->actor, HPC_REFER_TAG_BOUNDS, c->peer);
     MPI_Send(text, (int)strlen(text), MPI_CHAR, c->actor, HPC_REFER_TAG_METRICS, c->peer);
     free(text);
     free(bounds);
-    c->buf = (double *)malloc((3 + (size_t)obs_dim + (size_t)n_metrics) * sizeof(double));
+    c->buf = (double *)malloc((4 + (size_t)obs_dim + (size_t)n_metrics) * sizeof(double));
     MPI_Probe(c->actor, HPC_REFER_TAG_PARAMS, c->peer, &st);
     MPI_Get_count(&st, MPI_CHAR, &length);
   }
@@ -257,6 +283,15 @@ static inline int hpc_refer_init_metrics(hpc_refer_client *c, int *argc, char **
   MPI_Bcast(c->params, length, MPI_CHAR, 0, c->comm);
   c->params[length] = '\0';
   return MPI_SUCCESS;
+}
+
+/* hpc_refer_init_agents of one agent. */
+static inline int hpc_refer_init_metrics(hpc_refer_client *c, int *argc, char ***argv,
+                                         int obs_dim, int act_dim, const double *low,
+                                         const double *high, int n_metrics,
+                                         const char *const *names) {
+  return hpc_refer_init_agents(c, argc, argv, obs_dim, act_dim, low, high, n_metrics, names,
+                               1);
 }
 
 /* hpc_refer_init_metrics without step metrics. */
@@ -290,15 +325,20 @@ static inline int hpc_refer_param(const hpc_refer_client *c, const char *key, ch
 }
 
 /* Wait for the actor's next command (collective over c->comm). Returns HPC_REFER_RESET
- * (*seed set, -1: none), HPC_REFER_STEP (action[act_dim] set on every rank) or
- * HPC_REFER_STOP. */
+ * (*seed set, -1: none), HPC_REFER_STEP (action[act_dim] set on every rank; with n_agents > 1
+ * action[n_agents * act_dim], agent k's at action + k * act_dim; action may be NULL, see
+ * hpc_refer_recv_action_agent) or HPC_REFER_STOP. */
 static inline int hpc_refer_recv_action(hpc_refer_client *c, double *action, int *seed) {
-  int head[2] = {HPC_REFER_STOP, -1};
+  int head[2] = {HPC_REFER_STOP, -1}, count = c->n_agents * c->act_dim;
   if (c->rank == 0) {
     MPI_Status st;
+    if (c->open)
+      hpc_refer_fail("hpc_refer_send_state_agent gave agents' states but no "
+                     "hpc_refer_send_step_end closed the answer before hpc_refer_recv_action");
     MPI_Probe(c->actor, MPI_ANY_TAG, c->peer, &st);
     if (st.MPI_TAG == HPC_REFER_TAG_ACTION) {
-      MPI_Recv(action, c->act_dim, MPI_DOUBLE, c->actor, st.MPI_TAG, c->peer, MPI_STATUS_IGNORE);
+      MPI_Recv(c->actions, count, MPI_DOUBLE, c->actor, st.MPI_TAG, c->peer,
+               MPI_STATUS_IGNORE);
       head[0] = HPC_REFER_STEP;
     } else if (st.MPI_TAG == HPC_REFER_TAG_RESET) {
       MPI_Recv(&head[1], 1, MPI_INT, c->actor, st.MPI_TAG, c->peer, MPI_STATUS_IGNORE);
@@ -310,9 +350,23 @@ static inline int hpc_refer_recv_action(hpc_refer_client *c, double *action, int
     }
   }
   MPI_Bcast(head, 2, MPI_INT, 0, c->comm);
-  if (head[0] == HPC_REFER_STEP) MPI_Bcast(action, c->act_dim, MPI_DOUBLE, 0, c->comm);
+  if (head[0] == HPC_REFER_STEP) {
+    MPI_Bcast(c->actions, count, MPI_DOUBLE, 0, c->comm);
+    if (action) memcpy(action, c->actions, (size_t)count * sizeof(double));
+  }
   if (seed) *seed = head[1];
   return head[0];
+}
+
+/* Agent agent's action (act_dim values) of the last HPC_REFER_STEP (any rank, no
+ * communication; 0 <= agent < n_agents). */
+static inline int hpc_refer_recv_action_agent(const hpc_refer_client *c, int agent,
+                                              double *action) {
+  if (agent < 0 || agent >= c->n_agents)
+    hpc_refer_fail("hpc_refer_recv_action_agent: agent outside 0..n_agents-1");
+  memcpy(action, c->actions + (size_t)agent * (size_t)c->act_dim,
+         (size_t)c->act_dim * sizeof(double));
+  return MPI_SUCCESS;
 }
 
 /* Answer a RESET or an ACTION: called on every rank, state[obs_dim] and values[n_metrics]
@@ -321,6 +375,9 @@ static inline int hpc_refer_send_state_values(hpc_refer_client *c, int status, i
                                               double reward, const double *state,
                                               const double *values) {
   if (c->rank != 0) return MPI_SUCCESS;
+  if (c->n_agents > 1)
+    hpc_refer_fail("n_agents > 1 was declared: answer with hpc_refer_send_state_agent per "
+                   "agent and hpc_refer_send_step_end");
   if (c->n_metrics > 0 && values == NULL)
     hpc_refer_fail("step metrics were declared: send their values with "
                    "hpc_refer_send_state_values");
@@ -340,11 +397,66 @@ static inline int hpc_refer_send_state(hpc_refer_client *c, int status, int step
   return hpc_refer_send_state_values(c, status, step, reward, state, NULL);
 }
 
+/* Agent agent's part of the answer to a RESET or an ACTION (every rank, read on rank 0;
+ * 0 <= agent < n_agents): its status, reward and state[obs_dim], with the step index. Each
+ * agent not done in this episode sends one per answer (an agent that ended earlier may be left
+ * out); hpc_refer_send_step_end closes the answer. With one agent (agent 0) the state is sent
+ * as protocol 2's STATE by hpc_refer_send_step_end. */
+static inline int hpc_refer_send_state_agent(hpc_refer_client *c, int agent, int status,
+                                             int step, double reward, const double *state) {
+  if (c->rank != 0) return MPI_SUCCESS;
+  if (agent < 0 || agent >= c->n_agents)
+    hpc_refer_fail("hpc_refer_send_state_agent: agent outside 0..n_agents-1");
+  c->open += 1;
+  if (c->n_agents == 1) { /* kept for hpc_refer_send_step_end */
+    if (c->open > 1)
+      hpc_refer_fail("hpc_refer_send_state_agent: agent 0's state given twice in one answer");
+    c->buf[0] = status;
+    c->buf[1] = step;
+    c->buf[2] = reward;
+    memcpy(c->buf + 3, state, (size_t)c->obs_dim * sizeof(double));
+    return MPI_SUCCESS;
+  }
+  c->buf[0] = agent;
+  c->buf[1] = status;
+  c->buf[2] = step;
+  c->buf[3] = reward;
+  memcpy(c->buf + 4, state, (size_t)c->obs_dim * sizeof(double));
+  return MPI_Send(c->buf, 4 + c->obs_dim, MPI_DOUBLE, c->actor, HPC_REFER_TAG_AGENT_STATE,
+                  c->peer);
+}
+
+/* Close the answer begun by hpc_refer_send_state_agent (every rank, read on rank 0): the step
+ * index and the step metrics' values[n_metrics] (NULL when none were declared). */
+static inline int hpc_refer_send_step_end(hpc_refer_client *c, int step,
+                                          const double *values) {
+  int n;
+  if (c->rank != 0) return MPI_SUCCESS;
+  if (c->n_metrics > 0 && values == NULL)
+    hpc_refer_fail("step metrics were declared: pass their values to hpc_refer_send_step_end");
+  if (c->n_agents == 1) {
+    if (c->open != 1)
+      hpc_refer_fail("hpc_refer_send_step_end: no hpc_refer_send_state_agent before it");
+    c->open = 0; /* the step index is that of hpc_refer_send_state_agent */
+    if (c->n_metrics > 0)
+      memcpy(c->buf + 3 + c->obs_dim, values, (size_t)c->n_metrics * sizeof(double));
+    return MPI_Send(c->buf, 3 + c->obs_dim + c->n_metrics, MPI_DOUBLE, c->actor,
+                    HPC_REFER_TAG_STATE, c->peer);
+  }
+  c->open = 0;
+  c->buf[0] = step;
+  for (n = 0; n < c->n_metrics; ++n) c->buf[1 + n] = values[n];
+  return MPI_Send(c->buf, 1 + c->n_metrics, MPI_DOUBLE, c->actor, HPC_REFER_TAG_STEP_END,
+                  c->peer);
+}
+
 /* After HPC_REFER_STOP: free the communicators (disconnect from a spawning or accepting
  * actor) and MPI_Finalize when hpc_refer_init called MPI_Init. */
 static inline int hpc_refer_finalize(hpc_refer_client *c) {
   free(c->buf);
   c->buf = NULL;
+  free(c->actions);
+  c->actions = NULL;
   free(c->params);
   c->params = NULL;
   MPI_Comm_free(&c->comm);
