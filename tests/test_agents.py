@@ -200,6 +200,12 @@ def test_a_fault_closes_every_active_agents_episode_without_records():
     assert [(c.agent, c.end, c.act.shape[0], c.obs.shape[0]) for c, _ in messages] == [
         (a, ChunkEnd.TRUNCATED, 5, 6) for a in range(3)]
     assert all(r is None for _, r in messages)
+    # A fault right after the lanes' steps were all sent: each open episode is still closed,
+    # by a chunk of its last state alone.
+    actor = points_actor(chunk_len=6, fault_at=5)
+    messages = run_actor(actor, 9)
+    assert [(c.agent, c.end, c.act.shape[0], c.obs.shape[0]) for c, _ in messages[6:]] == [
+        (a, ChunkEnd.TRUNCATED, 0, 1) for a in range(3)]
 
 
 def test_the_actor_continues_bit_for_bit_from_its_checkpoint():
@@ -338,3 +344,17 @@ def test_the_report_draws_each_agents_and_the_summed_returns(in_tmp):
     assert "return summed over the agents of a simulation" in section
     points = int(re.search(r'data-points="(\d+)"', section).group(1))
     assert points > 4
+
+
+def test_evaluation_rounds_wait_for_the_end_of_a_simulation(in_tmp):
+    """The learner asks for evaluation only between simulations (the chunk header's
+    ``between``): an agent's episode that ends while others go on is no boundary."""
+    assert run_main(["--env", "agents_envs:Points", "--steps", "900", "--run-dir", "r",
+                     "--eval-every", "150", "--eval-episodes", "1", *SMALL]) == 0
+    evals = csv_rows(in_tmp / "r" / "eval.csv")
+    assert len(evals) >= 9 and len(evals) % 3 == 0
+    for k in range(0, len(evals), 3):  # each round: one whole simulation
+        round_ = evals[k:k + 3]
+        assert len({e["env_step"] for e in round_}) == 1
+        assert sorted((int(e["agent"]), int(e["length"])) for e in round_) == [
+            (0, 10), (1, 13), (2, 16)]

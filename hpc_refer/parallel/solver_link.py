@@ -49,14 +49,17 @@ class SolverLink:
     over COMM_WORLD when it was started in the same mpirun (MPMD), or over an
     intercommunicator: that of ``MPI_Comm_spawn``, or that of ``MPI_Comm_accept`` when the
     solver is a separate MPI job that connects to a port (see :meth:`accept`). Only the
-    group's rank 0 (the *leader*) exchanges messages with the actor (protocol version 2,
-    the constants are in :mod:`hpc_refer.client`):
+    group's rank 0 (the *leader*) exchanges messages with the actor (protocol version 3;
+    version 2, the same without n_agents, is still accepted; the constants are in
+    :mod:`hpc_refer.client`, the messages of several agents in
+    :mod:`hpc_refer.envs.external`):
 
     ====== ========== ================ ====================================================
     tag    direction  type[count]      content
     ====== ========== ================ ====================================================
     101    A -> S     int32[2]         ASSIGN: environment index e, number of envs E
-    102    S -> A     int32[4]         HELLO: protocol version (2), obs_dim, act_dim, ranks
+    102    S -> A     int32[5]         HELLO: protocol version (3), obs_dim, act_dim, ranks,
+                                       n_agents (version 2: int32[4], one agent)
     103    S -> A     float64[2 a]     BOUNDS: action low[a], then high[a]
     108    S -> A     char[n]          METRICS: step metric names, UTF-8, one per line
                                        (n = 0: none); then optionally an empty line and
