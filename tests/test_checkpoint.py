@@ -256,7 +256,7 @@ def test_a_learner_file_is_readable_with_plain_h5py_by_the_documented_names(tmp_
         assert replay["prev"].dtype == np.int32 and replay["flags"].dtype == np.uint8
         assert replay.attrs["size"] == learner.replay.size
         assert replay.attrs["head"] == learner.replay.head
-        assert set(replay["open"]) == {"source", "row", "written"}
+        assert set(replay["open"]) == {"source", "agent", "row", "written"}
         assert isinstance(state.attrs["start_env_steps"], h5py.Empty)  # None
         assert json.loads(state.attrs["rng"])["bit_generator"] == "PCG64"
         assert state["torch_rng"].dtype == np.uint8

@@ -56,7 +56,7 @@ def test_an_episode_s_end_time_travels_with_its_record():
     chunk = Chunk(np.zeros((51, 2), np.float32), np.zeros((50, 1), np.float32),
                   np.zeros(50, np.float32), np.zeros((50, 1), np.float32),
                   np.ones((50, 1), np.float32), TRUNCATED)
-    assert ChunkHeader.unpack(ChunkHeader.of(chunk, record, 3).pack()).episode == record
+    assert ChunkHeader.unpack(ChunkHeader.of(chunk, record, 3, True).pack()).episode == record
     assert unpack_episodes(pack_episodes([record, record._replace(wall_s=13.0)])) == (
         record, record._replace(wall_s=13.0))
     logged = [LoggedEpisode(400, 2, -3.5, 50, (0.7, 0.1), 12.345)]
