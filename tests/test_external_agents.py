@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from mpi_launch import mpi_env
+from test_external import ScriptedLink
 
 from hpc_refer.client import (
     CONTINUE,
@@ -44,40 +45,14 @@ FORTRAN = shutil.which("mpifort") or shutil.which("mpif90")
 NAME = "external env 3 (spawned rank 0 of true)"
 
 
-class Link:
-    """A scripted solver leader: answers with the queued (tag, values) messages and records
-    what the actor sends."""
-
-    peer = 0
-
-    def __init__(self, messages: list[tuple[int, np.ndarray]]) -> None:
-        self.messages = list(messages)
-        self.sent: list[tuple[str, object]] = []
-
-    def recv(self, deadline: float | None = None) -> tuple[int, np.ndarray]:
-        return self.messages.pop(0)
-
-    def send_params(self, text: bytes) -> None:
-        self.sent.append(("params", text))
-
-    def send_reset(self, seed: int) -> None:
-        self.sent.append(("reset", seed))
-
-    def send_action(self, action: np.ndarray) -> None:
-        self.sent.append(("action", action))
-
-    def close(self, disconnect: bool = True) -> None:
-        self.sent.append(("close", disconnect))
-
-
 class Links:
-    def __init__(self, link: Link) -> None:
+    def __init__(self, link: ScriptedLink) -> None:
         self.link = link
 
     def app_count(self) -> int:
         return 1
 
-    def spawn(self, *args: object) -> Link:
+    def spawn(self, *args: object) -> ScriptedLink:
         return self.link
 
 
@@ -100,8 +75,8 @@ def end(step: float, *values: float) -> tuple[int, np.ndarray]:
     return TAG_STEP_END, np.array([step, *values], np.float64)
 
 
-def scripted(messages: list[tuple[int, np.ndarray]]) -> tuple[ExternalEnv, Link]:
-    link = Link(messages)
+def scripted(messages: list[tuple[int, np.ndarray]]) -> tuple[ExternalEnv, ScriptedLink]:
+    link = ScriptedLink(messages)
     env = ExternalEnv("external:true", 3, 4, links=Links(link))  # type: ignore[arg-type]
     return env, link
 

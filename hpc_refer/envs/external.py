@@ -476,6 +476,13 @@ class ExternalEnv:
         if bad.size:
             raise self._fault(f"state[{bad[0]}]", f"= {state[bad[0]]} is not finite "
                                                   f"({bad.size} such values)")
+        self._take_values(values, ending, ends and what == "ACTION")
+        self.answered = True
+        return state, float(reward), Status(int(status))
+
+    def _take_values(self, values: np.ndarray, ending: np.ndarray, episode_end: bool) -> None:
+        """An answer's step metric values and (``episode_end``: it ends an episode after an
+        ACTION) episode metric values, checked finite, kept for the driver."""
         bad = np.flatnonzero(~np.isfinite(values))
         if bad.size:
             raise self._fault(f"step value {self.step_metric_names[bad[0]]}",
@@ -485,10 +492,8 @@ class ExternalEnv:
             raise self._fault(f"episode value {self.episode_metrics[bad[0]]}",
                               f"= {ending[bad[0]]} is not finite")
         self.step_values = values
-        if ends and what == "ACTION":
+        if episode_end:
             self._episode_values = ending
-        self.answered = True
-        return state, float(reward), Status(int(status))
 
     def _check_alive(self) -> None:
         if self.broken:
@@ -547,17 +552,7 @@ class ExternalEnv:
         if msg[0] != self.t:
             raise self._fault("step", f"= {msg[0]} in STEP_END, expected {self.t}")
         values, ending = msg[1 : 1 + m], msg[1 + m :]
-        bad = np.flatnonzero(~np.isfinite(values))
-        if bad.size:
-            raise self._fault(f"step value {self.step_metric_names[bad[0]]}",
-                              f"= {values[bad[0]]} is not finite")
-        bad = np.flatnonzero(~np.isfinite(ending))
-        if bad.size:
-            raise self._fault(f"episode value {self.episode_metrics[bad[0]]}",
-                              f"= {ending[bad[0]]} is not finite")
-        self.step_values = values
-        if ends and what == "ACTION":
-            self._episode_values = ending
+        self._take_values(values, ending, ends and what == "ACTION")
         self._done = ended
         self._last = (states, rewards, statuses)
         self.answered = True
