@@ -219,11 +219,14 @@ class RunConfig:
     )
     env: str = option(
         "HalfCheetah-v5",
-        "environment: a continuous-action gymnasium id, a built-in solver (Diffusion1D, KS), "
-        "package.module:Class, or an external MPI solver: external, 'external:[-n K] PROGRAM "
-        "[ARGS]', 'external:--connect DIR' (solvers/README.md)",
+        "environment: a continuous-action gymnasium id, a built-in solver (Diffusion1D, KS, "
+        "KSAgents, CylinderJets, CylinderJetsAgents), package.module:Class, a PettingZoo "
+        "ParallelEnv as pettingzoo:package.module:factory, or an external MPI solver: "
+        "external, 'external:[-n K] PROGRAM [ARGS]', 'external:--connect DIR' "
+        "(solvers/README.md)",
     )
-    steps: int = option(1_000_000, "total environment steps over all actors")
+    steps: int = option(1_000_000, "total environment steps over all actors (stored "
+                        "transitions: n per simulation step with n agents)")
     seed: int = option(0, "random seed (environment, networks, sampling)")
     run_dir: str = option("", "run directory; empty: runs/<env>-<algo>-<mode>-seed<seed>[-k]")
     log_every: int = option(
