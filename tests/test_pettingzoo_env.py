@@ -13,6 +13,7 @@ different steps), checked by PettingZoo's own ``parallel_api_test``. It is loade
 
 from __future__ import annotations
 
+import csv
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -344,3 +345,17 @@ def test_the_package_and_the_adapter_agree_on_the_prefix():
 def test_a_pettingzoo_env_runs_on_one_rank():
     with pytest.raises(ConfigError, match="is a PettingZoo environment and runs on one rank"):
         env_factory(SolverSpec(ID, ranks_per_env=2))
+
+
+def test_a_parallel_env_trains_end_to_end_with_one_episode_per_agent(in_tmp):
+    """``--env pettingzoo:...`` through the whole run: each agent's episodes in
+    episodes.csv with its index, its length at most ``max_cycles``."""
+    from hpc_refer.run import main as run_main
+
+    assert run_main(["--env", ID, "--env.n_agents", "2", "--env.max_cycles", "12",
+                     "--steps", "600", "--replay.size", "1000", "--replay.learn-start", "200",
+                     "--vracer.batch", "16", "--vracer.hidden", "8,8", "--run-dir", "r"]) == 0
+    with (in_tmp / "r" / "episodes.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert {r["agent"] for r in rows} == {"0", "1"}
+    assert all(1 <= int(r["length"]) <= 12 for r in rows)
