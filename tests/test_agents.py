@@ -21,6 +21,8 @@ import numpy as np
 import pytest
 import torch
 from agents_envs import Points
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from mpi_launch import mpi_env, mpirun_exe
 from test_restart import assert_same_arrays, newest_checkpoint, rows
 
@@ -358,3 +360,44 @@ def test_evaluation_rounds_wait_for_the_end_of_a_simulation(in_tmp):
         assert len({e["env_step"] for e in round_}) == 1
         assert sorted((int(e["agent"]), int(e["length"])) for e in round_) == [
             (0, 10), (1, 13), (2, 16)]
+
+
+@settings(max_examples=30, deadline=None)
+@given(agents=st.integers(2, 5), horizon=st.integers(2, 9), chunk_len=st.integers(1, 20),
+       budgets=st.lists(st.integers(1, 20), min_size=1, max_size=6),
+       fault_at=st.sampled_from([0, 0, 3, 17]))
+def test_any_budgets_keep_every_agents_steps_in_order(agents, horizon, chunk_len, budgets,
+                                                      fault_at):
+    """Whatever the budgets, chunk length, agent count and faults: no chunk exceeds its
+    budget; each agent's chunks, in the order sent, form its episodes (only the last chunk
+    of an episode ends it; a finished one has the agent's length unless a fault cut it);
+    and every step taken is sent, pending or waiting in the outbox."""
+    actor = points_actor(agents=agents, chunk_len=chunk_len, horizon=horizon,
+                         fault_at=fault_at)
+    taken = [0]
+    step_agents = actor.env.step_agents
+
+    def counted(actions):  # transitions answered: one per agent active in the step
+        active = int(actor._active.sum())
+        answer = step_agents(actions)
+        taken[0] += active
+        return answer
+
+    actor.env.step_agents = counted
+    messages = run_actor(actor, 40, budgets)
+    for k, (chunk, record) in enumerate(messages):
+        assert chunk.act.shape[0] <= min(chunk_len, budgets[k % len(budgets)])
+        assert (record is not None) <= (chunk.end != ChunkEnd.OPEN)
+    for agent in range(agents):
+        steps = 0
+        for chunk, record in (m for m in messages if m[0].agent == agent):
+            steps += chunk.act.shape[0]
+            if record is not None:
+                assert record.length == steps == horizon + 3 * agent
+            if chunk.end != ChunkEnd.OPEN:
+                assert steps <= horizon + 3 * agent
+                steps = 0
+    sent = sum(c.act.shape[0] for c, _ in messages)
+    pending = sum(len(lane.pending.act) for lane in actor._lanes)
+    held = sum(c.act.shape[0] for c, _ in actor._outbox)
+    assert sent + pending + held == taken[0]
