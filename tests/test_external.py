@@ -35,17 +35,13 @@ from hpc_refer.client import (
 from hpc_refer.config import ConfigError, build_config
 from hpc_refer.envs import SolverSpec, TeamDriver, check_env, make_driver
 from hpc_refer.envs.external import (
-    CONNECT,
-    SPAWN,
     ExternalEnv,
     ExternalSolverError,
     SolverFailure,
     SolverFault,
     SolverStartError,
-    check_apps,
-    check_port_dir,
-    parse_spec,
 )
+from hpc_refer.envs.launch import CONNECT, SPAWN, check_apps, check_port_dir, parse_spec
 from hpc_refer.metrics import RunDirectory
 from hpc_refer.records import LoggedEpisode
 from hpc_refer.schema import EPISODE_FIELDS

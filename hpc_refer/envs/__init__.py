@@ -96,7 +96,7 @@ cannot start)``; the traceback travels with it (its ``details``) for the run's l
 
 The team is a :class:`~hpc_refer.envs.interface.Team` (a protocol: what a solver may call);
 hpc_refer's entry points build its MPI implementation (:class:`hpc_refer.parallel.MpiTeam`)
-and pass it in, as they pass an external solver's :class:`~hpc_refer.envs.external.Links`
+and pass it in, as they pass an external solver's :class:`~hpc_refer.envs.launch.Links`
 to :func:`make_driver`: nothing in this package imports :mod:`hpc_refer.parallel`.
 
 ``--env`` selects: a built-in solver by name (``Diffusion1D``), a user's class as
@@ -140,14 +140,7 @@ from hpc_refer.config import Config, ConfigError
 from hpc_refer.envs.calls import start_solver
 from hpc_refer.envs.checks import check_step, metric_names
 from hpc_refer.envs.driver import TeamDriver, serve_team
-from hpc_refer.envs.external import (
-    ExternalEnv,
-    Links,
-    check_apps,
-    check_port_dir,
-    is_external,
-    parse_spec,
-)
+from hpc_refer.envs.external import ExternalEnv
 from hpc_refer.envs.interface import (
     EnvironmentFinished,
     SolverFailure,
@@ -156,6 +149,7 @@ from hpc_refer.envs.interface import (
     Status,
     Team,
 )
+from hpc_refer.envs.launch import Links, check_apps, check_port_dir, is_external, parse_spec
 from hpc_refer.layout import SeedRole, role_seed
 from hpc_refer.schema import EPISODE_FIELDS
 
@@ -480,7 +474,7 @@ def env_dims(spec: SolverSpec) -> tuple[int, int] | None:
 def check_env(spec: SolverSpec, apps: int) -> None:
     """Start-up validation of ``spec`` on every rank, before any environment exists:
     :func:`env_dims`, and for an external solver the launch in an mpirun of ``apps`` apps
-    (:func:`~hpc_refer.envs.external.check_apps`; the caller counts them,
+    (:func:`~hpc_refer.envs.launch.check_apps`; the caller counts them,
     :func:`hpc_refer.parallel.app_count`) and the port directory of
     ``external:--connect DIR``."""
     env_dims(spec)

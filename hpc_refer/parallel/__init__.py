@@ -5,7 +5,7 @@
 Algorithms, networks, replay, environments, checkpoints and the prediction suite never import
 this package; they receive the objects created here as arguments, typed by protocols defined
 below it: :class:`MpiTeam` is a :class:`~hpc_refer.envs.interface.Team`, :class:`MpiLinks`
-the :class:`~hpc_refer.envs.external.Links` of external solvers, :class:`MpiReducer` a
+the :class:`~hpc_refer.envs.launch.Links` of external solvers, :class:`MpiReducer` a
 :class:`~hpc_refer.collectives.Reducer`.
 
 mpi4py is imported lazily, at the first call that needs it, so importing hpc_refer never

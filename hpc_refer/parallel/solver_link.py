@@ -214,7 +214,7 @@ class SolverLink:
 
 class MpiLinks:
     """How actors reach their external solver groups over MPI: the
-    :class:`~hpc_refer.envs.external.Links` that hpc_refer's entry points (training, evaluate)
+    :class:`~hpc_refer.envs.launch.Links` that hpc_refer's entry points (training, evaluate)
     create and pass to the environments, so that :mod:`hpc_refer.envs` makes no MPI call of
     its own. Each method is the :class:`SolverLink` constructor of the same name."""
 
