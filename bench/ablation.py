@@ -272,10 +272,25 @@ def load_run(run_dir: Path) -> Run:
                int(cfg["run"]["seed"]), int(steps), last.get("beta"), last.get("far_fraction"))
 
 
+def in_progress(run_dir: Path) -> bool:
+    """Whether the run's state.txt says it is still running (or was killed while running):
+    its last windows are not results yet."""
+    state = run_dir / "state.txt"
+    return state.is_file() and state.read_text().split(":", 1)[0].strip() == "running"
+
+
 def find_runs(root: Path) -> list[Run]:
-    """The run directories (config.toml and episodes.csv) under ``root``, at any depth."""
-    return [load_run(p.parent) for p in sorted(root.rglob("config.toml"))
-            if (p.parent / "episodes.csv").is_file()]
+    """The run directories (config.toml and episodes.csv) under ``root``, at any depth, but
+    those still running (each named in one line)."""
+    runs = []
+    for p in sorted(root.rglob("config.toml")):
+        if not (p.parent / "episodes.csv").is_file():
+            continue
+        if in_progress(p.parent):
+            print(f"skip  {p.parent}  (still running: not a result yet)")
+            continue
+        runs.append(load_run(p.parent))
+    return runs
 
 
 def complete_windows(run: Run, window: int) -> tuple[np.ndarray, np.ndarray]:

@@ -222,3 +222,19 @@ def test_report_writes_figure_json_and_table(fake_ablation, tmp_path, capsys):
 
 def test_report_refuses_an_empty_root(tmp_path):
     assert ablation.main(["report", str(tmp_path), "--name", "x", "--out", str(tmp_path)]) == 2
+
+
+def test_a_run_still_running_is_left_out_of_the_report(fake_ablation, tmp_path, capsys):
+    running = fake_run(fake_ablation, "naf", "er", 7, [(10, -99.0), (120, -99.0)], [100])
+    (running / "state.txt").write_text("running\n")
+    out = tmp_path / "out"
+    assert ablation.main(["report", str(fake_ablation), "--name", "abl", "--window", "100",
+                          "--out", str(out)]) == 0
+    assert f"skip  {running}  (still running" in capsys.readouterr().out
+    groups = json.loads((out / "abl.json").read_text())["groups"]
+    assert not [g for g in groups if g["algorithm"] == "naf" and g["mode"] == "er"]
+    (running / "state.txt").write_text("finished\n")
+    assert ablation.main(["report", str(fake_ablation), "--name", "abl", "--window", "100",
+                          "--out", str(out)]) == 0
+    groups = json.loads((out / "abl.json").read_text())["groups"]
+    assert [g["seeds"] for g in groups if (g["algorithm"], g["mode"]) == ("naf", "er")] == [[7]]
