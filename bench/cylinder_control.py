@@ -2,7 +2,10 @@
 teams under mpirun, then the trained mean policy against the uncontrolled flow.
 
 ``python bench/cylinder_control.py [--ranks 4] [--ranks-per-env 1] [--steps 100000]
-[--horizon 240] [--seed 0]``
+[--horizon 240] [--seed 0] [--agents]``
+
+(``--agents``: the two jets as two agents, ``CylinderJetsAgents``, for the same number of
+simulation steps: ``run.steps`` is twice ``--steps``.)
 
 1. makes the start state of ``--resolution`` (default 20) if it is missing
    (``python -m hpc_refer.envs.cylinder_jets --make-start``);
@@ -71,27 +74,34 @@ MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
 
 
 def train_command(args: argparse.Namespace, start: Path) -> list[str]:
-    """The mpirun command line of the training run."""
+    """The mpirun command line of the training run (``--agents``: CylinderJetsAgents, two
+    transitions per simulation step, so ``run.steps`` is twice ``--steps``)."""
+    steps = args.steps * (2 if args.agents else 1)
     return ["mpirun", "-n", str(args.ranks), sys.executable, "-m", "hpc_refer.run",
-            "--env", "CylinderJets", "--env.resolution", str(args.resolution),
+            "--env", "CylinderJetsAgents" if args.agents else "CylinderJets",
+            "--env.resolution", str(args.resolution),
             "--env.start_file", str(start), "--learners", "1",
             "--env.horizon", str(args.horizon),
-            "--ranks-per-env", str(args.ranks_per_env), "--steps", str(args.steps),
-            "--seed", str(args.seed), "--log-every", str(max(args.steps // 50, 1)),
+            "--ranks-per-env", str(args.ranks_per_env), "--steps", str(steps),
+            "--seed", str(args.seed), "--log-every", str(max(steps // 50, 1)),
             "--run-dir", str(args.run_dir), *TRAIN_FLAGS]
 
 
-def run_episode(env: cj.CylinderJets, seed: int, horizon: int,
+def run_episode(env: cj.CylinderJets | cj.CylinderJetsAgents, seed: int, horizon: int,
                 policy: object | None) -> dict[str, np.ndarray]:
     """One evaluation from reset(seed) over ``horizon`` control steps (past the training
-    episode's truncation): per step c_D, c_L (control-step means) and the action."""
+    episode's truncation): per step c_D, c_L (control-step means) and the jet action (with
+    agents, q = (a0 - a1) / 2, the single agent's action that gives the same jets)."""
+    agents = isinstance(env, cj.CylinderJetsAgents)
     obs = env.reset(seed)
     rows = []
     for _ in range(horizon):
-        mean = policy(obs)[0] if policy is not None else np.zeros(1)  # type: ignore[operator]
+        mean = (policy(obs)[0] if policy is not None  # type: ignore[operator]
+                else np.zeros((2, 1) if agents else 1))
         action = np.clip(np.asarray(mean, np.float64), -1.0, 1.0)
         obs, _, _ = env.step(action)
-        rows.append((*env.step_values(), float(action[0])))
+        jet = 0.5 * (action[0, 0] - action[1, 0]) if agents else action[0]
+        rows.append((*env.step_values(), float(jet)))
     out = np.array(rows)
     return {"cD": out[:, 0], "cL": out[:, 1], "action": out[:, 2]}
 
@@ -151,8 +161,8 @@ def series_figure(base: dict[str, np.ndarray], ctrl: dict[str, np.ndarray], dt: 
     plt.close(fig)
 
 
-def vorticity_figure(snaps: list[tuple[str, np.ndarray]], env: cj.CylinderJets,
-                     out: Path) -> None:
+def vorticity_figure(snaps: list[tuple[str, np.ndarray]],
+                     env: cj.CylinderJets | cj.CylinderJetsAgents, out: Path) -> None:
     """The vorticity of each snapshot, one panel each, on one colour scale."""
     vmax = max(snapshot_scale(image) for _, image in snaps)
     fig, axes = plt.subplots(len(snaps), 1, figsize=(10, 2.4 * len(snaps)),
@@ -182,6 +192,9 @@ def main() -> int:
     parser.add_argument("--eval-seeds", type=int, default=6, help="start phases evaluated")
     parser.add_argument("--eval-horizon", type=int, default=3 * EVAL_CUT)
     parser.add_argument("--name", default="cylinder_control")
+    parser.add_argument("--agents", action="store_true",
+                        help="the two jets as two mirror-symmetric agents sharing a policy "
+                        "(CylinderJetsAgents); --steps counts simulation steps either way")
     args = parser.parse_args()
     start = cj.start_path(args.resolution)
     if not start.exists():
@@ -207,8 +220,8 @@ def main() -> int:
     net = load_policy(args.run_dir / "policy.h5").policy
     records = (args.run_dir / "train.jsonl").read_text().splitlines()
     policy = net.numpy_policy()
-    env = cj.CylinderJets(resolution=args.resolution, start_file=str(start),
-                          horizon=args.eval_horizon)
+    flow = cj.CylinderJetsAgents if args.agents else cj.CylinderJets
+    env = flow(resolution=args.resolution, start_file=str(start), horizon=args.eval_horizon)
     base, ctrl, snaps = [], [], []
     for k in range(args.eval_seeds):
         seed = EVAL_SEED0 + k
@@ -240,6 +253,7 @@ def main() -> int:
                   f"{args.ranks_per_env} rank(s), on {os.cpu_count()} cores",
         "resolution": args.resolution,
         "train_steps": args.continue_to or args.steps,
+        "agents": bool(args.agents),
         "train_wall_s": None if train_wall is None else round(train_wall, 1),
         "train_last_progress": train_log[-1] if train_log else "",
         "policy_env_step": json.loads(records[-1])["env_step"] if records else None,
