@@ -41,7 +41,7 @@ import numpy as np
 
 from hpc_refer import logs
 from hpc_refer.config import Config, Sampling
-from hpc_refer.records import LoggedEpisode
+from hpc_refer.records import LoggedEpisode, Simulation, Simulations
 from hpc_refer.run_clock import CLOCK
 from hpc_refer.run_lock import RunLock, RunLockedError, busy_message, inspect
 from hpc_refer.schema import (
@@ -166,6 +166,8 @@ class RunDirectory:
         """The handler that writes rank 0's log records to log.txt (:mod:`hpc_refer.logs`)."""
         self.recent: deque[float] = deque(maxlen=20)
         self.recent_metric: deque[float] = deque(maxlen=20)
+        self._simulations = Simulations()
+        """Each actor's episodes grouped into simulations (TensorBoard's summed returns)."""
         self._board = (_event_writer(path / TENSORBOARD_DIR) if config.run.tensorboard
                        else None)
         self._report = report
@@ -270,8 +272,10 @@ class RunDirectory:
         """A finished training episode: a row of episodes.csv, the progress line's means and
         (with ``run.tensorboard``) the ``episode/<name>`` scalars, the return also as
         ``episode/return_agent_<i>`` (one series per agent of a simulation; agent 0 only for
-        a solver of one agent; the metrics' nan of agents that finished early are left
-        out)."""
+        a solver of one agent; the metrics' nan of agents that finished early are left out)
+        and, with several agents, the summed return of each simulation once the next one of
+        its actor shows that it ended (``episode/return_summed``; the last ones at
+        :meth:`close`)."""
         self._episode_writer.writerow(self._row(episode))
         env_step, values = episode.env_step, episode.values
         self.recent.append(episode.ret)
@@ -282,6 +286,8 @@ class RunDirectory:
             self._board.add_scalar("episode/length", episode.length, env_step)
             self._board.add_scalar(f"episode/return_agent_{episode.agent}", episode.ret,
                                    env_step)
+            self._summed(self._simulations.add(episode.actor, episode.agent, episode.ret,
+                                               env_step))
             for name, value in zip(self._metric_names, values, strict=True):
                 if not math.isnan(value):
                     self._board.add_scalar(f"episode/{name}", value, env_step)
@@ -349,8 +355,18 @@ class RunDirectory:
                 f.close()
         logs.close_log_file(self._log)
         if self._board is not None:
+            for simulation in self._simulations.open():
+                self._summed(simulation)
             self._board.close()
         self.lock.release()
+
+    def _summed(self, simulation: Simulation | None) -> None:
+        """TensorBoard's ``episode/return_summed``: a finished simulation's return summed over
+        its agents, at the env step of its last agent's episode (simulations of one agent
+        have none)."""
+        if simulation is not None and simulation.agents > 1 and self._board is not None:
+            self._board.add_scalar("episode/return_summed", simulation.summed_return,
+                                   simulation.env_step)
 
 
 def _fields_of(path: Path) -> tuple[str, ...]:

@@ -184,6 +184,42 @@ class LoggedEpisode(NamedTuple):
     """Whose episode it is (:attr:`EpisodeRecord.agent`)."""
 
 
+class Simulation(NamedTuple):
+    """The episodes of one simulation of several agents, as its actor's episodes show it."""
+
+    env_step: int
+    """Env step of its last agent's episode."""
+    summed_return: float
+    """The sum of its agents' returns."""
+    agents: int
+    """The agents recorded (fewer than the simulation's when a fault cut it)."""
+
+
+class Simulations:
+    """Groups each actor's episodes, in the order they are logged, into simulations: every
+    agent of a simulation ends its episode once, so a simulation ends where an agent index
+    of the same actor repeats (its sum is known when the next one begins; :meth:`open` holds
+    the last ones)."""
+
+    def __init__(self) -> None:
+        self._open: dict[int, tuple[set[int], float, int]] = {}
+
+    def add(self, actor: int, agent: int, ret: float, env_step: int) -> Simulation | None:
+        """Book an episode; the simulation it closes (the actor's previous one), if any."""
+        seen, total, step = self._open.get(actor, (set(), 0.0, 0))
+        done = None
+        if agent in seen:
+            done = Simulation(step, total, len(seen))
+            seen, total = set(), 0.0
+        seen.add(agent)
+        self._open[actor] = (seen, total + ret, env_step)
+        return done
+
+    def open(self) -> list[Simulation]:
+        """The simulations whose end no later episode has shown yet, one per actor."""
+        return [Simulation(step, total, len(seen)) for seen, total, step in self._open.values()]
+
+
 StateTree = dict[str, Any]
 """What an owner of run state hands to a checkpoint (``checkpoint_state()``) and takes back
 (``restore_state(tree)``): nested dicts whose leaves are numpy arrays, Python scalars

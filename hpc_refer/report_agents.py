@@ -4,9 +4,9 @@ over the agents of each simulation, against environment steps.
 
 A simulation's episodes are found from the rows alone: the rows of one actor (``rank``) in
 the order they were written hold each agent once per simulation, so a simulation ends where
-an agent index repeats. A simulation cut by a solver fault records only the agents that
-finished before it, and its sum then counts fewer agents (the caption says how many sums
-are incomplete).
+an agent index repeats (:class:`~hpc_refer.records.Simulations`). A simulation cut by a
+solver fault records only the agents that finished before it, and its sum then counts fewer
+agents (the caption says how many sums are incomplete).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from hpc_refer.plot import window_means
+from hpc_refer.records import Simulation, Simulations
 from hpc_refer.report_figures import absent, figure
 
 Episodes = Sequence[dict[str, str]]
@@ -28,21 +29,13 @@ def agent_count(rows: Episodes) -> int:
     return 1 + max((int(r.get("agent") or 0) for r in rows), default=0)
 
 
-def simulations(rows: Episodes) -> list[tuple[int, float, int]]:
-    """(env step of its last episode, summed return, agents recorded) of each simulation,
-    per actor in the order of the rows (see the module's docstring)."""
-    out: list[tuple[int, float, int]] = []
-    open_: dict[str, tuple[set[int], float, int]] = {}
-    for r in rows:
-        rank, agent = r["rank"], int(r.get("agent") or 0)
-        seen, total, step = open_.get(rank, (set(), 0.0, 0))
-        if agent in seen:
-            out.append((step, total, len(seen)))
-            seen, total = set(), 0.0
-        seen.add(agent)
-        open_[rank] = (seen, total + float(r["return"]), int(r["env_step"]))
-    out += [(step, total, len(seen)) for seen, total, step in open_.values()]
-    return sorted(out)
+def simulations(rows: Episodes) -> list[Simulation]:
+    """Each simulation of the rows (per actor in the order of the rows, see
+    :class:`~hpc_refer.records.Simulations`), by env step."""
+    sims = Simulations()
+    out = [done for r in rows if (done := sims.add(int(r["rank"]), int(r.get("agent") or 0),
+                                                   float(r["return"]), int(r["env_step"])))]
+    return sorted(out + sims.open())
 
 
 def agents_section(runs: Sequence[tuple[str, Episodes]], window: int) -> str:

@@ -33,6 +33,7 @@ def test_tensorboard_events_hold_the_same_scalars_as_train_jsonl(in_tmp):
         episodes = list(csv.DictReader(f))
     returns = events.Scalars("episode/return")
     assert [r.step for r in returns] == [int(e["env_step"]) for e in episodes]
+    assert "episode/return_summed" not in events.Tags()["scalars"]  # one agent: no sums
     assert [r.value for r in returns] == pytest.approx([float(e["return"]) for e in episodes],
                                                        rel=1e-5)
 
@@ -57,3 +58,9 @@ def test_each_agents_returns_are_a_series_of_their_own(in_tmp):
                                                          rel=1e-5)
     spread = events.Scalars("episode/spread")  # only the agents that end their simulation
     assert len(spread) == sum(e["spread"] != "nan" for e in episodes) > 0
+    summed = events.Scalars("episode/return_summed")  # every simulation, each agent once
+    sims = [episodes[k:k + 3] for k in range(0, len(episodes) - len(episodes) % 3, 3)]
+    assert all(sorted(e["agent"] for e in sim) == ["0", "1", "2"] for sim in sims)
+    assert [s.step for s in summed[:len(sims)]] == [int(sim[-1]["env_step"]) for sim in sims]
+    assert [s.value for s in summed[:len(sims)]] == pytest.approx(
+        [sum(float(e["return"]) for e in sim) for sim in sims], rel=1e-5)
