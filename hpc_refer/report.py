@@ -51,7 +51,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from hpc_refer.plot import auto_window, draw_learning_curves, run_label, window_means
-from hpc_refer.report_agents import agents_section
+from hpc_refer.report_agents import agent_count, agents_section
 from hpc_refer.report_figures import absent, figure, read_csv, reference
 from hpc_refer.run_lock import died_message, inspect
 from hpc_refer.schema import (
@@ -463,8 +463,6 @@ def render(runs: list[Run], window: int | None = None) -> str:
         ("Throughput", throughput_section(runs)),
         ("Solver faults", faults_section(runs)),
         ("Episode metrics", metrics_section(runs, window)),
-        ("Agents", agents_section([(r.name, r.episodes) for r in runs],
-                                  window or auto_window([r.path for r in runs]))),
         ("Per-step series", series_section(runs)),
         ("Flow fields", fields_section(runs)),
         ("Configuration", "".join(f"<details><summary>{html.escape(r.name)}: {CONFIG_FILE}"
@@ -472,6 +470,10 @@ def render(runs: list[Run], window: int | None = None) -> str:
                                   "</details>" for r in runs)),
         ("Machine", "".join(_machine_table(r) for r in runs)),
     ]
+    if any(agent_count(r.episodes) > 1 for r in runs):  # a section for several agents
+        named = [(r.name, r.episodes) for r in runs]
+        sections.insert(8, ("Agents", agents_section(
+            named, window or auto_window([r.path for r in runs]))))
     body = "".join(f"<section><h2>{html.escape(h)}</h2>{content}</section>"
                    for h, content in sections)
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -18,7 +18,7 @@ import numpy as np
 
 from hpc_refer.plot import window_means
 from hpc_refer.records import Simulation, Simulations
-from hpc_refer.report_figures import absent, figure
+from hpc_refer.report_figures import figure
 
 Episodes = Sequence[dict[str, str]]
 """The rows of one run's episodes.csv."""
@@ -40,10 +40,9 @@ def simulations(rows: Episodes) -> list[Simulation]:
 
 def agents_section(runs: Sequence[tuple[str, Episodes]], window: int) -> str:
     """The section's HTML: per-agent and summed returns (mean per window of ``window``
-    environment steps) of each run (name, episodes.csv rows) with several agents."""
+    environment steps) of each run (name, episodes.csv rows) with several agents (the report
+    has the section when at least one run has)."""
     multi = [(name, rows) for name, rows in runs if agent_count(rows) > 1]
-    if not multi:
-        return absent("One agent per simulation (no agent column beyond agent 0).")
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
     incomplete = 0
     for name, rows in multi:
