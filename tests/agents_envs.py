@@ -89,3 +89,27 @@ class Shifty(Points):
     def __init__(self, team: Team | None = None, fault_at: int = 5) -> None:
         super().__init__(team, agents=3 + Shifty.built, fault_at=fault_at)
         Shifty.built += 1
+
+
+class PointsWithSeries(Points):
+    """Points that also report a value per simulation step (``step_metrics``) and a picture
+    of each simulation (``episode_field``: the points' positions per step)."""
+
+    step_metrics = ("mean_x",)
+    field_label = "x_i(t)"
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        states = super().reset(seed)
+        self.history = [self.x.copy()]
+        return states
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        answer = super().step(action)
+        self.history.append(self.x.copy())
+        return answer
+
+    def step_values(self) -> tuple[float]:
+        return (float(np.mean(self.x)),)
+
+    def episode_field(self) -> np.ndarray:
+        return np.array(self.history)

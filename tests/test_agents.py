@@ -40,6 +40,7 @@ from hpc_refer.replay_kernels import HAS_ACTION
 from hpc_refer.report import main as report_main
 from hpc_refer.report_agents import agent_count, simulations
 from hpc_refer.run import main as run_main
+from hpc_refer.series import read_series
 
 SMALL = ["--replay.size", "2000", "--replay.learn-start", "300", "--vracer.batch", "32",
          "--vracer.hidden", "16,16", "--log-every", "500", "--chunk-len", "40"]
@@ -401,3 +402,23 @@ def test_any_budgets_keep_every_agents_steps_in_order(agents, horizon, chunk_len
     pending = sum(len(lane.pending.act) for lane in actor._lanes)
     held = sum(c.act.shape[0] for c, _ in actor._outbox)
     assert sent + pending + held == taken[0]
+
+
+def test_step_series_and_fields_belong_to_the_simulation(in_tmp):
+    """A solver of agents records one row of step metrics per simulation step and one field
+    per simulation (rows: its steps, columns: the agents), as a solver of one agent does."""
+    assert run_main(["--env", "agents_envs:PointsWithSeries", "--steps", "300", "--run-dir",
+                     "r", *SMALL]) == 0
+    series = read_series(in_tmp / "r" / "series" / "env-0.h5")
+    episodes = csv_rows(in_tmp / "r" / "episodes.csv")
+    simulations_done = sum(e["agent"] == "2" for e in episodes)
+    steps_per_simulation = 10 + 3 * 2  # the last agent's episode
+    assert simulations_done >= 5
+    numbers, rows_each = np.unique(series["episode"], return_counts=True)
+    assert list(rows_each[:simulations_done]) == [steps_per_simulation] * simulations_done
+    assert list(numbers[:simulations_done]) == list(range(numbers[0],
+                                                          numbers[0] + simulations_done))
+    assert np.isfinite(series["mean_x"]).all()
+    field = np.load(in_tmp / "r" / "fields" / "env-0.npz")
+    assert field["field"].shape == (steps_per_simulation + 1, 3)
+    assert str(field["label"]) == "x_i(t)"
