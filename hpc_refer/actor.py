@@ -311,8 +311,9 @@ class Actor:
         in progress (current state, pending steps, return, length, whether chunks of it were
         sent, whether it is interrupted), the first reset's seed if still unused, the fault
         counters, the environment's state (None when it cannot give one, see
-        :meth:`~hpc_refer.envs.TeamDriver.checkpoint_state`) and the rows of its step series
-        (None without one). The policy copy is not part
+        :meth:`~hpc_refer.envs.TeamDriver.checkpoint_state`), its stack of past states
+        (``env.history``; None without one) and the rows of its step series (None without
+        one). The policy copy is not part
         of it (the caller saves the parameters it loads)."""
         return {
             "rng": numpy_rng_state(self.rng),
@@ -327,6 +328,7 @@ class Actor:
             "faults": self.faults,
             "faults_in_a_row": self._faults_in_a_row,
             "env": self.env.checkpoint_state(),
+            "history": None if self.env.stack is None else self.env.stack.state(),
             "series": self.env.series_state(),
         }
 
@@ -349,6 +351,8 @@ class Actor:
         if tree.get("series") is not None:
             self.env.restore_series(tree["series"])
         restored = tree["env"] is not None and self.env.restore_state(tree["env"])
+        if restored and self.env.stack is not None:
+            self.env.stack.restore(tree["history"])
         self._interrupted = bool(tree["interrupted"]) or (self._obs is not None
                                                            and not restored)
 

@@ -113,7 +113,9 @@ ENV_HELP = """\
 --env.KEY VALUE: a parameter of the environment itself (the [env] table), given to a Python
 solver's constructor as the keyword argument KEY, to gymnasium.make, or to an external solver
 in its PARAMS message; VALUE is read as a TOML value (100, 0.5, true) or else as a string. A
-Python solver is checked against its constructor's signature before anything starts."""
+Python solver is checked against its constructor's signature before anything starts. Two
+keys are hpc_refer's own: --env.history k (the policy sees the last k states, stacked) and
+--env.history_actions true (and the last k actions)."""
 
 
 def parse_command_line(parser: argparse.ArgumentParser,

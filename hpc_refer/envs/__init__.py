@@ -42,6 +42,8 @@ constructor also receives, when it names them, the keywords of :data:`CONTEXT_KE
 ``env_index`` (0..E-1), ``run_dir`` (a string) and ``seed`` (its own, derived from
 ``run.seed`` and the index). The solver's module is imported on every rank, learners
 included (they read the class attributes): keep its import cheap and free of side effects.
+The keys ``history`` and ``history_actions`` are hpc_refer's own (stacked observations,
+:mod:`hpc_refer.envs.history`): never passed to the solver, and reserved in its signature.
 
 The declared spaces are checked at start-up (:func:`check_spaces`), and the first reset and
 step probe the answers' form: a state of another shape or dtype, a reward that is not a real
@@ -141,6 +143,7 @@ from hpc_refer.envs.calls import start_solver
 from hpc_refer.envs.checks import check_step, metric_names
 from hpc_refer.envs.driver import TeamDriver, serve_team
 from hpc_refer.envs.external import ExternalEnv
+from hpc_refer.envs.history import HISTORY_KEYS, PRESENT, History, solver_keys
 from hpc_refer.envs.interface import (
     EnvironmentFinished,
     SolverFailure,
@@ -254,12 +257,16 @@ class SolverSpec(NamedTuple):
     run_dir: str = ""
     seed: int = 0
     build_timeout: float = 0.0
+    history: History = PRESENT
+    """The past the policy sees (``env.history``, ``env.history_actions``; not in
+    ``params``)."""
 
     @classmethod
     def of(cls, config: Config, run_dir: Path | None = None) -> SolverSpec:
-        return cls(config.run.env, config.run.ranks_per_env, MappingProxyType(dict(config.env)),
+        return cls(config.run.env, config.run.ranks_per_env,
+                   MappingProxyType(solver_keys(config.env)),
                    str(run_dir) if run_dir is not None else "", config.run.seed,
-                   config.run.env_build_timeout)
+                   config.run.env_build_timeout, History.of(config.env))
 
 
 def _parameters(cls: type) -> tuple[list[inspect.Parameter], bool]:
@@ -303,10 +310,18 @@ def solver_params(env_id: str, params: Mapping[str, Any]) -> dict[str, Any]:
     checked when the environment is made (``gymnasium.make(env_id, **params)``), PettingZoo
     ids against their factory's signature when it is called; external solvers receive the
     parameters as they are."""
+    History.of(params)
+    own = {k: params[k] for k in HISTORY_KEYS if k in params}
+    params = solver_keys(params)
     cls = _solver_class(env_id)
     if cls is None:
-        return dict(params)
+        return {**params, **own}
     named, var_kw = _parameters(cls)
+    taken = sorted(set(HISTORY_KEYS) & {p.name for p in named})
+    if taken:
+        raise ConfigError(f"{cls.__name__} names the parameter {taken[0]!r}, which is "
+                          f"reserved: env.{taken[0]} is hpc_refer's stacked observations "
+                          f"(hpc_refer.envs.history); rename the solver's parameter")
     accepted = [p.name for p in named if p.name not in CONTEXT_KEYWORDS]
     shown = ", ".join(accepted) or "none"
     for key in params:
@@ -323,8 +338,8 @@ def solver_params(env_id: str, params: Mapping[str, Any]) -> dict[str, Any]:
                           f"its required parameters are {', '.join(missing)}")
     by_name = {p.name: p for p in named}
     hints = _annotations(cls)
-    return {k: _coerce_param(cls, hints, by_name[k], v) if k in by_name else v
-            for k, v in params.items()}
+    return {**{k: _coerce_param(cls, hints, by_name[k], v) if k in by_name else v
+               for k, v in params.items()}, **own}
 
 
 def env_factory(spec: SolverSpec, index: int = 0) -> Callable[[Team | None], Any]:
@@ -379,7 +394,7 @@ def make_driver(spec: SolverSpec, team: Team | None, *, index: int = 0, envs: in
     :class:`TeamDriver`'s."""
     outputs: dict[str, Any] = {
         "field_dir": field_dir, "series_dir": series_dir, "series_stride": series_stride,
-        "snapshot_dir": snapshot_dir, "snapshot_due": snapshot_due}
+        "snapshot_dir": snapshot_dir, "snapshot_due": snapshot_due, "history": spec.history}
     if is_external(spec.env_id):
         if links is None:
             raise TypeError(f"make_driver of run.env = {spec.env_id!r} needs the links to "
@@ -444,9 +459,11 @@ def check_spaces(cls: type, where: str) -> tuple[int, int]:
 
 
 def env_dims(spec: SolverSpec) -> tuple[int, int] | None:
-    """(obs_dim, act_dim) of ``spec``'s environment without a team (learners need only the
-    sizes), its declared spaces and parameters checked; a gymnasium or PettingZoo id is
-    made once (a PettingZoo environment's sizes are one agent's).
+    """(obs_dim, act_dim) of ``spec``'s environment as the policy sees it, without a team
+    (learners need only the sizes): obs_dim is the stacked width of ``spec.history``
+    (:meth:`~hpc_refer.envs.history.History.dim`). The declared spaces and parameters are
+    checked; a gymnasium or PettingZoo id is made once (a PettingZoo environment's sizes are
+    one agent's).
 
     None for an external solver, whose sizes arrive in its HELLO (the id's form is validated
     here, its launch by :func:`check_env`).
@@ -454,6 +471,12 @@ def env_dims(spec: SolverSpec) -> tuple[int, int] | None:
     if is_external(spec.env_id):
         parse_spec(spec.env_id, spec.ranks_per_env)
         return None
+    obs_dim, act_dim = _solver_dims(spec)
+    return spec.history.dim(obs_dim, act_dim), act_dim
+
+
+def _solver_dims(spec: SolverSpec) -> tuple[int, int]:
+    """The solver's own (obs_dim, act_dim) (see :func:`env_dims`)."""
     factory = env_factory(spec)
     cls = _solver_class(spec.env_id)
     if cls is not None:

@@ -50,6 +50,7 @@ from hpc_refer.envs.checks import (
     unpack_step,
 )
 from hpc_refer.envs.external import ExternalEnv
+from hpc_refer.envs.history import PRESENT, History, ObservationStack
 from hpc_refer.envs.interface import (
     EnvironmentFinished,
     SolverFailure,
@@ -91,6 +92,9 @@ class TeamDriver:
     (:class:`~hpc_refer.series.StepSeries`; None: not recorded), ``snapshot_dir`` where
     :meth:`end_episode` writes the solver's ``snapshot()`` at the end of the episodes n
     (counted from 1) for which ``snapshot_due(n)`` is true (``run.snapshot``; None: never).
+    ``history`` (``env.history``, :mod:`hpc_refer.envs.history`): the states returned are
+    the solver's last k states (and actions) stacked, of width :attr:`obs_dim`; the solver's
+    own width is :attr:`state_dim`.
 
     Faults and rebuilds: after a fault the solver is closed and constructed anew on every
     rank of its team at the start of the next call (the ``rebuild`` of :attr:`busy`), so the
@@ -126,7 +130,8 @@ class TeamDriver:
                  timeout: float = 0.0, build_timeout: float = 0.0,
                  field_dir: Path | None = None, series_dir: Path | None = None,
                  series_stride: int = 1, snapshot_dir: Path | None = None,
-                 snapshot_due: Callable[[int], bool] | None = None) -> None:
+                 snapshot_due: Callable[[int], bool] | None = None,
+                 history: History = PRESENT) -> None:
         self.env = env
         """The solver (None only between a rebuild that failed and the next attempt)."""
         self.team = team if team is not None and team.size > 1 else None
@@ -142,9 +147,15 @@ class TeamDriver:
         self.rebuilds = self.factory is not None and rebuilds_after_fault(env)
         """Whether a fault is followed by a rebuild (else by the next reset alone)."""
         self.metric_names = metric_names(env, type(env).__name__)
-        self.obs_dim, self.act_dim = int(env.obs_dim), int(env.act_dim)
+        self.state_dim, self.act_dim = int(env.obs_dim), int(env.act_dim)
+        """The width of the solver's states, and of its actions."""
         self.n_agents = agents_of(env, type(env).__name__)
         """The agents of the simulation (1: the single-agent interface); never changes."""
+        self.obs_dim = history.dim(self.state_dim, self.act_dim)
+        """The width of the states this driver returns (the policy's input)."""
+        self.stack = (ObservationStack(history, self.state_dim, self.act_dim, self.n_agents)
+                      if history.active else None)
+        """The past states and actions (None without ``env.history``)."""
         self.low = np.asarray(env.low, np.float64).reshape(-1)
         self.high = np.asarray(env.high, np.float64).reshape(-1)
         self.busy: Busy | None = None
@@ -182,7 +193,7 @@ class TeamDriver:
             self._open_series()
         if self.series is not None:
             self.series.reset()
-        return state
+        return state if self.stack is None else self.stack.reset(state)
 
     def _open_series(self) -> None:
         """Start recording the step metrics once their names are known."""
@@ -212,7 +223,10 @@ class TeamDriver:
         self.step_values = values
         if self.series is not None:
             self.series.add(values)
-        return result  # type: ignore[no-any-return]
+        if self.stack is None:
+            return result  # type: ignore[no-any-return]
+        state, reward, status = result
+        return self.stack.push(state, action), reward, status
 
     def step_agents(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`step` of a solver of :attr:`n_agents` > 1 agents: ``actions`` of shape
@@ -242,7 +256,7 @@ class TeamDriver:
         deadline = deadline_after(self.timeout)
         if self.team is None:
             try:
-                answer = attempt(self.env, call, arg, self.obs_dim, True, deadline,
+                answer = attempt(self.env, call, arg, self.state_dim, True, deadline,
                                   self.step_names, self.n_agents)
             except CallTimeout:
                 self._check_started(call)
@@ -277,8 +291,8 @@ class TeamDriver:
         answer = getattr(self.env, call)(arg)
         try:
             if call == "reset":
-                return check_state(answer, self.obs_dim, self.n_agents)
-            return check_answer(answer, self.obs_dim, self.n_agents), check_values(
+                return check_state(answer, self.state_dim, self.n_agents)
+            return check_answer(answer, self.state_dim, self.n_agents), check_values(
                 self.env.step_values, tuple(self.env.step_metric_names))
         except InterfaceError as fault:
             self._probe_failed(f"{self.name}: {fault}")
@@ -296,7 +310,7 @@ class TeamDriver:
         team.send_command(command, payload)
         try:
             answer, where = self._agree(
-                attempt(self.env, call, arg, self.obs_dim, self.state_rank == 0, deadline,
+                attempt(self.env, call, arg, self.state_dim, self.state_rank == 0, deadline,
                          self.step_names, self.n_agents), deadline)
             if answer.outcome is not Outcome.OK or self.state_rank == 0:
                 return answer, where
@@ -308,10 +322,10 @@ class TeamDriver:
         try:
             if call == "reset":
                 result: Any = check_state(packed if self.n_agents == 1 else packed.reshape(
-                    self.n_agents, -1), self.obs_dim, self.n_agents)
+                    self.n_agents, -1), self.state_dim, self.n_agents)
             else:
                 triple, values = unpack_step(packed)
-                result = (check_answer(triple, self.obs_dim, self.n_agents),
+                result = (check_answer(triple, self.state_dim, self.n_agents),
                           check_values(values, self.step_names))
         except InterfaceError as fault:
             return (Answer(Outcome.ERROR, error=INTERFACE + str(fault)),
