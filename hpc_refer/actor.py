@@ -119,6 +119,11 @@ class Actor:
         self.env = env
         self.net = net
         self._numpy_policy = net.numpy_policy()
+        self.carry_dim = net.carry_dim
+        """Values of the recurrent policy's carry stored after each state (0: feed-forward)."""
+        self._numpy_step = net.numpy_step() if self.carry_dim else None
+        self.row_dim = env.obs_dim + self.carry_dim
+        """Width of the rows the actor stores: the state, then the carry it entered with."""
         self.chunk_len = chunk_len
         self._limit = chunk_len
         """The most transitions of a chunk, until the next :meth:`grant`."""
@@ -160,10 +165,30 @@ class Actor:
         squashed = np.tanh(u) if self._squash else np.clip(u, -1.0, 1.0)
         return np.where(self._bounded, self._center + self._half * squashed, u)
 
-    def _policy(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """mu's mean and std at ``obs``, in numpy (:meth:`BehaviourPolicy.numpy_policy`)."""
-        mean, std = self._numpy_policy(obs)
-        return mean, np.broadcast_to(std, mean.shape)
+    def _policy(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """mu's mean and std at the row ``obs``, in numpy
+        (:meth:`BehaviourPolicy.numpy_policy`), and a recurrent policy's carry after the
+        step (None for a feed-forward one)."""
+        if self._numpy_step is None:
+            mean, std = self._numpy_policy(obs)
+            carry = None
+        else:
+            mean, std, carry = self._numpy_step(obs)
+        return mean, np.broadcast_to(std, mean.shape), carry
+
+    def _row(self, state: np.ndarray, carry: np.ndarray | None) -> np.ndarray:
+        """The stored row of ``state``: the state itself, or [state, carry] for a recurrent
+        policy (the carry it enters the next step with,
+        :mod:`hpc_refer.algorithms.recurrent`)."""
+        if carry is None:
+            return state
+        return np.concatenate([state, carry], axis=-1).astype(np.float32)
+
+    def _start(self, state: np.ndarray) -> np.ndarray:
+        """The row of an episode's first state: a recurrent policy's carry starts at 0."""
+        if not self.carry_dim:
+            return state
+        return self._row(state, np.zeros((*state.shape[:-1], self.carry_dim), np.float32))
 
     def _draw(self, shape: tuple[int, ...]) -> np.ndarray:
         """The standard-normal noise of this step (an OU process under ``Exploration.OU``)."""
@@ -188,7 +213,7 @@ class Actor:
                 return closing, None
         try:
             if self._obs is None:
-                self._obs = self.env.reset(self._seed)
+                self._obs = self._start(self.env.reset(self._seed))
                 self._seed = None
                 self._noise[:] = 0.0
             u, mean, std, nxt, reward, status = self._transition(self._obs, explore=True)
@@ -228,11 +253,11 @@ class Actor:
         answer to ``to_env(u)``. Returns (u, mean, std, next state, reward, status); a valid
         answer resets the count of consecutive faults (a faulty one raises, see
         :meth:`_count_fault`)."""
-        mean, std = self._policy(obs)
+        mean, std, carry = self._policy(obs)
         u = (mean + std * self._draw(mean.shape)).astype(np.float32) if explore else mean
         nxt, reward, status = self.env.step(self.to_env(u))
         self._faults_in_a_row = 0
-        return u, mean, std, nxt, reward, status
+        return u, mean, std, self._row(nxt, carry), reward, status
 
     def _failed(self, failure: SolverFailure) -> SolverFailure:
         """The failure of the environment, naming this actor's rank."""
@@ -298,7 +323,7 @@ class Actor:
 
     def _evaluation_episode(self, seed: int | None) -> list[EpisodeRecord]:
         """One episode of the mean policy from ``reset(seed)``: its record."""
-        obs = self.env.reset(seed)
+        obs = self._start(self.env.reset(seed))
         ret, length, status = 0.0, 0, Status.CONTINUE
         while status == Status.CONTINUE:
             *_, obs, reward, status = self._transition(obs, explore=False)
@@ -319,7 +344,7 @@ class Actor:
             "rng": numpy_rng_state(self.rng),
             "noise": self._noise.copy(),
             "obs": None if self._obs is None else self._obs.copy(),
-            "pending": self._pending.state(self.env.obs_dim, self.env.act_dim),
+            "pending": self._pending.state(self.row_dim, self.env.act_dim),
             "return": self._return,
             "length": self._length,
             "sent": self._sent,

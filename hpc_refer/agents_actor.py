@@ -94,7 +94,7 @@ class AgentsActor(Actor):
             return self._deliver()
         try:
             if self._obs is None:
-                self._obs = self.env.reset(self._seed)
+                self._obs = self._start(self.env.reset(self._seed))
                 self._seed = None
                 self._noise[:] = 0.0
                 self._active[:] = True
@@ -135,11 +135,11 @@ class AgentsActor(Actor):
             np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`Actor._transition` for all agents at once: the policy over the [n,
         obs_dim] states in one call, one draw of [n, A] noise, one solver step."""
-        mean, std = self._policy(obs)
+        mean, std, carry = self._policy(obs)
         u = (mean + std * self._draw(mean.shape)).astype(np.float32) if explore else mean
         nxt, rewards, statuses = self.env.step_agents(self.to_env(u))
         self._faults_in_a_row = 0
-        return u, mean, std, nxt, rewards, statuses
+        return u, mean, std, self._row(nxt, carry), rewards, statuses
 
     def _nan_values(self) -> tuple[float, ...]:
         return (float("nan"),) * len(self.env.metric_names)
@@ -212,7 +212,7 @@ class AgentsActor(Actor):
     def _evaluation_episode(self, seed: int | None) -> list[EpisodeRecord]:
         """One simulation of the mean policy: a record per agent, each with the
         simulation's metric values (see :meth:`Actor.evaluate`)."""
-        obs = self.env.reset(seed)
+        obs = self._start(self.env.reset(seed))
         active = np.ones(self.n_agents, bool)
         ret, length = np.zeros(self.n_agents), np.zeros(self.n_agents, np.int64)
         while active.any():
@@ -228,7 +228,7 @@ class AgentsActor(Actor):
         """:meth:`Actor.checkpoint_state` with the lanes, the active agents and the
         outbox."""
         tree = super().checkpoint_state()
-        obs_dim, act_dim = self.env.obs_dim, self.env.act_dim
+        obs_dim, act_dim = self.row_dim, self.env.act_dim
         tree["lanes"] = {str(i): {"pending": lane.pending.state(obs_dim, act_dim),
                                   "return": lane.ret, "length": lane.length,
                                   "sent": lane.sent}

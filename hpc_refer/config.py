@@ -69,6 +69,7 @@ from hpc_refer.config_modes import (
     COMPILE_AUTO_STEPS,
     ActionBounds,
     BatchScaling,
+    Cell,
     CompileMode,
     ConfigError,
     Exploration,
@@ -273,9 +274,22 @@ class AlgorithmConfig:
     batch: int = option(256, "minibatch size B (global over all learners)")
     gamma: float = option(0.995, "discount factor")
     replay_size: int = option(2**18, "the algorithm's replay capacity N (replay.size 0 uses it)")
+    cell: Cell = option(Cell.NONE, "recurrent cell for partially observed tasks: none "
+                        "(feed-forward), gru or lstm (algorithms that offer one)", choices(Cell))
+    cell_width: int = option(32, "width of the recurrent cell's state h")
+    bptt: int = option(16, "window W of truncated backpropagation through time: a recurrent "
+                       "learner samples sequences of W steps")
+
+    recurrent: ClassVar[bool] = False
+    """Whether the algorithm offers recurrent networks (``cell`` other than none)."""
 
     def __post_init__(self) -> None:
         name = self.section
+        enum_field(self, "cell", Cell)
+        require(self.cell is Cell.NONE or self.recurrent, f"{name}.cell", str(self.cell),
+                f"none ({name} has no recurrent networks)")
+        require(self.cell_width > 0, f"{name}.cell_width", self.cell_width, "integers > 0")
+        require(self.bptt > 0, f"{name}.bptt", self.bptt, "integers > 0")
         require(
             len(self.hidden) > 0 and all(h > 0 for h in self.hidden),
             f"{name}.hidden", self.hidden, "a non-empty list of positive integers",
@@ -289,6 +303,16 @@ class AlgorithmConfig:
     squashes: ClassVar[bool] = False
     """Whether the algorithm's policy is tanh-squashed by definition (SAC's): its actors then
     always map a sample u to the action box by tanh, whatever ``run.action_bounds`` says."""
+
+    @property
+    def carry_dim(self) -> int:
+        """Values of the recurrent state an actor stores with each state (0: feed-forward)."""
+        return self.cell.carry_dim(self.cell_width)
+
+    @property
+    def sequence_length(self) -> int:
+        """Steps of each sequence the learner samples: W with a cell, 1 without."""
+        return 1 if self.cell is Cell.NONE else self.bptt
 
     @property
     def exploration(self) -> Exploration:
@@ -431,6 +455,10 @@ class Config:
             "gaussian with refer.mode refer, refer1 or refer2 (ReF-ER needs the Gaussian mu "
             "that is stored); ou only with refer.mode er",
         )
+        require(self.algorithm.cell is Cell.NONE or self.replay.sampling is Sampling.UNIFORM,
+                "replay.sampling", str(self.replay.sampling),
+                f"uniform with {name}.cell = {self.algorithm.cell} (sequences are sampled "
+                f"uniformly)")
 
     @property
     def action_bounds(self) -> ActionBounds:

@@ -115,6 +115,19 @@ def choices(enum: type[StrEnum]) -> tuple[str, ...]:
     return tuple(e.value for e in enum)
 
 
+class Cell(StrEnum):
+    """The recurrent cell of an algorithm's networks, for partially observed tasks: none
+    (feed-forward), gru or lstm (:mod:`hpc_refer.algorithms.recurrent`)."""
+
+    NONE = "none"
+    GRU = "gru"
+    LSTM = "lstm"
+
+    def carry_dim(self, width: int) -> int:
+        """Values of the state a cell carries from step to step: 0, h (width) or [h, c]."""
+        return {Cell.NONE: 0, Cell.GRU: width, Cell.LSTM: 2 * width}[self]
+
+
 def enum_field(obj: Any, key: str, enum: type[StrEnum]) -> None:
     """Convert the string field ``key`` of a frozen config to ``enum`` (or raise ConfigError)."""
     raw = getattr(obj, key)

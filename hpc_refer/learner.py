@@ -49,6 +49,7 @@ from hpc_refer.replay import (
     ScalingSums,
     StoredEpisode,
 )
+from hpc_refer.replay_sequences import follow
 from hpc_refer.schema import RHO_EDGES
 
 ADOPTED_SOURCE = -1
@@ -110,7 +111,7 @@ class Learner:
         replay = config.replay
         priorities = (PriorityConfig(replay.per_alpha, replay.per_eps)
                       if replay.sampling is Sampling.PER else None)
-        self.replay = ReplayShard(shard_capacity(replay.size, n_learners), algo.obs_dim,
+        self.replay = ReplayShard(shard_capacity(replay.size, n_learners), algo.row_dim,
                                   algo.act_dim, config.algorithm.gamma, algo.retrace,
                                   priorities, replay.forget)
         per_learner = replay.batch_scaling is BatchScaling.PER_LEARNER
@@ -186,7 +187,9 @@ class Learner:
     def train_step(self) -> StepResult:
         """One gradient step, then the replay's and ReF-ER's updates that follow it.
 
-        1. sample B / L rows (uniform or PER, with PER's importance weights);
+        1. sample B / L rows (uniform or PER, with PER's importance weights; a recurrent
+           algorithm's sequences, :meth:`sample`, whose padding rows get weight 0 and are
+           not refreshed);
         2. the algorithm's step with this step's beta, c_max and learning-rate factor;
         3. the sampled rows get the pre-step rho_k (and V_w(s_k)), the bootstrap states after
            them the new V_w, and their episodes' V-tbc is redone (eq. 8, one pass for both);
@@ -196,15 +199,21 @@ class Learner:
         6. every ``stats_every`` steps, new state and reward scaling from the replay.
         """
         replay, c_max = self.replay, self.refer.c_max
-        rows = replay.sample_rows(self.local_batch, self.rng)
+        rows, valid = self.sample()
         beta_is = per_beta_at(self.grad_steps, self.config.replay.per_beta,
                               int(self.config.replay.grad_ratio * self.config.run.steps))
-        result = self.step(replay.batch(rows, beta_is), self.terms, self.grad_steps)
+        batch = replay.batch(rows, beta_is)
+        if valid is not None:  # a recurrent learner's sequences: padding rows weigh nothing
+            batch = batch._replace(weight=batch.weight * valid)
+        result = self.step(batch, self.terms, self.grad_steps)
         stored, value, rho = rows, result.value, result.rho
+        if valid is not None:
+            stored, rho = rows[valid], rho[valid]
+            value = None if value is None else value[valid]
         if replay.retrace:
-            boot = replay.bootstrap_rows(rows)
+            boot = replay.bootstrap_rows(stored)
             if boot.size:  # final states: no action, so rho = 1 (one eq. 8 pass for all)
-                stored = np.concatenate([rows, boot])
+                stored = np.concatenate([stored, boot])
                 value = np.concatenate([value, self.algo.values(replay.obs[boot])])
                 rho = np.concatenate([rho, np.ones(boot.size, np.float32)])
         replay.refresh(stored, value, rho, c_max)
@@ -213,6 +222,17 @@ class Learner:
         if self.grad_steps % self.config.replay.stats_every == 0:
             self.refresh_scaling()
         return result
+
+    def sample(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """The rows of the next minibatch: B / L transitions (uniform or by priority), or
+        for a recurrent algorithm (W = ``sequence_length`` > 1) B / L / W sequences of W
+        consecutive steps (:func:`~hpc_refer.replay_sequences.follow`) with their validity
+        mask (None for single rows)."""
+        length = self.config.algorithm.sequence_length
+        if length == 1:
+            return self.replay.sample_rows(self.local_batch, self.rng), None
+        starts = self.replay.sample_rows(max(1, self.local_batch // length), self.rng)
+        return follow(starts, length, self.replay.next, self.replay.flags)
 
     def refresh_scaling(self) -> None:
         """Set the input normalisation and the reward scale 1/std(r) from the whole RM.

@@ -20,7 +20,7 @@ from hpc_refer.supervision import STOP
 
 def empty_chunk(actor: Actor) -> Chunk:
     """A chunk without steps: an interrupted actor's answer when it has nothing pending."""
-    obs = np.empty((0, actor.env.obs_dim), np.float32)
+    obs = np.empty((0, actor.row_dim), np.float32)
     act = np.empty((0, actor.env.act_dim), np.float32)
     return Chunk(obs, act, np.empty(0, np.float32), act, act, ChunkEnd.OPEN, actor.source)
 

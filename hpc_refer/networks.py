@@ -58,9 +58,14 @@ class Normalizer(nn.Module):
         self.register_buffer("inv_std", torch.ones(dim))
 
     def set_stats(self, mean: np.ndarray, std: np.ndarray) -> None:
-        """Use these statistics from now on (std floored at 1e-6)."""
-        self.mean.copy_(torch.as_tensor(mean, dtype=torch.float32))
-        self.inv_std.copy_(1.0 / torch.as_tensor(np.maximum(std, 1e-6), dtype=torch.float32))
+        """Use these statistics from now on (std floored at 1e-6). Statistics of a wider row
+        are cut to this normaliser's leading columns (a recurrent network's rows carry the
+        cell's state after the state, :mod:`hpc_refer.algorithms.recurrent`, which is not
+        normalised)."""
+        d = self.mean.numel()
+        self.mean.copy_(torch.as_tensor(mean[:d], dtype=torch.float32))
+        self.inv_std.copy_(1.0 / torch.as_tensor(np.maximum(std[:d], 1e-6),
+                                                 dtype=torch.float32))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return (x - self.mean) * self.inv_std
@@ -128,16 +133,17 @@ class NumpyMLP:
     float32 round-off.
     """
 
-    def __init__(self, trunk: nn.Sequential, normalizer: Normalizer) -> None:
+    def __init__(self, trunk: nn.Sequential, normalizer: Normalizer | None) -> None:
+        """``normalizer`` None: the inputs are taken as they come (already scaled)."""
         linears = [m for m in trunk if isinstance(m, nn.Linear)]
         self.relu = any(isinstance(m, nn.ReLU) for m in trunk)
         self.weights = [lin.weight.detach().numpy().T for lin in linears]
         self.biases = [lin.bias.detach().numpy() for lin in linears]
-        self.mean = normalizer.mean.numpy()
-        self.inv_std = normalizer.inv_std.numpy()
+        self.scaling = None if normalizer is None else (normalizer.mean.numpy(),
+                                                        normalizer.inv_std.numpy())
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
-        x = (obs - self.mean) * self.inv_std
+        x = obs if self.scaling is None else (obs - self.scaling[0]) * self.scaling[1]
         last = len(self.weights) - 1
         for k, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
             x = x @ w + b
@@ -167,8 +173,17 @@ class BehaviourPolicy(nn.Module):
     (:meth:`numpy_policy`, what actors call). Its parameters and buffers travel to the actors
     as one flat vector (:func:`flat_state`)."""
 
+    carry_dim: int = 0
+    """Values of the recurrent state stored after the state in each row (0: feed-forward;
+    a recurrent policy also has ``numpy_step``, :mod:`hpc_refer.algorithms.recurrent`)."""
+
     def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
+
+    def numpy_step(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """A function row -> (mean, std, carry'): :meth:`numpy_policy` of a recurrent policy
+        that also returns the carry after the step (recurrent policies only)."""
+        raise NotImplementedError(f"{type(self).__name__} is not recurrent")
 
     def numpy_policy(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
         """A function state [obs_dim] -> (mean [A], std [A]) equal to :meth:`policy` to

@@ -149,7 +149,7 @@ def learner_main(config: Config, layout: Layout, fabric: Fabric, run: RunDirecto
         obs_dim, act_dim, names = _agreed_solver(fabric, None)
         _declare_episode_metrics(run, names)
     learner = make_learner(config, obs_dim, act_dim, fabric.reducer())
-    channel = LearnerChannel(fabric.world, obs_dim, act_dim)
+    channel = LearnerChannel(fabric.world, learner.algo.row_dim, act_dim)
     actors = layout.actors_of(fabric.rank)
     eval_actor = layout.actor_rank(0) if layout.learner_of(0) == fabric.rank else None
     meta = {"learners": layout.learners, "envs": layout.envs, "config": config.to_dict(),

@@ -34,7 +34,7 @@ def make_batch(algo: Algorithm, n: int, seed: int) -> Batch:
     mean is off by a row-dependent amount (some rows near, some far at c_max = 2), PER-like
     weights, a few terminal rows."""
     rng = np.random.default_rng(seed)
-    obs = rng.standard_normal((n, OBS)).astype(np.float32)
+    obs = rng.standard_normal((n, algo.row_dim)).astype(np.float32)  # a recurrent row: [s, c]
     with torch.no_grad():
         mean, std = algo.behaviour.policy(torch.from_numpy(obs))
     mean = mean.numpy()
@@ -43,7 +43,7 @@ def make_batch(algo: Algorithm, n: int, seed: int) -> Batch:
     act = (mu_mean + 0.5 * mu_std * rng.standard_normal(mean.shape)).astype(np.float32)
     log_mu = gaussian_log_prob(*(torch.from_numpy(x) for x in (act, mu_mean, mu_std))).numpy()
     f32 = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
-    return Batch(np.arange(n), obs, act, mu_mean, mu_std, log_mu, f32(n), f32(n, OBS),
+    return Batch(np.arange(n), obs, act, mu_mean, mu_std, log_mu, f32(n), f32(n, algo.row_dim),
                  (rng.random(n) < 0.1).astype(np.float32),
                  f32(n) if algo.retrace else None,
                  rng.uniform(0.3, 1.0, n).astype(np.float32))
@@ -81,11 +81,11 @@ class Trainee:
         return out
 
 
-def pair(name: str, reducer_seed: int | None = None) -> tuple[Trainee, Trainee]:
+def pair(name: str, reducer_seed: int | None = None, **table: Any) -> tuple[Trainee, Trainee]:
     """An eager and a compiled step of algorithms with the same networks (and reducers
-    alike)."""
+    alike); ``table``: more of the algorithm's settings."""
     config = build_config({"run": {"algorithm": name, "compile": "off"},
-                           name: {"hidden": [16, 16], "batch": 32}})
+                           name: {"hidden": [16, 16], "batch": 32, **table}})
     out = []
     for compiled in (False, True):
         reducer = None if reducer_seed is None else OtherLearner(reducer_seed)

@@ -21,7 +21,7 @@ from hpc_refer.algorithms import ALGORITHMS
 from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.collectives import SerialReducer
 from hpc_refer.config import build_config
-from hpc_refer.envs import episode_metric_names
+from hpc_refer.envs import SolverSpec, env_dims, episode_metric_names
 from hpc_refer.layout import Role, compute_layout
 from hpc_refer.learner import Learner
 from hpc_refer.metrics import RunDirectory
@@ -151,6 +151,36 @@ def test_learner_weights_stay_identical_and_ratio_holds(tmp_path, monkeypatch, a
         assert expected == 0
         start = learner.start_env_steps
         assert learner.grad_steps == int(config.replay.grad_ratio * (result.env_steps - start))
+
+
+@pytest.mark.mpi
+def test_recurrent_learners_stay_identical_and_actors_send_their_carries(tmp_path,
+                                                                         monkeypatch):
+    """A GRU V-RACER: the learners' weights stay identical (W >= 4: two learners), every
+    stored row is [s, c] with the cell's carry, and the carries crossed the messages."""
+    config = small_config(steps=600)
+    table = {**config.to_dict()}
+    table["vracer"] = {**table["vracer"], "cell": "gru", "cell_width": 6, "bptt": 4}
+    result, sent, _ = train_everywhere(build_config(table), tmp_path, monkeypatch)
+    learner = result.learner if isinstance(result, LearnerResult) else None
+    weights = [w for w in COMM.allgather(None if learner is None else all_weights(learner))
+               if w is not None]
+    assert len(weights) == L
+    for w in weights[1:]:
+        np.testing.assert_array_equal(w, weights[0])
+    for summary in learner_summaries(result):
+        assert summary["obs_dim"] == state_width(config) + 6
+    if learner is not None:
+        carries = learner.replay.obs[:learner.replay.size, -6:]
+        assert np.abs(carries).max() > 0.01, "the stored carries move"
+    for chunk in sent:
+        assert chunk.obs.shape[1] == state_width(config) + 6
+
+
+def state_width(config) -> int:
+    dims = env_dims(SolverSpec.of(config))
+    assert dims is not None
+    return dims[0]
 
 
 @pytest.mark.mpi

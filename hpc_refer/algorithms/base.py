@@ -236,6 +236,12 @@ class Algorithm(ABC):
         self.modules: dict[str, nn.Module] = {}
         self.optimizers: dict[str, OptimizerSpec] = {}
 
+    @property
+    def row_dim(self) -> int:
+        """Width of a stored state row: the state, then the recurrent cell's carry
+        (``config.carry_dim``, 0 for feed-forward networks)."""
+        return self.obs_dim + self.config.carry_dim
+
     @classmethod
     @abstractmethod
     def behaviour_policy(cls, obs_dim: int, act_dim: int,

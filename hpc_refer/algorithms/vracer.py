@@ -25,8 +25,9 @@ import numpy as np
 import torch
 
 from hpc_refer.algorithms.base import Algorithm, Losses, TensorBatch, adam
+from hpc_refer.algorithms.recurrent import RecurrentPolicyValueNet
 from hpc_refer.algorithms.registry import register
-from hpc_refer.config import AlgorithmConfig, ReferConfig, option, require
+from hpc_refer.config import AlgorithmConfig, Cell, ReferConfig, option, require
 from hpc_refer.near import NearBounds
 from hpc_refer.networks import (
     BehaviourPolicy,
@@ -42,6 +43,7 @@ class VRacerConfig(AlgorithmConfig):
     """V-RACER network and optimiser (paper defaults, Sec. 5 and App. A)."""
 
     section: ClassVar[str] = "vracer"
+    recurrent: ClassVar[bool] = True
     sigma_init: float = option(math.sqrt(0.2), "initial policy standard deviation")
 
     def __post_init__(self) -> None:
@@ -69,6 +71,16 @@ def value_loss(rho: torch.Tensor, q_ret: torch.Tensor, value: torch.Tensor) -> t
     return 0.5 * (v_tbc - value).pow(2)
 
 
+def network(obs_dim: int, act_dim: int, config: VRacerConfig
+            ) -> GaussianPolicyValueNet | RecurrentPolicyValueNet:
+    """V-RACER's network: feed-forward, or with the recurrent cell of ``config.cell``
+    (:mod:`hpc_refer.algorithms.recurrent`)."""
+    if config.cell is Cell.NONE:
+        return GaussianPolicyValueNet(obs_dim, act_dim, config.hidden, config.sigma_init)
+    return RecurrentPolicyValueNet(obs_dim, act_dim, config.hidden, config.sigma_init,
+                                   config.cell, config.cell_width)
+
+
 @register(default=True)
 class VRacer(Algorithm):
     """V-RACER: one network for V_w, m_w and sigma_w, Adam, and its ReF-ER gradient step.
@@ -87,7 +99,7 @@ class VRacer(Algorithm):
     def __init__(self, obs_dim: int, act_dim: int, config: VRacerConfig, refer: ReferConfig,
                  seed: int) -> None:
         super().__init__(obs_dim, act_dim, config, refer, seed)
-        self.net = GaussianPolicyValueNet(obs_dim, act_dim, config.hidden, config.sigma_init)
+        self.net = network(obs_dim, act_dim, config)
         self.modules = {"net": self.net}
         self.optimizers = {"adam": adam(self.net.parameters(), config.lr)}
         self._numpy_net: tuple[int, NumpyMLP] | None = None
@@ -96,7 +108,7 @@ class VRacer(Algorithm):
     def behaviour_policy(cls, obs_dim: int, act_dim: int,
                          config: AlgorithmConfig) -> BehaviourPolicy:
         assert isinstance(config, VRacerConfig)
-        return GaussianPolicyValueNet(obs_dim, act_dim, config.hidden, config.sigma_init)
+        return network(obs_dim, act_dim, config)
 
     @property
     def behaviour(self) -> BehaviourPolicy:
@@ -108,7 +120,9 @@ class VRacer(Algorithm):
         rho_k and the error Q-ret_k - V_w(s_k) (detached)."""
         assert batch.q_ret is not None, "V-RACER needs Q-ret: a replay with retrace"
         q_ret = batch.q_ret
-        value, mean, std = self.net(batch.obs)
+        value, mean, std = (self.net.sequences(batch.obs, self.config.bptt)
+                            if isinstance(self.net, RecurrentPolicyValueNet)
+                            else self.net(batch.obs))
         log_pi = gaussian_log_prob(batch.act, mean, std)
         rho = importance_ratio(log_pi, batch.log_mu)
         near = near_policy(rho, bounds)
@@ -130,6 +144,9 @@ class VRacer(Algorithm):
         parameters): a step refreshes a few bootstrap states, where a torch call's overhead
         (about 50 us) is several times the arithmetic. The views are rebuilt if the
         parameters moved to new storage (a deep copy of the algorithm)."""
+        if isinstance(self.net, RecurrentPolicyValueNet):  # each row from its stored carry
+            with torch.no_grad():
+                return self.net(torch.from_numpy(obs))[0].numpy()
         key = next(self.net.parameters()).data_ptr()
         if self._numpy_net is None or self._numpy_net[0] != key:
             self._numpy_net = key, NumpyMLP(self.net.trunk, self.net.normalizer)

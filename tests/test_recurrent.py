@@ -1,0 +1,268 @@
+"""Recurrent policies (``--vracer.cell gru|lstm``): the cell's maths, the carry the actor
+stores after each state, sequences that never leave their episode, the unroll, the compiled
+step, and a restart that continues the carries bit for bit."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_agents import SMALL
+from test_compiled_step import pair, take_steps
+from test_history import chunks
+from test_restart import assert_same_arrays, newest_checkpoint, rows
+
+from hpc_refer.actor import Actor
+from hpc_refer.algorithms.recurrent import RecurrentCell, RecurrentPolicyValueNet
+from hpc_refer.collectives import SerialReducer
+from hpc_refer.config import ActionBounds, Cell, ConfigError, build_config
+from hpc_refer.envs import SolverSpec, make_driver
+from hpc_refer.evaluate import main as evaluate_main
+from hpc_refer.records import Chunk, ChunkEnd
+from hpc_refer.replay import ReplayShard
+from hpc_refer.replay_kernels import HAS_ACTION, TERMINAL
+from hpc_refer.replay_sequences import follow
+from hpc_refer.run import main as run_main
+from hpc_refer.training import make_actor, make_learner
+
+# --- the cell --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cell", [Cell.GRU, Cell.LSTM])
+def test_the_cell_is_torchs_gru_or_lstm_and_its_numpy_twin_agrees(cell):
+    torch.manual_seed(0)
+    ours = RecurrentCell(cell, 5, 4)
+    theirs = (torch.nn.LSTMCell if cell is Cell.LSTM else torch.nn.GRUCell)(5, 4)
+    with torch.no_grad():
+        theirs.weight_ih.copy_(ours.ih.weight)
+        theirs.weight_hh.copy_(ours.hh.weight)
+        theirs.bias_ih.copy_(ours.ih.bias)
+        theirs.bias_hh.copy_(ours.hh.bias)
+    x, carry = torch.randn(7, 5), torch.randn(7, ours.carry_dim)
+    with torch.no_grad():
+        h, new = ours(x, carry)
+        want = (theirs(x, (carry[:, :4], carry[:, 4:])) if cell is Cell.LSTM
+                else (theirs(x, carry),))
+    torch.testing.assert_close(h, want[0])
+    torch.testing.assert_close(new, torch.cat(want, dim=1))
+    h_np, new_np = ours.numpy_cell()(x.numpy(), carry.numpy())
+    np.testing.assert_allclose(h_np, h.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(new_np, new.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("cell", [Cell.GRU, Cell.LSTM])
+def test_the_unroll_from_a_stored_carry_repeats_the_actors_steps(cell):
+    """Rows made as an actor makes them ([s_t, c_{t-1}], the carries of numpy_step): the
+    learner's unroll from the first row's carry gives each row's outputs as the row alone
+    does (the same weights made the stored carries)."""
+    torch.manual_seed(1)
+    net = RecurrentPolicyValueNet(3, 2, (8,), 0.5, cell, 6)
+    net.normalizer.set_stats(np.full(3, 0.2), np.full(3, 1.5))
+    step = net.numpy_step()
+    states = np.random.default_rng(0).standard_normal((2, 5, 3)).astype(np.float32)
+    seqs = []
+    for seq in states:
+        carry, made = np.zeros(net.carry_dim, np.float32), []
+        for s in seq:
+            row = np.concatenate([s, carry]).astype(np.float32)
+            made.append(row)
+            carry = step(row)[2].astype(np.float32)
+        seqs.append(np.stack(made))
+    flat = torch.from_numpy(np.concatenate(seqs))
+    with torch.no_grad():
+        unrolled, alone = net.sequences(flat, 5), net(flat)
+    for a, b in zip(unrolled, alone, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    mean, _, _ = step(flat.numpy())
+    np.testing.assert_allclose(mean, alone[1].numpy(), rtol=1e-4, atol=1e-6)
+
+
+# --- sequences of the replay -----------------------------------------------------------
+
+def add(shard: ReplayShard, source: int, values: list[float], end: ChunkEnd) -> None:
+    n = len(values) - (1 if end is ChunkEnd.TRUNCATED else 0)
+    obs = np.array(values, np.float32)[:, None]
+    zeros = np.zeros((n, 1), np.float32)
+    shard.add(Chunk(obs, zeros, np.zeros(n, np.float32), zeros, zeros + 1, end, source), 2.0)
+
+
+def test_sequences_follow_one_episode_and_are_padded_at_its_end():
+    shard = ReplayShard(64, 1, 1, 0.99)
+    add(shard, 0, [0, 1, 2, 3, 4], ChunkEnd.TERMINATED)  # rows 0-4
+    add(shard, 0, [10, 11, 12], ChunkEnd.TRUNCATED)      # rows 5-7, 7 the final state
+    add(shard, 1, [20, 21, 22], ChunkEnd.OPEN)           # rows 8-10, 10 has no successor
+    seq, valid = follow(np.array([1, 3, 5, 8]), 3, shard.next, shard.flags)
+    got = shard.obs[seq, 0].reshape(4, 3)
+    np.testing.assert_array_equal(got, [[1, 2, 3], [3, 4, 4], [10, 11, 11], [20, 21, 21]])
+    np.testing.assert_array_equal(valid.reshape(4, 3), [[1, 1, 1], [1, 1, 0], [1, 1, 0],
+                                                        [1, 1, 0]])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 9), st.sampled_from(list(ChunkEnd))),
+                min_size=1, max_size=30),
+       st.integers(1, 6))
+def test_no_sequence_leaves_its_episode(chunk_plan, length):
+    """Chunks of three actors interleaved into a small FIFO shard (old episodes are cut at
+    their start): every sequence from every sampleable row is consecutive steps of one
+    episode, each a sampleable transition, and stops only at the window, a terminal step,
+    or a step whose successor is no transition."""
+    shard = ReplayShard(24, 1, 1, 0.99)
+    count = 0
+    for source, n, end in chunk_plan:
+        add(shard, source, [float(count + i) for i in range(n + 1)], end)
+        count += n + 1
+    used = np.flatnonzero(shard.sampleable(np.arange(shard.size)))
+    if used.size == 0:
+        return
+    seq, valid = follow(used, length, shard.next, shard.flags)
+    seq, valid = seq.reshape(-1, length), valid.reshape(-1, length)
+    for r, v in zip(seq, valid, strict=True):
+        k = int(v.sum())
+        assert v[:k].all() and not v[k:].any(), "the valid rows are a prefix"
+        assert (r[k:] == r[k - 1]).all(), "padding repeats the last valid row"
+        assert shard.sampleable(r[:k]).all()
+        assert len(set(shard.episode[r[:k]])) == 1, "one episode"
+        assert (shard.next[r[:k - 1]] == r[1:k]).all(), "consecutive steps"
+        assert not (shard.flags[r[:k - 1]] & TERMINAL).any()
+        if k < length:
+            last = r[k - 1]
+            succ = shard.next[last]
+            assert (shard.flags[last] & TERMINAL) or succ < 0 or not shard.sampleable(
+                np.array([succ]))[0]
+        assert (shard.flags[r[:k]] & HAS_ACTION).all()
+
+
+# --- the actor -------------------------------------------------------------------------
+
+def recurrent_actor(cell: Cell = Cell.GRU, seed: int = 3) -> Actor:
+    env = make_driver(SolverSpec("history_envs:Walk"), None)
+    torch.manual_seed(0)
+    net = RecurrentPolicyValueNet(env.obs_dim, env.act_dim, (8,), 0.5, cell, 4)
+    return Actor(env, net, ActionBounds.CLIP, seed=seed, chunk_len=5)
+
+
+@pytest.mark.parametrize("cell", [Cell.GRU, Cell.LSTM])
+def test_the_actor_stores_the_carry_it_entered_each_step_with(cell):
+    actor = recurrent_actor(cell)
+    step = actor.net.numpy_step()
+    sent = chunks(actor, 6)  # two episodes of 12 steps
+    assert actor.row_dim == 2 + actor.carry_dim
+    starts = 0
+    for chunk in sent:
+        width = chunk.obs.shape[1]
+        assert width == actor.row_dim
+        carries = chunk.obs[:, 2:]
+        if chunk.obs[0, 0] == 0.0:  # t = 0: an episode starts with a zero carry
+            starts += 1
+            np.testing.assert_array_equal(carries[0], 0.0)
+        made = step(chunk.obs[:-1])[2]  # row t's step gives row t+1's carry
+        np.testing.assert_allclose(carries[1:], made, rtol=1e-5, atol=1e-6)
+    assert starts == 2
+    assert np.abs(sent[0].obs[1:, 2:]).max() > 0.01, "the carry moves"
+
+
+def test_the_actor_continues_its_carry_bit_for_bit():
+    straight = recurrent_actor()
+    chunks(straight, 2)
+    straight.step()
+    tree = straight.checkpoint_state()
+    rest = chunks(straight, 5)
+    resumed = recurrent_actor(seed=8)
+    chunks(resumed, 1)
+    resumed.restore_state(tree)
+    for a, b in zip(rest, chunks(resumed, 5), strict=True):
+        np.testing.assert_array_equal(a.obs, b.obs)
+        np.testing.assert_array_equal(a.act, b.act)
+
+
+# --- the learner -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_the_compiled_recurrent_step_equals_the_eager_step(cell):
+    """Minibatches of 8 sequences of 4 rows: outputs, parameters and Adam's state agree to
+    float32 round-off over five steps."""
+    eager, compiled = pair("vracer", cell=cell, cell_width=8, bptt=4)
+    take_steps(eager, compiled, 5)
+
+
+def test_a_recurrent_step_refreshes_the_valid_rows_of_its_sequences_only():
+    """After a step, each valid row holds the V_w and rho of its first valid place in the
+    sequences, a row that is only padding keeps its values, and the bootstrap states after
+    the valid rows get V_w of their own row."""
+    config = build_config({"run": {"env": "history_envs:Walk", "compile": "off"},
+                           "env": {"horizon": 6},
+                           "vracer": {"cell": "gru", "cell_width": 8, "bptt": 4, "batch": 32,
+                                      "hidden": [16, 16]},
+                           "replay": {"size": 2000, "learn_start": 300}})
+    env = make_driver(SolverSpec.of(config), None)
+    learner = make_learner(config, env.obs_dim, env.act_dim, SerialReducer())
+    actor = make_actor(config, env, 0, 0)
+    actor.load(learner.policy())
+    while learner.replay.n_transitions < 400:
+        chunk, _ = actor.step()
+        if chunk is not None:
+            learner.store(chunk)
+    learner.update_start(400, 400)
+    replay = learner.replay
+    padded = 0
+    for _ in range(3):
+        state = learner.rng.bit_generator.state
+        rows, valid = learner.sample()
+        learner.rng.bit_generator.state = state
+        padded += int((~valid).sum())
+        value, rho = replay.value.copy(), replay.rho.copy()
+        result = learner.train_step()
+        seen: set[int] = set()
+        for j in np.flatnonzero(valid):
+            if rows[j] not in seen:
+                seen.add(int(rows[j]))
+                assert replay.value[rows[j]] == result.value[j]
+                assert replay.rho[rows[j]] == result.rho[j]
+        padding = np.setdiff1d(rows[~valid], rows[valid])
+        np.testing.assert_array_equal(replay.value[padding], value[padding])
+        np.testing.assert_array_equal(replay.rho[padding], rho[padding])
+        boot = replay.bootstrap_rows(rows[valid])
+        if boot.size:
+            np.testing.assert_array_equal(replay.value[boot],
+                                          learner.algo.values(replay.obs[boot]))
+    assert padded, "some sequences were padded (episodes of 6 steps, W = 4)"
+
+
+@pytest.mark.parametrize(("table", "named"), [
+    ({"run": {"algorithm": "ddpg"}, "ddpg": {"cell": "gru"}}, "ddpg.cell = 'gru'"),
+    ({"vracer": {"cell": "rnn"}}, "vracer.cell = 'rnn'"),
+    ({"vracer": {"cell": "gru"}, "replay": {"sampling": "per"}}, "replay.sampling = 'per'"),
+])
+def test_bad_recurrent_settings_are_one_line_naming_the_key(table, named):
+    with pytest.raises(ConfigError, match=f"^{named} is invalid"):
+        build_config(table)
+
+
+def test_a_recurrent_run_restarts_bit_for_bit_and_evaluates(in_tmp):
+    """A GRU V-RACER on Walk, 50-step episodes in chunks of 40, checkpoint mid-episode after
+    440 steps: the resumed run's carries (in the actor's rows, the replay's rows and the
+    episode in progress) and networks equal the straight run's."""
+    common = ["--env", "history_envs:Walk", "--env.horizon", "50", "--vracer.cell", "gru",
+              "--vracer.cell-width", "8", "--vracer.bptt", "4", "--seed", "1",
+              "--checkpoint-every", "430", *SMALL]
+    assert run_main([*common, "--steps", "800", "--run-dir", "straight"]) == 0
+    straight = in_tmp / "straight"
+    full = in_tmp / "full"
+    shutil.copytree(straight, full)
+    checkpoints = sorted((straight / "checkpoints").glob("step-*"))
+    assert checkpoints[0].name == "step-000000000440"
+    shutil.rmtree(checkpoints[-1])
+    (straight / "state.txt").write_text("preempted: signal 15\n")
+    assert run_main(["--restart", "straight", "--steps", "800"]) == 0
+    for name in ("episodes.csv", "train.jsonl"):
+        assert rows(full / name) == rows(straight / name), name
+    for part in ("learner-0.h5", "actor-0.h5"):
+        assert_same_arrays(newest_checkpoint(full) / part, newest_checkpoint(straight) / part)
+    assert evaluate_main([str(straight), "--episodes", "2", "--out", "ev.json"]) == 0
+    assert json.loads(Path("ev.json").read_text())["length_mean"] == 50
