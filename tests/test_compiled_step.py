@@ -90,7 +90,7 @@ def pair(name: str, reducer_seed: int | None = None, **table: Any) -> tuple[Trai
     for compiled in (False, True):
         reducer = None if reducer_seed is None else OtherLearner(reducer_seed)
         algo = make_algorithm(config, OBS, ACT, seed=3)
-        algo.set_input_scaling(np.full(OBS, 0.1), np.full(OBS, 1.5))
+        algo.set_input_scaling(np.full(algo.row_dim, 0.1), np.full(algo.row_dim, 1.5))
         out.append(Trainee(algo, make_step(algo, reducer, compiled)))  # type: ignore[arg-type]
     return out[0], out[1]
 
@@ -515,7 +515,7 @@ def test_steps_of_other_widths_and_constants_in_one_process_each_use_their_own_g
         out = []
         for compiled in (False, True):
             algo = make_algorithm(config, OBS, ACT, seed=3)
-            algo.set_input_scaling(np.full(OBS, 0.1), np.full(OBS, 1.5))
+            algo.set_input_scaling(np.full(algo.row_dim, 0.1), np.full(algo.row_dim, 1.5))
             out.append(Trainee(algo, make_step(algo, None, compiled)))
         return out[0], out[1]
 

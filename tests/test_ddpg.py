@@ -239,7 +239,8 @@ def test_actor_loss_gives_no_gradient_to_the_critic():
     batch = make_batch(algo)
     _, g_critic = grads(algo, batch, terms())
     q = algo.critic(obs, torch.from_numpy(batch.act))
-    l_q = squared_td_loss(algo.targets(TensorBatch.of(batch)), q).mean()
+    tensors = TensorBatch.of(batch)
+    l_q = squared_td_loss(algo.targets(tensors, algo.inputs(tensors)), q).mean()
     torch.testing.assert_close(g_critic, param_grad(l_q, algo.critic))
 
 

@@ -14,11 +14,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_agents import SMALL
-from test_compiled_step import pair, take_steps
+from test_compiled_step import OBS, make_batch, pair, take_steps
 from test_history import chunks
 from test_restart import assert_same_arrays, newest_checkpoint, rows
 
 from hpc_refer.actor import Actor
+from hpc_refer.algorithms import algorithm_class
+from hpc_refer.algorithms.base import ReferTerms
 from hpc_refer.algorithms.recurrent import RecurrentCell, RecurrentPolicyValueNet
 from hpc_refer.collectives import SerialReducer
 from hpc_refer.config import ActionBounds, Cell, ConfigError, build_config
@@ -62,7 +64,7 @@ def test_the_unroll_from_a_stored_carry_repeats_the_actors_steps(cell):
     does (the same weights made the stored carries)."""
     torch.manual_seed(1)
     net = RecurrentPolicyValueNet(3, 2, (8,), 0.5, cell, 6)
-    net.normalizer.set_stats(np.full(3, 0.2), np.full(3, 1.5))
+    net.body.normalizer.set_stats(np.full(3, 0.2), np.full(3, 1.5))
     step = net.numpy_step()
     states = np.random.default_rng(0).standard_normal((2, 5, 3)).astype(np.float32)
     seqs = []
@@ -140,16 +142,19 @@ def test_no_sequence_leaves_its_episode(chunk_plan, length):
 
 # --- the actor -------------------------------------------------------------------------
 
-def recurrent_actor(cell: Cell = Cell.GRU, seed: int = 3) -> Actor:
+def recurrent_actor(cell: Cell = Cell.GRU, seed: int = 3, name: str = "vracer") -> Actor:
     env = make_driver(SolverSpec("history_envs:Walk"), None)
     torch.manual_seed(0)
-    net = RecurrentPolicyValueNet(env.obs_dim, env.act_dim, (8,), 0.5, cell, 4)
+    config = build_config({"run": {"algorithm": name},
+                           name: {"cell": str(cell), "cell_width": 4, "hidden": [8]}})
+    net = algorithm_class(name).behaviour_policy(env.obs_dim, env.act_dim, config.algorithm)
     return Actor(env, net, ActionBounds.CLIP, seed=seed, chunk_len=5)
 
 
-@pytest.mark.parametrize("cell", [Cell.GRU, Cell.LSTM])
-def test_the_actor_stores_the_carry_it_entered_each_step_with(cell):
-    actor = recurrent_actor(cell)
+@pytest.mark.parametrize(("name", "cell"), [("vracer", Cell.GRU), ("vracer", Cell.LSTM),
+                                           ("sac", Cell.GRU), ("ddpg", Cell.GRU)])
+def test_the_actor_stores_the_carry_it_entered_each_step_with(name, cell):
+    actor = recurrent_actor(cell, name=name)
     step = actor.net.numpy_step()
     sent = chunks(actor, 6)  # two episodes of 12 steps
     assert actor.row_dim == 2 + actor.carry_dim
@@ -183,12 +188,31 @@ def test_the_actor_continues_its_carry_bit_for_bit():
 
 # --- the learner -----------------------------------------------------------------------
 
-@pytest.mark.parametrize("cell", ["gru", "lstm"])
-def test_the_compiled_recurrent_step_equals_the_eager_step(cell):
-    """Minibatches of 8 sequences of 4 rows: outputs, parameters and Adam's state agree to
-    float32 round-off over five steps."""
-    eager, compiled = pair("vracer", cell=cell, cell_width=8, bptt=4)
+@pytest.mark.parametrize(("name", "cell"), [("vracer", "gru"), ("vracer", "lstm"),
+                                           ("sac", "gru"), ("ddpg", "lstm")])
+def test_the_compiled_recurrent_step_equals_the_eager_step(name, cell):
+    """Minibatches of 8 sequences of 4 rows: outputs, parameters (targets included) and
+    Adam's state agree to float32 round-off over five steps."""
+    eager, compiled = pair(name, cell=cell, cell_width=8, bptt=4)
     take_steps(eager, compiled, 5)
+
+
+@pytest.mark.parametrize("name", ["sac", "ddpg"])
+def test_the_critics_read_the_policys_cell_and_train_it(name):
+    """With a cell the critics see [s, h_t]: the critics' loss alone moves the cell's
+    parameters (the memory is trained by the value regression), and the actor's loss
+    reaches the cell through its action only."""
+    eager, _ = pair(name, cell="gru", cell_width=8, bptt=4)
+    algo = eager.algo
+    batch = make_batch(algo, 32, seed=0)
+    critic = next(m for k, m in algo.modules.items() if k.startswith("critic"))
+    assert critic.normalizer.mean.numel() == OBS + 8
+    losses = algo.losses(batch, ReferTerms(beta=1.0, c_max=2.0, lr_factor=1.0))
+    q_name = "loss_q"
+    cell = algo.behaviour.body.cell
+    grads = torch.autograd.grad(losses.stats[q_name].mean(), list(cell.parameters()),
+                                allow_unused=True)
+    assert any(g is not None and g.abs().max() > 0 for g in grads)
 
 
 def test_a_recurrent_step_refreshes_the_valid_rows_of_its_sequences_only():
@@ -235,7 +259,7 @@ def test_a_recurrent_step_refreshes_the_valid_rows_of_its_sequences_only():
 
 
 @pytest.mark.parametrize(("table", "named"), [
-    ({"run": {"algorithm": "ddpg"}, "ddpg": {"cell": "gru"}}, "ddpg.cell = 'gru'"),
+    ({"run": {"algorithm": "naf"}, "naf": {"cell": "gru"}}, "naf.cell = 'gru'"),
     ({"vracer": {"cell": "rnn"}}, "vracer.cell = 'rnn'"),
     ({"vracer": {"cell": "gru"}, "replay": {"sampling": "per"}}, "replay.sampling = 'per'"),
 ])
@@ -244,13 +268,15 @@ def test_bad_recurrent_settings_are_one_line_naming_the_key(table, named):
         build_config(table)
 
 
-def test_a_recurrent_run_restarts_bit_for_bit_and_evaluates(in_tmp):
-    """A GRU V-RACER on Walk, 50-step episodes in chunks of 40, checkpoint mid-episode after
+@pytest.mark.parametrize("name", ["vracer", "sac"])
+def test_a_recurrent_run_restarts_bit_for_bit_and_evaluates(in_tmp, name):
+    """A GRU policy on Walk, 50-step episodes in chunks of 40, checkpoint mid-episode after
     440 steps: the resumed run's carries (in the actor's rows, the replay's rows and the
     episode in progress) and networks equal the straight run's."""
-    common = ["--env", "history_envs:Walk", "--env.horizon", "50", "--vracer.cell", "gru",
-              "--vracer.cell-width", "8", "--vracer.bptt", "4", "--seed", "1",
-              "--checkpoint-every", "430", *SMALL]
+    small = [a.replace("--vracer.", f"--{name}.") for a in SMALL]
+    common = ["--env", "history_envs:Walk", "--env.horizon", "50", "--algorithm", name,
+              f"--{name}.cell", "gru", f"--{name}.cell-width", "8", f"--{name}.bptt", "4",
+              "--seed", "1", "--checkpoint-every", "430", *small]
     assert run_main([*common, "--steps", "800", "--run-dir", "straight"]) == 0
     straight = in_tmp / "straight"
     full = in_tmp / "full"

@@ -21,6 +21,12 @@ So the minibatch loss is :func:`hpc_refer.refer.refer_loss` over (L_mu, KL) plus
 1/B sum_k keep_k w_k L_Q,k, keep_k = 1[k near] under Rule 1 (else 1), w_k the PER weight.
 Without ReF-ER (``refer.mode er``) it is plain DDPG with experience replay (whose actors may
 then use Ornstein-Uhlenbeck noise, see :mod:`hpc_refer.actor`).
+
+With ``ddpg.cell = gru | lstm`` the actor carries a recurrent cell
+(:mod:`hpc_refer.algorithms.recurrent`): the minibatch is sequences of W = ``ddpg.bptt`` steps
+unrolled from their stored carries, the critic reads [s_k, h_k] (h_k the actor's cell output,
+trained by the critic's regression, detached in L_mu), and m_target(s_{k+1}) with h'_{k+1} is
+one step of the target actor's cell from the carry after step k.
 """
 
 from __future__ import annotations
@@ -28,13 +34,14 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 import torch
 from torch.func import functional_call
 
 from hpc_refer.algorithms.base import Algorithm, Losses, TensorBatch, adam
+from hpc_refer.algorithms.recurrent import RecurrentTrunk
 from hpc_refer.algorithms.registry import register
 from hpc_refer.algorithms.shared import polyak_, squared_td_loss, td_target
 from hpc_refer.config import (
@@ -64,6 +71,7 @@ class DDPGConfig(AlgorithmConfig):
     """DDPG (Lillicrap et al. 2016) with ReF-ER: the paper-era settings (spec, section DDPG)."""
 
     section: ClassVar[str] = "ddpg"
+    recurrent: ClassVar[bool] = True
     lr: float = option(1e-5, "actor Adam learning rate (the critic's is critic_lr_factor x it)")
     batch: int = option(128, "minibatch size B (global over all learners)")
     replay_size: int = option(2**19, "the algorithm's replay capacity N (replay.size 0 uses it)")
@@ -130,6 +138,60 @@ class DeterministicActor(BehaviourPolicy):
         return lambda obs: (np.tanh(forward(obs)), sigma)
 
 
+class RecurrentDeterministicActor(BehaviourPolicy):
+    """The deterministic actor with a recurrent cell: rows [s, c] -> m_w = tanh(outputs) of
+    a :class:`~hpc_refer.algorithms.recurrent.RecurrentTrunk`, behaviour N(m_w, sigma^2 I);
+    the critic reads the cell's output h_t beside s_t (:meth:`DDPG.inputs`)."""
+
+    sigma: torch.Tensor
+
+    def __init__(self, obs_dim: int, act_dim: int, config: DDPGConfig) -> None:
+        super().__init__()
+        self.body = RecurrentTrunk(obs_dim, act_dim, config.hidden, config.cell,
+                                   config.cell_width)
+        self.carry_dim = self.body.carry_dim
+        self.register_buffer("sigma", torch.full((act_dim,), float(config.sigma)))
+
+    def forward(self, rows: torch.Tensor) -> torch.Tensor:
+        """m_w at rows [B, obs_dim + carry_dim], each from its stored carry."""
+        return torch.tanh(self.body.rows(rows)[0])
+
+    def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self(obs), self.sigma
+
+    def numpy_policy(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        step = self.numpy_step()
+        return lambda rows: step(rows)[:2]
+
+    def numpy_step(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        step = self.body.numpy_step()
+        sigma = self.sigma.numpy()
+
+        def policy(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            out, carry = step(rows)
+            return np.tanh(out), sigma, carry
+
+        return policy
+
+
+class Inputs(NamedTuple):
+    """What one minibatch gives the losses: m_w(s_k), the critic's input at s_k, the target
+    actor's action at s_{k+1} and the target critic's input there (both without gradient)."""
+
+    mean: torch.Tensor
+    critic_obs: torch.Tensor
+    next_action: torch.Tensor
+    next_critic_obs: torch.Tensor
+
+
+def actor_of(obs_dim: int, act_dim: int, config: DDPGConfig
+             ) -> DeterministicActor | RecurrentDeterministicActor:
+    """DDPG's actor: feed-forward, or with the cell of ``config.cell``."""
+    if config.carry_dim == 0:
+        return DeterministicActor(obs_dim, act_dim, config.hidden, config.sigma)
+    return RecurrentDeterministicActor(obs_dim, act_dim, config)
+
+
 @register
 class DDPG(Algorithm):
     """DDPG with ReF-ER: actor, critic, their Polyak targets, and two Adam optimizers.
@@ -150,8 +212,9 @@ class DDPG(Algorithm):
                  seed: int) -> None:
         super().__init__(obs_dim, act_dim, config, refer, seed)
         self.config: DDPGConfig = config
-        self.actor = DeterministicActor(obs_dim, act_dim, config.hidden, config.sigma)
-        self.critic = QNetwork(obs_dim, act_dim, config.hidden)
+        self.actor = actor_of(obs_dim, act_dim, config)
+        seen = obs_dim + (config.cell_width if config.carry_dim else 0)  # [s, h] with a cell
+        self.critic = QNetwork(seen, act_dim, config.hidden)
         self.target_actor = copy.deepcopy(self.actor).requires_grad_(False)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         critic_lr = config.critic_lr_factor * config.lr
@@ -165,7 +228,7 @@ class DDPG(Algorithm):
     def behaviour_policy(cls, obs_dim: int, act_dim: int,
                          config: AlgorithmConfig) -> BehaviourPolicy:
         assert isinstance(config, DDPGConfig)
-        return DeterministicActor(obs_dim, act_dim, config.hidden, config.sigma)
+        return actor_of(obs_dim, act_dim, config)
 
     @property
     def behaviour(self) -> BehaviourPolicy:
@@ -178,26 +241,46 @@ class DDPG(Algorithm):
         return out
 
     @torch.no_grad()
-    def targets(self, batch: TensorBatch) -> torch.Tensor:
+    def targets(self, batch: TensorBatch, inputs: Inputs) -> torch.Tensor:
         """y_k = r_{k+1} + gamma (1 - done_k) Q_target(s_{k+1}, m_target(s_{k+1})) (eq. 2,
         the target networks)."""
-        q_next = self.target_critic(batch.next_obs, self.target_actor(batch.next_obs))
+        q_next = self.target_critic(inputs.next_critic_obs, inputs.next_action)
         return td_target(batch.rew, batch.done, self.config.gamma, q_next)
+
+    def inputs(self, batch: TensorBatch) -> Inputs:
+        """The actor's mean and the critics' inputs of a minibatch: s_k and s_{k+1}
+        themselves for a feed-forward actor; with a cell, sequences of W steps unrolled from
+        their stored carries (:mod:`hpc_refer.algorithms.recurrent`), the critic reading
+        [s, h_t] (h_t with its gradient: the critic's regression trains the cell too; the
+        actor's loss reads it detached), the target actor's cell one step from the carry
+        after step t giving m_target(s_{k+1}) and h'_{t+1}."""
+        if not isinstance(self.actor, RecurrentDeterministicActor):
+            with torch.no_grad():
+                a_next = self.target_actor(batch.next_obs)
+            return Inputs(self.actor(batch.obs), batch.obs, a_next, batch.next_obs)
+        assert isinstance(self.target_actor, RecurrentDeterministicActor)
+        d = self.obs_dim
+        out, h, carry = self.actor.body.sequences(batch.obs, self.config.bptt)
+        with torch.no_grad():
+            out_next, h_next = self.target_actor.body.after(batch.next_obs, carry)
+        return Inputs(torch.tanh(out), torch.cat([batch.obs[..., :d], h], dim=-1),
+                      torch.tanh(out_next), torch.cat([batch.next_obs[..., :d], h_next], dim=-1))
 
     def loss_terms(self, batch: TensorBatch, beta: float | torch.Tensor,
                    bounds: NearBounds) -> Losses:
         """ReF-ER loss of a minibatch, its diagnostics, rho_k and the TD errors y_k - Q (both
         detached, before the step)."""
-        obs, act, weight = batch.obs, batch.act, batch.weight
+        act, weight = batch.act, batch.weight
         mode = self.refer_config.mode
-        y = self.targets(batch)
+        inputs = self.inputs(batch)
+        mean, obs = inputs.mean, inputs.critic_obs
+        y = self.targets(batch, inputs)
         q = self.critic(obs, act)
-        mean = self.actor(obs)
         sigma = self.actor.sigma
         rho = importance_ratio(gaussian_log_prob(act, mean, sigma), batch.log_mu).detach()
         near = near_policy(rho, bounds)
         l_q = squared_td_loss(y, q)
-        l_mu = actor_loss(self.q_of_policy(obs, mean))
+        l_mu = actor_loss(self.q_of_policy(obs.detach(), mean))
         kl = kl_penalty(batch.mu_mean, batch.mu_std, mean, sigma, self.refer_config.kl_direction)
         keep = rule1_mask(near, mode, l_q)
         loss = refer_loss(l_mu, kl, near, beta, mode, weight) + (keep * weight * l_q).mean()

@@ -27,6 +27,12 @@ ReF-ER: Rule 1 removes far-policy samples' gradient from the actor's and the cri
 DDPG's), nor is the temperature's dual step. ``refer.mode = er`` is plain SAC. The noise eps
 comes from torch's generator inside the loss (checkpointed with the learner; the compiled step
 draws it the eager way, so both steps see the same numbers).
+
+With ``sac.cell = gru | lstm`` the actor carries a recurrent cell
+(:mod:`hpc_refer.algorithms.recurrent`): the minibatch is sequences of W = ``sac.bptt`` steps
+unrolled from their stored carries, the critics read [s_k, h_k] (h_k the actor's cell output,
+trained by the critics' regression, detached in L_pi) and s_{k+1}'s Gaussian and h_{k+1} are one
+cell step from the carry after step k.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 import torch
@@ -43,6 +49,7 @@ from torch import nn
 from torch.func import functional_call
 
 from hpc_refer.algorithms.base import Algorithm, Losses, TensorBatch, adam
+from hpc_refer.algorithms.recurrent import RecurrentTrunk
 from hpc_refer.algorithms.registry import register
 from hpc_refer.algorithms.shared import polyak_, squared_td_loss, td_target
 from hpc_refer.config import (
@@ -77,6 +84,7 @@ class SACConfig(AlgorithmConfig):
 
     section: ClassVar[str] = "sac"
     squashes: ClassVar[bool] = True
+    recurrent: ClassVar[bool] = True
     hidden: tuple[int, ...] = option((256, 256), "hidden layer widths")
     activation: Activation = option(
         Activation.SOFTSIGN, "hidden layers' nonlinearity of the actor and the critics: "
@@ -141,22 +149,70 @@ class SquashedGaussianActor(BehaviourPolicy):
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean [B, A] and std [B, A] of u."""
-        out = self.trunk(self.normalizer(obs))
-        mean, log_std = out[..., : self.act_dim], out[..., self.act_dim :]
-        return mean, torch.exp(torch.clamp(log_std, LOG_STD_MIN, LOG_STD_MAX))
+        return squashed_gaussian(self.trunk(self.normalizer(obs)), self.act_dim)
 
     def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self(obs)
 
     def numpy_policy(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
         forward = NumpyMLP(self.trunk, self.normalizer)
-        a = self.act_dim
+        return lambda obs: numpy_squashed_gaussian(forward(obs), self.act_dim)
 
-        def policy(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            out = forward(obs)
-            return out[..., :a], np.exp(np.clip(out[..., a:], LOG_STD_MIN, LOG_STD_MAX))
+
+def squashed_gaussian(out: torch.Tensor, act_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The actor's outputs [..., 2 A] read as the mean and std = exp(clip(log sigma)) of u."""
+    mean, log_std = out[..., :act_dim], out[..., act_dim:]
+    return mean, torch.exp(torch.clamp(log_std, LOG_STD_MIN, LOG_STD_MAX))
+
+
+def numpy_squashed_gaussian(out: np.ndarray, act_dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`squashed_gaussian` in numpy."""
+    return out[..., :act_dim], np.exp(np.clip(out[..., act_dim:], LOG_STD_MIN, LOG_STD_MAX))
+
+
+class RecurrentSquashedActor(BehaviourPolicy):
+    """The squashed-Gaussian actor with a recurrent cell: rows [s, c] -> (m_w, sigma_w)
+    through :class:`~hpc_refer.algorithms.recurrent.RecurrentTrunk`; the critics read the
+    cell's output h_t beside s_t (:meth:`SAC.inputs`)."""
+
+    def __init__(self, obs_dim: int, act_dim: int, config: SACConfig) -> None:
+        super().__init__()
+        self.act_dim = act_dim
+        self.body = RecurrentTrunk(obs_dim, 2 * act_dim, config.hidden, config.cell,
+                                   config.cell_width, config.activation)
+        self.carry_dim = self.body.carry_dim
+
+    def forward(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and std of u at rows [B, obs_dim + carry_dim], each from its stored carry."""
+        return squashed_gaussian(self.body.rows(rows)[0], self.act_dim)
+
+    def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self(obs)
+
+    def numpy_policy(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        step = self.numpy_step()
+        return lambda rows: step(rows)[:2]
+
+    def numpy_step(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        step = self.body.numpy_step()
+
+        def policy(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            out, carry = step(rows)
+            return (*numpy_squashed_gaussian(out, self.act_dim), carry)
 
         return policy
+
+
+class Inputs(NamedTuple):
+    """What one minibatch gives the losses: the actor's Gaussian over u at s_k and at
+    s_{k+1} (the latter without gradient), and the critics' inputs at both."""
+
+    mean: torch.Tensor
+    std: torch.Tensor
+    critic_obs: torch.Tensor
+    next_mean: torch.Tensor
+    next_std: torch.Tensor
+    next_critic_obs: torch.Tensor
 
 
 class Temperature(nn.Module):
@@ -165,6 +221,14 @@ class Temperature(nn.Module):
     def __init__(self, alpha: float) -> None:
         super().__init__()
         self.log_alpha = nn.Parameter(torch.tensor(math.log(alpha)))
+
+
+def actor_of(obs_dim: int, act_dim: int, config: SACConfig
+             ) -> SquashedGaussianActor | RecurrentSquashedActor:
+    """SAC's actor: feed-forward, or with the cell of ``config.cell``."""
+    if config.carry_dim == 0:
+        return SquashedGaussianActor(obs_dim, act_dim, config.hidden, config.activation)
+    return RecurrentSquashedActor(obs_dim, act_dim, config)
 
 
 @register
@@ -180,9 +244,10 @@ class SAC(Algorithm):
                  seed: int) -> None:
         super().__init__(obs_dim, act_dim, config, refer, seed)
         self.config: SACConfig = config
-        self.actor = SquashedGaussianActor(obs_dim, act_dim, config.hidden, config.activation)
-        self.critic1 = QNetwork(obs_dim, act_dim, config.hidden, config.activation)
-        self.critic2 = QNetwork(obs_dim, act_dim, config.hidden, config.activation)
+        self.actor = actor_of(obs_dim, act_dim, config)
+        seen = obs_dim + (config.cell_width if config.carry_dim else 0)  # [s, h] with a cell
+        self.critic1 = QNetwork(seen, act_dim, config.hidden, config.activation)
+        self.critic2 = QNetwork(seen, act_dim, config.hidden, config.activation)
         self.target1 = copy.deepcopy(self.critic1).requires_grad_(False)
         self.target2 = copy.deepcopy(self.critic2).requires_grad_(False)
         self.temperature = Temperature(config.alpha_init)
@@ -199,7 +264,7 @@ class SAC(Algorithm):
     def behaviour_policy(cls, obs_dim: int, act_dim: int,
                          config: AlgorithmConfig) -> BehaviourPolicy:
         assert isinstance(config, SACConfig)
-        return SquashedGaussianActor(obs_dim, act_dim, config.hidden, config.activation)
+        return actor_of(obs_dim, act_dim, config)
 
     @property
     def behaviour(self) -> BehaviourPolicy:
@@ -218,18 +283,17 @@ class SAC(Algorithm):
         """ReF-ER loss of a minibatch (module docstring), its diagnostics, rho_k and the TD
         error y_k - Q_1(s_k, a_k) (both detached, before the step)."""
         mode = self.refer_config.mode
-        obs, weight = batch.obs, batch.weight
+        weight = batch.weight
         log_alpha = self.temperature.log_alpha
         alpha = torch.exp(log_alpha)
-        mean, std = self.actor(obs)
+        mean, std, obs, m_next, s_next, next_obs = self.inputs(batch)
         rho = importance_ratio(gaussian_log_prob(batch.act, mean, std), batch.log_mu).detach()
         near = near_policy(rho, bounds)
         with torch.no_grad():
-            m_next, s_next = self.actor(batch.next_obs)
             u_next = m_next + s_next * torch.randn_like(m_next)
             a_next = torch.tanh(u_next)
-            q_next = torch.minimum(self.target1(batch.next_obs, a_next),
-                                   self.target2(batch.next_obs, a_next))
+            q_next = torch.minimum(self.target1(next_obs, a_next),
+                                   self.target2(next_obs, a_next))
             y = critic_target(batch.rew, batch.done, self.config.gamma, q_next, alpha,
                               squashed_log_prob(u_next, m_next, s_next))
         act = torch.tanh(batch.act)
@@ -237,15 +301,36 @@ class SAC(Algorithm):
         l_q = squared_td_loss(y, q1) + squared_td_loss(y, q2)
         u = mean + std * torch.randn_like(mean)
         log_pi = squashed_log_prob(u, mean, std)
-        l_pi = actor_loss(alpha, log_pi, self.q_of_policy(obs, torch.tanh(u)))
+        l_pi = actor_loss(alpha, log_pi, self.q_of_policy(obs.detach(), torch.tanh(u)))
         kl = kl_penalty(batch.mu_mean, batch.mu_std, mean, std, self.refer_config.kl_direction)
         l_alpha = temperature_loss(log_alpha, log_pi, self.target_entropy)
         keep = rule1_mask(near, mode, l_q)
         loss = (refer_loss(l_pi, kl, near, beta, mode, weight)
-                + (keep * weight * l_q).mean() + l_alpha.mean())
+                + (keep * weight * l_q).mean() + ((weight > 0) * l_alpha).mean())
         stats = {"loss_q": l_q, "loss_pi": l_pi, "kl": kl, "near_fraction": near,
                  "entropy": -log_pi.detach(), "alpha": alpha.detach().expand_as(l_q), "q": q1}
         return Losses(loss, stats, rho, None, (y - q1).detach())
+
+    def inputs(self, batch: TensorBatch) -> Inputs:
+        """The actor's Gaussians and the critics' inputs of a minibatch: s_k and s_{k+1}
+        themselves for a feed-forward actor; with a cell, sequences of W steps unrolled from
+        their stored carries (:mod:`hpc_refer.algorithms.recurrent`), the critics reading
+        [s, h_t] (h_t with its gradient: the critics' regression trains the cell too; the
+        actor's loss reads it detached) and the successor's Gaussian and h_{t+1} one cell
+        step from the carry after step t."""
+        if not isinstance(self.actor, RecurrentSquashedActor):
+            mean, std = self.actor(batch.obs)
+            with torch.no_grad():
+                m_next, s_next = self.actor(batch.next_obs)
+            return Inputs(mean, std, batch.obs, m_next, s_next, batch.next_obs)
+        body, d = self.actor.body, self.obs_dim
+        out, h, carry = body.sequences(batch.obs, self.config.bptt)
+        with torch.no_grad():
+            out_next, h_next = body.after(batch.next_obs, carry)
+        return Inputs(*squashed_gaussian(out, self.act_dim),
+                      torch.cat([batch.obs[..., :d], h], dim=-1),
+                      *squashed_gaussian(out_next, self.act_dim),
+                      torch.cat([batch.next_obs[..., :d], h_next], dim=-1))
 
     def after_step(self, t: int) -> None:
         """The target critics follow: w' <- (1 - tau) w' + tau w."""
