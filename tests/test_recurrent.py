@@ -13,12 +13,13 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_agents import SMALL
+from test_agents import SMALL, run_actor
 from test_compiled_step import OBS, make_batch, pair, take_steps
 from test_history import chunks
 from test_restart import assert_same_arrays, newest_checkpoint, rows
 
 from hpc_refer.actor import Actor
+from hpc_refer.agents_actor import actor_for
 from hpc_refer.algorithms import algorithm_class
 from hpc_refer.algorithms.base import ReferTerms
 from hpc_refer.algorithms.recurrent import RecurrentCell, RecurrentPolicyValueNet
@@ -170,6 +171,26 @@ def test_the_actor_stores_the_carry_it_entered_each_step_with(name, cell):
         np.testing.assert_allclose(carries[1:], made, rtol=1e-5, atol=1e-6)
     assert starts == 2
     assert np.abs(sent[0].obs[1:, 2:]).max() > 0.01, "the carry moves"
+
+
+def test_each_agent_carries_its_own_state():
+    """Three agents of one simulation, one batched policy call per step: each agent's rows
+    carry its own carry, zero at its episode's start."""
+    env = make_driver(SolverSpec("agents_envs:Points", params={"agents": 3}), None)
+    config = build_config({"vracer": {"cell": "gru", "cell_width": 4, "hidden": [8]}})
+    net = algorithm_class("vracer").behaviour_policy(env.obs_dim, env.act_dim,
+                                                     config.algorithm)
+    actor = actor_for(env, net, ActionBounds.CLIP, seed=3, chunk_len=6)
+    step = net.numpy_step()
+    sent = run_actor(actor, 9)
+    for chunk, _ in sent:
+        assert chunk.obs.shape[1] == env.obs_dim + 4
+        np.testing.assert_allclose(chunk.obs[1:, 2:], step(chunk.obs[:-1])[2], rtol=1e-5,
+                                   atol=1e-6)
+    firsts = [chunk for chunk, _ in sent if chunk.obs[0, 1] == 0.0]  # t = 0
+    assert {c.agent for c in firsts} == {0, 1, 2}
+    for chunk in firsts:
+        np.testing.assert_array_equal(chunk.obs[0, 2:], 0.0)
 
 
 def test_the_actor_continues_its_carry_bit_for_bit():
