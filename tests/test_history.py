@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from test_agents import SMALL, run_actor
-from test_restart import assert_same_arrays, newest_checkpoint, rows
+from test_restart import assert_resumes_straight
 
 from hpc_refer.actor import Actor
 from hpc_refer.agents_actor import actor_for
@@ -23,7 +22,6 @@ from hpc_refer.envs.history import History, ObservationStack
 from hpc_refer.evaluate import main as evaluate_main
 from hpc_refer.networks import GaussianPolicyValueNet
 from hpc_refer.policy_file import load_policy
-from hpc_refer.run import main as run_main
 
 
 def test_the_stack_holds_the_last_states_and_actions_newest_first():
@@ -138,20 +136,8 @@ def test_a_stacked_run_restarts_bit_for_bit_and_evaluates(in_tmp):
     common = ["--env", "history_envs:Walk", "--env.history", "3", "--env.history_actions",
               "true", "--env.horizon", "50", "--seed", "1", "--checkpoint-every", "430",
               *SMALL]
-    assert run_main([*common, "--steps", "800", "--run-dir", "straight"]) == 0
-    straight = in_tmp / "straight"
+    straight = assert_resumes_straight(in_tmp, common, 800, "step-000000000440")
     assert load_policy(straight / "policy.h5").policy.normalizer.mean.numel() == 9
-    full = in_tmp / "full"
-    shutil.copytree(straight, full)
-    checkpoints = sorted((straight / "checkpoints").glob("step-*"))
-    shutil.rmtree(checkpoints[-1])
-    (straight / "state.txt").write_text("preempted: signal 15\n")
-    assert checkpoints[0].name == "step-000000000440"
-    assert run_main(["--restart", "straight", "--steps", "800"]) == 0
-    for name in ("episodes.csv", "train.jsonl"):
-        assert rows(full / name) == rows(straight / name), name
-    for part in ("learner-0.h5", "actor-0.h5"):
-        assert_same_arrays(newest_checkpoint(full) / part, newest_checkpoint(straight) / part)
     assert evaluate_main([str(straight), "--episodes", "2", "--out", "ev.json"]) == 0
     stats = json.loads(Path("ev.json").read_text())
     assert stats["episodes"] == 2 and stats["length_mean"] == 50

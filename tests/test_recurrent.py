@@ -5,7 +5,6 @@ step, and a restart that continues the carries bit for bit."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +15,7 @@ from hypothesis import strategies as st
 from test_agents import SMALL, run_actor
 from test_compiled_step import OBS, make_batch, pair, take_steps
 from test_history import chunks
-from test_restart import assert_same_arrays, newest_checkpoint, rows
+from test_restart import assert_resumes_straight
 
 from hpc_refer.actor import Actor
 from hpc_refer.agents_actor import actor_for
@@ -31,7 +30,6 @@ from hpc_refer.records import Chunk, ChunkEnd
 from hpc_refer.replay import ReplayShard
 from hpc_refer.replay_kernels import HAS_ACTION, TERMINAL
 from hpc_refer.replay_sequences import follow
-from hpc_refer.run import main as run_main
 from hpc_refer.training import make_actor, make_learner
 
 # --- the cell --------------------------------------------------------------------------
@@ -298,18 +296,6 @@ def test_a_recurrent_run_restarts_bit_for_bit_and_evaluates(in_tmp, name):
     common = ["--env", "history_envs:Walk", "--env.horizon", "50", "--algorithm", name,
               f"--{name}.cell", "gru", f"--{name}.cell-width", "8", f"--{name}.bptt", "4",
               "--seed", "1", "--checkpoint-every", "430", *small]
-    assert run_main([*common, "--steps", "800", "--run-dir", "straight"]) == 0
-    straight = in_tmp / "straight"
-    full = in_tmp / "full"
-    shutil.copytree(straight, full)
-    checkpoints = sorted((straight / "checkpoints").glob("step-*"))
-    assert checkpoints[0].name == "step-000000000440"
-    shutil.rmtree(checkpoints[-1])
-    (straight / "state.txt").write_text("preempted: signal 15\n")
-    assert run_main(["--restart", "straight", "--steps", "800"]) == 0
-    for name in ("episodes.csv", "train.jsonl"):
-        assert rows(full / name) == rows(straight / name), name
-    for part in ("learner-0.h5", "actor-0.h5"):
-        assert_same_arrays(newest_checkpoint(full) / part, newest_checkpoint(straight) / part)
+    straight = assert_resumes_straight(in_tmp, common, 800, "step-000000000440")
     assert evaluate_main([str(straight), "--episodes", "2", "--out", "ev.json"]) == 0
     assert json.loads(Path("ev.json").read_text())["length_mean"] == 50

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -46,6 +47,26 @@ def rows(path: Path) -> list[dict]:
 
 def newest_checkpoint(run_dir: Path) -> Path:
     return sorted((run_dir / "checkpoints").glob("step-*"))[-1]
+
+
+def assert_resumes_straight(root: Path, flags: list[str], steps: int, first: str) -> Path:
+    """Train ``flags`` for ``steps`` in ``root/straight``, then resume a copy from its first
+    checkpoint (named ``first``, with the last one removed and the run marked preempted) and
+    assert that it ends as the straight run did: episodes, intervals, learner and actor
+    parts. Returns the resumed run's directory."""
+    straight, full = root / "straight", root / "full"
+    assert run_main([*flags, "--steps", str(steps), "--run-dir", str(straight)]) == 0
+    shutil.copytree(straight, full)
+    checkpoints = sorted((straight / "checkpoints").glob("step-*"))
+    assert checkpoints[0].name == first
+    shutil.rmtree(checkpoints[-1])
+    (straight / "state.txt").write_text("preempted: signal 15\n")
+    assert run_main(["--restart", str(straight), "--steps", str(steps)]) == 0
+    for name in ("episodes.csv", "train.jsonl"):
+        assert rows(full / name) == rows(straight / name), name
+    for part in ("learner-0.h5", "actor-0.h5"):
+        assert_same_arrays(newest_checkpoint(full) / part, newest_checkpoint(straight) / part)
+    return straight
 
 
 def h5_arrays(path: Path) -> dict[str, np.ndarray]:
