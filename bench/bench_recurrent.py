@@ -1,0 +1,75 @@
+"""Learner cost of a recurrent cell (issue 27, point 3): ``python bench/bench_recurrent.py``.
+
+Gradient steps/s (``Learner.train_step``) of V-RACER, SAC and DDPG with ReF-ER, feed-forward
+and with a GRU cell (width 32, BPTT over W = 16 steps: B / W sequences of W rows, the same
+B rows a step), eager and compiled, on one core with a replay of 2^16 states (HalfCheetah
+sizes: 17 observations, 6 actions, episodes of 1000 steps; a recurrent row also holds its
+32-value carry). The candidates take turns block by block (``--repeats`` rounds of ``--n``
+steps each) so that load changes hit them alike; medians. Writes
+``bench/results/recurrent_learner.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from common import median, rate, synthetic_episode, write
+
+from hpc_refer.collectives import SerialReducer
+from hpc_refer.config import build_config
+from hpc_refer.learner import Learner
+from hpc_refer.training import make_learner
+
+OBS, ACT, T, SIZE = 17, 6, 1000, 2**16
+ALGORITHMS = ("vracer", "sac", "ddpg")
+
+
+def learner_of(name: str, cell: str, compile_mode: str) -> Learner:
+    """A learner of ``name`` with ``cell`` on a full replay of synthetic episodes."""
+    cfg = build_config({"run": {"algorithm": name, "compile": compile_mode},
+                        name: {"cell": cell}, "replay": {"size": SIZE}})
+    learner = make_learner(cfg, OBS, ACT, SerialReducer())
+    rng = np.random.default_rng(0)
+    while learner.replay.size < SIZE:
+        learner.store(synthetic_episode(rng, T, learner.algo.row_dim, ACT))
+    learner.update_start(SIZE, 0)
+    for _ in range(30):  # compile and warm up
+        learner.train_step()
+    return learner
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=200, help="steps per block")
+    parser.add_argument("--repeats", type=int, default=5, help="rounds of blocks")
+    parser.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS))
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    steps: dict[str, Callable[[], object]] = {}
+    for name in args.algorithms:
+        for cell in ("none", "gru"):
+            for mode in ("off", "on"):
+                learner = learner_of(name, cell, mode)
+                kind = "compiled" if learner.step.compiled else "eager"
+                steps[f"{name}_{'mlp' if cell == 'none' else 'gru'}_{kind}"] = \
+                    learner.train_step
+    rates: dict[str, list[float]] = {k: [] for k in steps}
+    for _ in range(args.repeats):
+        for k, fn in steps.items():
+            rates[k] += rate(fn, args.n, 1)
+    medians = {k: median(v) for k, v in rates.items()}
+    over = {k: medians[k] / medians[k.replace("_gru_", "_mlp_")] for k in medians
+            if "_gru_" in k and k.replace("_gru_", "_mlp_") in medians}
+    path = write("recurrent_learner", {"steps_per_s": rates, "median": medians,
+                                       "gru_over_mlp": over, "replay_states": SIZE,
+                                       "cell_width": 32, "bptt": 16})
+    for k, v in medians.items():
+        print(f"{k}: {v:.0f} steps/s" + (f" ({over[k]:.2f}x the MLP's)" if k in over else ""))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
