@@ -26,6 +26,7 @@ from hpc_refer.collectives import SerialReducer
 from hpc_refer.config import ActionBounds, Cell, ConfigError, build_config
 from hpc_refer.envs import SolverSpec, make_driver
 from hpc_refer.evaluate import main as evaluate_main
+from hpc_refer.learner import Learner
 from hpc_refer.records import Chunk, ChunkEnd
 from hpc_refer.replay import ReplayShard
 from hpc_refer.replay_kernels import HAS_ACTION, TERMINAL
@@ -234,12 +235,10 @@ def test_the_critics_read_the_policys_cell_and_train_it(name):
     assert any(g is not None and g.abs().max() > 0 for g in grads)
 
 
-def test_a_recurrent_step_refreshes_the_valid_rows_of_its_sequences_only():
-    """After a step, each valid row holds the V_w and rho of its first valid place in the
-    sequences, a row that is only padding keeps its values, and the bootstrap states after
-    the valid rows get V_w of their own row."""
+def recurrent_learner(horizon: int = 6) -> Learner:
+    """A GRU V-RACER learner whose replay holds 400 transitions of Walk episodes."""
     config = build_config({"run": {"env": "history_envs:Walk", "compile": "off"},
-                           "env": {"horizon": 6},
+                           "env": {"horizon": horizon},
                            "vracer": {"cell": "gru", "cell_width": 8, "bptt": 4, "batch": 32,
                                       "hidden": [16, 16]},
                            "replay": {"size": 2000, "learn_start": 300}})
@@ -252,6 +251,27 @@ def test_a_recurrent_step_refreshes_the_valid_rows_of_its_sequences_only():
         if chunk is not None:
             learner.store(chunk)
     learner.update_start(400, 400)
+    return learner
+
+
+def test_padding_rows_weigh_nothing_in_the_step():
+    learner = recurrent_learner()
+    seen = []
+    step = learner.step
+    learner.step = lambda batch, terms, t: (seen.append(batch), step(batch, terms, t))[1]
+    state = learner.rng.bit_generator.state
+    _, valid = learner.sample()
+    learner.rng.bit_generator.state = state
+    learner.train_step()
+    np.testing.assert_array_equal(seen[0].weight, valid.astype(np.float32))
+    assert not valid.all()
+
+
+def test_a_recurrent_step_refreshes_the_valid_rows_of_its_sequences_only():
+    """After a step, each valid row holds the V_w and rho of its first valid place in the
+    sequences, a row that is only padding keeps its values, and the bootstrap states after
+    the valid rows get V_w of their own row."""
+    learner = recurrent_learner()
     replay = learner.replay
     padded = 0
     for _ in range(3):
