@@ -272,22 +272,9 @@ class AlgorithmConfig:
     batch: int = option(256, "minibatch size B (global over all learners)")
     gamma: float = option(0.995, "discount factor")
     replay_size: int = option(2**18, "the algorithm's replay capacity N (replay.size 0 uses it)")
-    cell: Cell = option(Cell.NONE, "recurrent cell for partially observed tasks: none "
-                        "(feed-forward), gru or lstm (algorithms that offer one)", choices(Cell))
-    cell_width: int = option(32, "width of the recurrent cell's state h")
-    bptt: int = option(16, "window W of truncated backpropagation through time: a recurrent "
-                       "learner samples sequences of W steps")
-
-    recurrent: ClassVar[bool] = False
-    """Whether the algorithm offers recurrent networks (``cell`` other than none)."""
 
     def __post_init__(self) -> None:
         name = self.section
-        enum_field(self, "cell", Cell)
-        require(self.cell is Cell.NONE or self.recurrent, f"{name}.cell", str(self.cell),
-                f"none ({name} has no recurrent networks)")
-        require(self.cell_width > 0, f"{name}.cell_width", self.cell_width, "integers > 0")
-        require(self.bptt > 0, f"{name}.bptt", self.bptt, "integers > 0")
         require(
             len(self.hidden) > 0 and all(h > 0 for h in self.hidden),
             f"{name}.hidden", self.hidden, "a non-empty list of positive integers",
@@ -304,19 +291,48 @@ class AlgorithmConfig:
 
     @property
     def carry_dim(self) -> int:
-        """Values of the recurrent state an actor stores with each state (0: feed-forward)."""
-        return self.cell.carry_dim(self.cell_width)
+        """Values of the recurrent state an actor stores with each state (0: feed-forward;
+        see :class:`RecurrentConfig`)."""
+        return 0
 
     @property
     def sequence_length(self) -> int:
-        """Steps of each sequence the learner samples: W with a cell, 1 without."""
-        return 1 if self.cell is Cell.NONE else self.bptt
+        """Steps of each sequence the learner samples (1: single transitions)."""
+        return 1
 
     @property
     def exploration(self) -> Exploration:
         """The behaviour noise of the algorithm's actors: the stored Gaussian (tables may
         offer others as a field of the same name, e.g. Ornstein-Uhlenbeck noise)."""
         return Exploration.GAUSSIAN
+
+
+@dataclass(frozen=True)
+class RecurrentConfig(AlgorithmConfig):
+    """The settings of an algorithm that offers recurrent networks
+    (:mod:`hpc_refer.algorithms.recurrent`); its table derives from this one."""
+
+    cell: Cell = option(Cell.NONE, "recurrent cell for partially observed tasks: none "
+                        "(feed-forward), gru or lstm", choices(Cell))
+    cell_width: int = option(32, "width of the recurrent cell's state h")
+    bptt: int = option(16, "window W of truncated backpropagation through time: a recurrent "
+                       "learner samples sequences of W steps")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        name = self.section
+        enum_field(self, "cell", Cell)
+        require(self.cell_width > 0, f"{name}.cell_width", self.cell_width, "integers > 0")
+        require(self.bptt > 0, f"{name}.bptt", self.bptt, "integers > 0")
+
+    @property
+    def carry_dim(self) -> int:
+        return self.cell.carry_dim(self.cell_width)
+
+    @property
+    def sequence_length(self) -> int:
+        """W with a cell, 1 without."""
+        return 1 if self.cell is Cell.NONE else self.bptt
 
 
 @dataclass(frozen=True)
@@ -453,10 +469,10 @@ class Config:
             "gaussian with refer.mode refer, refer1 or refer2 (ReF-ER needs the Gaussian mu "
             "that is stored); ou only with refer.mode er",
         )
-        require(self.algorithm.cell is Cell.NONE or self.replay.sampling is Sampling.UNIFORM,
+        require(self.algorithm.sequence_length == 1
+                or self.replay.sampling is Sampling.UNIFORM,
                 "replay.sampling", str(self.replay.sampling),
-                f"uniform with {name}.cell = {self.algorithm.cell} (sequences are sampled "
-                f"uniformly)")
+                f"uniform with a recurrent {name}.cell (sequences are sampled uniformly)")
 
     @property
     def action_bounds(self) -> ActionBounds:

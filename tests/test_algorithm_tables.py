@@ -48,13 +48,22 @@ SHARED_ROWS: tuple[Row, ...] = (
 )
 """The fields every table has (AlgorithmConfig.__post_init__)."""
 
+RECURRENT_ROWS: tuple[Row, ...] = (
+    ("cell", ("GRU", "rnn", ""), ("none", "gru", "lstm"), "none, gru, lstm"),
+    ("cell_width", (0, -1), (1, 64), "integers > 0"),
+    ("bptt", (0, -4), (1, 16), "integers > 0"),
+)
+"""The fields of a table with recurrent networks (RecurrentConfig.__post_init__)."""
+
 TAU_ROW: Row = ("tau", (0, 0.0, -0.1, 1.0001, 1.5, 2, 2.5), (1e-6, 0.5, 1, 1.0), "0 < tau <= 1")
 
 OWN_ROWS: dict[str, tuple[Row, ...]] = {
     "vracer": (
         ("sigma_init", (0, 0.0, -0.1), (1e-6, 0.5, 1, 5.0), "values > 0"),
+        *RECURRENT_ROWS,
     ),
     "ddpg": (
+        *RECURRENT_ROWS,
         ("critic_lr_factor", (0, 0.0, -1.0), (1e-6, 0.5, 1, 1.5, 10.0), "values > 0"),
         ("critic_l2", (-1e-9, -1.0), (0, 0.0, 1e-6, 1.0), "values >= 0"),
         TAU_ROW,
@@ -66,6 +75,7 @@ OWN_ROWS: dict[str, tuple[Row, ...]] = {
         ("sigma", (0, 0.0, -0.1), (1e-6, 0.5, 1, 2.0), "values > 0"),
     ),
     "sac": (
+        *RECURRENT_ROWS,
         TAU_ROW,
         ("alpha_init", (0, 0.0, -0.1), (1e-6, 0.5, 1, 2.0), "values > 0"),
         ("activation", ("ReLU", "tanh", ""), ("softsign", "relu"), "softsign, relu"),

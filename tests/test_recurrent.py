@@ -298,13 +298,18 @@ def test_a_recurrent_step_refreshes_the_valid_rows_of_its_sequences_only():
 
 
 @pytest.mark.parametrize(("table", "named"), [
-    ({"run": {"algorithm": "naf"}, "naf": {"cell": "gru"}}, "naf.cell = 'gru'"),
+
     ({"vracer": {"cell": "rnn"}}, "vracer.cell = 'rnn'"),
     ({"vracer": {"cell": "gru"}, "replay": {"sampling": "per"}}, "replay.sampling = 'per'"),
 ])
 def test_bad_recurrent_settings_are_one_line_naming_the_key(table, named):
     with pytest.raises(ConfigError, match=f"^{named} is invalid"):
         build_config(table)
+
+
+def test_an_algorithm_without_recurrent_networks_has_no_cell_key():
+    with pytest.raises(ConfigError, match="^unknown config key naf.cell: allowed keys are"):
+        build_config({"run": {"algorithm": "naf"}, "naf": {"cell": "gru"}})
 
 
 @pytest.mark.parametrize("name", ["vracer", "sac"])

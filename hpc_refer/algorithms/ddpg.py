@@ -47,6 +47,7 @@ from hpc_refer.algorithms.shared import polyak_, squared_td_loss, td_target
 from hpc_refer.config import (
     AlgorithmConfig,
     Exploration,
+    RecurrentConfig,
     ReferConfig,
     choices,
     enum_field,
@@ -67,11 +68,10 @@ from hpc_refer.refer import importance_ratio, kl_penalty, near_policy, refer_los
 
 
 @dataclass(frozen=True)
-class DDPGConfig(AlgorithmConfig):
+class DDPGConfig(RecurrentConfig):
     """DDPG (Lillicrap et al. 2016) with ReF-ER: the paper-era settings (spec, section DDPG)."""
 
     section: ClassVar[str] = "ddpg"
-    recurrent: ClassVar[bool] = True
     lr: float = option(1e-5, "actor Adam learning rate (the critic's is critic_lr_factor x it)")
     batch: int = option(128, "minibatch size B (global over all learners)")
     replay_size: int = option(2**19, "the algorithm's replay capacity N (replay.size 0 uses it)")

@@ -54,6 +54,7 @@ from hpc_refer.algorithms.registry import register
 from hpc_refer.algorithms.shared import polyak_, squared_td_loss, td_target
 from hpc_refer.config import (
     AlgorithmConfig,
+    RecurrentConfig,
     ReferConfig,
     choices,
     enum_field,
@@ -78,13 +79,12 @@ LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 
 
 @dataclass(frozen=True)
-class SACConfig(AlgorithmConfig):
+class SACConfig(RecurrentConfig):
     """SAC with ReF-ER (Haarnoja et al. 2018b's settings: 256 x 256, Adam 3e-4, B = 256,
     gamma 0.99, tau 0.005, the temperature tuned toward -dim A)."""
 
     section: ClassVar[str] = "sac"
     squashes: ClassVar[bool] = True
-    recurrent: ClassVar[bool] = True
     hidden: tuple[int, ...] = option((256, 256), "hidden layer widths")
     activation: Activation = option(
         Activation.SOFTSIGN, "hidden layers' nonlinearity of the actor and the critics: "

@@ -27,7 +27,14 @@ import torch
 from hpc_refer.algorithms.base import Algorithm, Losses, TensorBatch, adam
 from hpc_refer.algorithms.recurrent import RecurrentPolicyValueNet
 from hpc_refer.algorithms.registry import register
-from hpc_refer.config import AlgorithmConfig, Cell, ReferConfig, option, require
+from hpc_refer.config import (
+    AlgorithmConfig,
+    Cell,
+    RecurrentConfig,
+    ReferConfig,
+    option,
+    require,
+)
 from hpc_refer.near import NearBounds
 from hpc_refer.networks import (
     BehaviourPolicy,
@@ -39,11 +46,10 @@ from hpc_refer.refer import importance_ratio, kl_penalty, near_policy, refer_los
 
 
 @dataclass(frozen=True)
-class VRacerConfig(AlgorithmConfig):
+class VRacerConfig(RecurrentConfig):
     """V-RACER network and optimiser (paper defaults, Sec. 5 and App. A)."""
 
     section: ClassVar[str] = "vracer"
-    recurrent: ClassVar[bool] = True
     sigma_init: float = option(math.sqrt(0.2), "initial policy standard deviation")
 
     def __post_init__(self) -> None:
@@ -120,7 +126,7 @@ class VRacer(Algorithm):
         rho_k and the error Q-ret_k - V_w(s_k) (detached)."""
         assert batch.q_ret is not None, "V-RACER needs Q-ret: a replay with retrace"
         q_ret = batch.q_ret
-        value, mean, std = (self.net.sequences(batch.obs, self.config.bptt)
+        value, mean, std = (self.net.sequences(batch.obs, self.config.sequence_length)
                             if isinstance(self.net, RecurrentPolicyValueNet)
                             else self.net(batch.obs))
         log_pi = gaussian_log_prob(batch.act, mean, std)
