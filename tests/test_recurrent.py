@@ -308,7 +308,7 @@ def test_bad_recurrent_settings_are_one_line_naming_the_key(table, named):
 
 
 def test_an_algorithm_without_recurrent_networks_has_no_cell_key():
-    with pytest.raises(ConfigError, match="^unknown config key naf.cell: allowed keys are"):
+    with pytest.raises(ConfigError, match=r"^unknown config key naf\.cell: allowed keys are"):
         build_config({"run": {"algorithm": "naf"}, "naf": {"cell": "gru"}})
 
 
