@@ -217,6 +217,27 @@ def test_the_compiled_recurrent_step_equals_the_eager_step(name, cell):
     take_steps(eager, compiled, 5)
 
 
+@pytest.mark.parametrize("name", ["vracer", "sac", "ddpg"])
+def test_the_loss_unrolls_each_sequence_from_its_first_stored_carry(name):
+    """Sequences of W = 4 rows: the stored carries of a sequence's later rows do not enter
+    the step (the unroll makes its own), the first row's does."""
+    eager, _ = pair(name, cell="gru", cell_width=8, bptt=4)
+    algo, batch = eager.algo, make_batch(eager.algo, 32, seed=1)
+    terms = ReferTerms(beta=0.5, c_max=2.0, lr_factor=1.0)
+    first = np.arange(32) % 4 == 0
+
+    def rho_with_carries_moved(rows: np.ndarray) -> np.ndarray:
+        obs = batch.obs.copy()
+        obs[rows, OBS:] += 0.5
+        torch.manual_seed(0)  # SAC's loss draws noise
+        return algo.losses(batch._replace(obs=obs), terms).rho.numpy()
+
+    torch.manual_seed(0)
+    rho = algo.losses(batch, terms).rho.numpy()
+    np.testing.assert_array_equal(rho_with_carries_moved(~first), rho)
+    assert not np.allclose(rho_with_carries_moved(first), rho)
+
+
 @pytest.mark.parametrize("name", ["sac", "ddpg"])
 def test_the_critics_read_the_policys_cell_and_train_it(name):
     """With a cell the critics see [s, h_t]: the critics' loss alone moves the cell's
