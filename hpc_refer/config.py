@@ -330,6 +330,12 @@ class RecurrentConfig(AlgorithmConfig):
         return self.cell.carry_dim(self.cell_width)
 
     @property
+    def memory_width(self) -> int:
+        """Values of the cell's output h_t that critics read beside the state (H with a
+        cell, 0 without)."""
+        return 0 if self.cell is Cell.NONE else self.cell_width
+
+    @property
     def sequence_length(self) -> int:
         """W with a cell, 1 without."""
         return 1 if self.cell is Cell.NONE else self.bptt

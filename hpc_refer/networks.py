@@ -189,8 +189,10 @@ class BehaviourPolicy(nn.Module):
         """A function state [obs_dim] -> (mean [A], std [A]) equal to :meth:`policy` to
         float32 round-off, on numpy views of the parameters (see :class:`NumpyMLP`); built
         once, it follows every later load of parameters. A batch of states [n, obs_dim]
-        (the agents of one simulation) gives means [n, A] in one call (std [A] or [n, A])."""
-        raise NotImplementedError
+        (the agents of one simulation) gives means [n, A] in one call (std [A] or [n, A]).
+        A recurrent policy's is its :meth:`numpy_step` without the carry."""
+        step = self.numpy_step()
+        return lambda obs: step(obs)[:2]
 
 
 def small_output_(trunk: nn.Sequential, scale: float = 0.1) -> None:

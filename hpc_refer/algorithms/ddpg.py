@@ -159,10 +159,6 @@ class RecurrentDeterministicActor(BehaviourPolicy):
     def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self(obs), self.sigma
 
-    def numpy_policy(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
-        step = self.numpy_step()
-        return lambda rows: step(rows)[:2]
-
     def numpy_step(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
         step = self.body.numpy_step()
         sigma = self.sigma.numpy()
@@ -213,7 +209,7 @@ class DDPG(Algorithm):
         super().__init__(obs_dim, act_dim, config, refer, seed)
         self.config: DDPGConfig = config
         self.actor = actor_of(obs_dim, act_dim, config)
-        seen = obs_dim + (config.cell_width if config.carry_dim else 0)  # [s, h] with a cell
+        seen = obs_dim + config.memory_width  # the critics read [s, h] with a cell
         self.critic = QNetwork(seen, act_dim, config.hidden)
         self.target_actor = copy.deepcopy(self.actor).requires_grad_(False)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)

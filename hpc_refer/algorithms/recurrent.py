@@ -220,10 +220,6 @@ class RecurrentPolicyValueNet(BehaviourPolicy):
         _, mean, std = self(obs)
         return mean, std
 
-    def numpy_policy(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
-        step = self.numpy_step()
-        return lambda rows: step(rows)[:2]
-
     def numpy_step(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """rows [..., obs_dim + carry_dim] -> (mean, std, carry'): the actor's step."""
         step = self.body.numpy_step()

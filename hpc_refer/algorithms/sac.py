@@ -189,10 +189,6 @@ class RecurrentSquashedActor(BehaviourPolicy):
     def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self(obs)
 
-    def numpy_policy(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
-        step = self.numpy_step()
-        return lambda rows: step(rows)[:2]
-
     def numpy_step(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
         step = self.body.numpy_step()
 
@@ -245,7 +241,7 @@ class SAC(Algorithm):
         super().__init__(obs_dim, act_dim, config, refer, seed)
         self.config: SACConfig = config
         self.actor = actor_of(obs_dim, act_dim, config)
-        seen = obs_dim + (config.cell_width if config.carry_dim else 0)  # [s, h] with a cell
+        seen = obs_dim + config.memory_width  # the critics read [s, h] with a cell
         self.critic1 = QNetwork(seen, act_dim, config.hidden, config.activation)
         self.critic2 = QNetwork(seen, act_dim, config.hidden, config.activation)
         self.target1 = copy.deepcopy(self.critic1).requires_grad_(False)
