@@ -1,4 +1,5 @@
-"""Reading one value of the configuration: a TOML or command-line value converted to the
+"""Declaring and reading one value of the configuration: a table's field with its help
+(:func:`option`), a TOML or command-line value converted to the
 type its table's field declares (:func:`coerce`), and the ``[env]`` table's keys and values
 checked (:func:`env_table`); the standard library only. :mod:`hpc_refer.config` re-exports
 both.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import keyword
 import re
 import typing
+from dataclasses import field
 from enum import StrEnum
 from typing import Any
 
@@ -98,3 +100,9 @@ def env_table(values: dict[str, Any]) -> dict[str, bool | int | float | str]:
             raise ConfigError(f"env.{key} = {value!r} is invalid: allowed values are booleans, "
                               "integers, floats and strings")
     return dict(values)
+
+
+def option(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:
+    """A config field: its default and the help text ``--help`` prints (``choices``: the
+    allowed strings of an enum field)."""
+    return field(default=default, metadata={"help": help, "choices": choices})
