@@ -38,12 +38,11 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 import torch
-from torch.func import functional_call
 
 from hpc_refer.algorithms.base import Algorithm, Losses, TensorBatch, adam
 from hpc_refer.algorithms.recurrent import RecurrentTrunk
 from hpc_refer.algorithms.registry import register
-from hpc_refer.algorithms.shared import polyak_, squared_td_loss, td_target
+from hpc_refer.algorithms.shared import detached_critic, polyak_, squared_td_loss, td_target
 from hpc_refer.config import (
     AlgorithmConfig,
     Exploration,
@@ -232,9 +231,7 @@ class DDPG(Algorithm):
 
     def q_of_policy(self, obs: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
         """Q_w'(s, m_w(s)) with the critic's parameters detached: gradient to ``mean`` only."""
-        frozen = {k: v.detach() for k, v in self.critic.named_parameters()}
-        out: torch.Tensor = functional_call(self.critic, frozen, (obs, mean))
-        return out
+        return detached_critic(self.critic, obs, mean)
 
     @torch.no_grad()
     def targets(self, batch: TensorBatch, inputs: Inputs) -> torch.Tensor:

@@ -46,12 +46,11 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 import torch
 from torch import nn
-from torch.func import functional_call
 
 from hpc_refer.algorithms.base import Algorithm, Losses, TensorBatch, adam
 from hpc_refer.algorithms.recurrent import RecurrentTrunk
 from hpc_refer.algorithms.registry import register
-from hpc_refer.algorithms.shared import polyak_, squared_td_loss, td_target
+from hpc_refer.algorithms.shared import detached_critic, polyak_, squared_td_loss, td_target
 from hpc_refer.config import (
     AlgorithmConfig,
     RecurrentConfig,
@@ -268,11 +267,8 @@ class SAC(Algorithm):
 
     def q_of_policy(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
         """min_i Q_i(s, a) with the critics' parameters detached: gradient to ``act`` only."""
-        qs = []
-        for critic in (self.critic1, self.critic2):
-            frozen = {k: v.detach() for k, v in critic.named_parameters()}
-            qs.append(functional_call(critic, frozen, (obs, act)))
-        return torch.minimum(qs[0], qs[1])
+        return torch.minimum(detached_critic(self.critic1, obs, act),
+                             detached_critic(self.critic2, obs, act))
 
     def loss_terms(self, batch: TensorBatch, beta: float | torch.Tensor,
                    bounds: NearBounds) -> Losses:

@@ -1,11 +1,13 @@
 """Formulas more than one algorithm uses, once: the one-step TD target, its squared loss,
-and the Polyak update of target networks. (ReF-ER's own terms -- rho, the near-policy mask,
-Rule 1, the KL penalty of eq. 11 and eq. 10 -- are in :mod:`hpc_refer.refer`.)"""
+a critic read with its parameters detached, and the Polyak update of target networks.
+(ReF-ER's own terms -- rho, the near-policy mask, Rule 1, the KL penalty of eq. 11 and
+eq. 10 -- are in :mod:`hpc_refer.refer`.)"""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.func import functional_call
 
 
 def td_target(rew: torch.Tensor, done: torch.Tensor, gamma: float,
@@ -23,6 +25,14 @@ def squared_td_loss(y: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """Per-sample L_Q,k = 1/2 (y_k - Q_w(s_k, a_k))^2 with y_k held fixed, so
     grad L_Q,k = -(y_k - Q_w(s_k, a_k)) grad Q_w."""
     return 0.5 * (y.detach() - q).pow(2)
+
+
+def detached_critic(critic: nn.Module, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
+    """Q_w(s, a) with the critic's parameters w detached, so the gradient reaches ``act``
+    only: the actor's loss -Q_w(s, pi(s)) moves the actor, never the critic (DDPG, SAC)."""
+    frozen = {k: v.detach() for k, v in critic.named_parameters()}
+    out: torch.Tensor = functional_call(critic, frozen, (obs, act))
+    return out
 
 
 def polyak_(target: nn.Module, source: nn.Module, tau: float) -> None:
