@@ -44,6 +44,7 @@ HPC_AGENTS: dict[str, list[str]] = {
     "vracer": [*LEARN_START],
     "vracer-er": [*LEARN_START, "--refer.mode", "er"],
     "ddpg": ["--algorithm", "ddpg", *LEARN_START],
+    "naf": ["--algorithm", "naf", *LEARN_START],
     "sac-er": ["--algorithm", "sac", "--refer.mode", "er", *LEARN_START],
     "sac-er-relu": ["--algorithm", "sac", "--refer.mode", "er", "--sac.activation", "relu",
                     *LEARN_START],
