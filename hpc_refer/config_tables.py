@@ -63,7 +63,7 @@ class ReplayConfig:
 
     size: int = option(
         0, "replay capacity N in stored states (FIFO forgetting beyond it); 0: the algorithm's "
-        "replay_size (vracer 2^18, ddpg and naf 2^19)"
+        "replay_size (vracer 2^18, ddpg and naf 2^19, sac 2^20)"
     )
     learn_start: int = option(-1, "stored states before the first gradient step; -1: N / 2")
     grad_ratio: float = option(1.0, "gradient steps per environment step once training runs")

@@ -2,7 +2,7 @@
 (:func:`option`), a TOML or command-line value converted to the
 type its table's field declares (:func:`coerce`), and the ``[env]`` table's keys and values
 checked (:func:`env_table`); the standard library only. :mod:`hpc_refer.config` re-exports
-both.
+all three.
 """
 
 from __future__ import annotations
