@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from log_records import own_messages
 
 from hpc_refer.actor import Actor
 from hpc_refer.algorithms.ddpg import DDPG
@@ -114,7 +115,7 @@ def test_a_fault_after_chunks_were_sent_truncates_the_episode_at_its_last_valid_
         (4, 4, OPEN), (4, 4, OPEN), (0, 1, TRUNCATED),  # episode 2: final state (2, 8) alone
         (4, 4, OPEN), (4, 4, OPEN), (4, 4, OPEN), (4, 4, OPEN), (4, 5, TRUNCATED)]
     assert np.concatenate([c.rew for c in chunks[:3]]).tolist() == list(range(1, 11))
-    err = [r.getMessage() for r in caplog.records]
+    err = own_messages(caplog)
     assert len(err) == 2 and all("solver fault" in line and "field 'step'" in line
                                  for line in err)
 

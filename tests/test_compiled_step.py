@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from log_records import own_records
 
 from hpc_refer.algorithms import ALGORITHMS, make_algorithm
 from hpc_refer.algorithms.base import Algorithm, ReferTerms, StepResult
@@ -410,7 +411,7 @@ def test_a_compile_failure_falls_back_to_the_eager_step_in_process(
         assert got.value is None and want.value is None
         assert not step.compiled and step.kind == "eager" and step.compile_seconds == 0.0
     assert len(calls) == 1
-    records = [r for r in caplog.records if r.name == "hpc_refer.algorithms.compiled"]
+    records = own_records(caplog, "hpc_refer.algorithms.compiled")
     assert [(r.levelno, r.getMessage()) for r in records] == [
         (logging.WARNING, "sac: compiled learner step unavailable (RuntimeError: "
          "InvalidCxxCompiler: no working C++ compiler found); using the eager step")]

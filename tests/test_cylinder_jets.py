@@ -12,6 +12,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from log_records import own_messages, own_records
 
 import hpc_refer.envs.cylinder_jets as cj
 from hpc_refer.envs import lbm_kernels as lk
@@ -87,21 +88,21 @@ def test_a_missing_start_file_is_made_on_first_use_and_reused(tmp_path, monkeypa
     path = tmp_path / "cache" / "start_N20.h5"
     assert made == [(path, N, 0.2)] and path.is_file()
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
-    (line,) = [r.getMessage() for r in caplog.records]
+    (line,) = own_messages(caplog)
     assert "making it" in line and str(path) in line and "0.2 time units" in line
     assert obs.shape == (env.obs_dim,) and np.all(np.isfinite(obs)) and np.ptp(obs) > 0
     stamp = path.stat().st_mtime_ns
     caplog.clear()
     with caplog.at_level("INFO", logger="hpc_refer.envs.cylinder_jets"):
         np.testing.assert_array_equal(cj.CylinderJets(resolution=N).reset(0), obs)
-    assert len(made) == 1 and path.stat().st_mtime_ns == stamp and not caplog.records
+    assert len(made) == 1 and path.stat().st_mtime_ns == stamp and not own_records(caplog)
     # the default duration's estimate: ~17 s at resolution 20
     monkeypatch.setattr(cj.CylinderJets, "start_duration", cj.START_TIME)
     monkeypatch.setattr(cj, "make_start", lambda *a: None)
     with caplog.at_level("INFO", logger="hpc_refer.envs.cylinder_jets"):
         cj.CylinderJets(resolution=N, start_file=str(tmp_path / "x.h5"))._ensure_start()
-    assert "12 time units" in caplog.records[-1].getMessage()
-    assert "about 17 s" in caplog.records[-1].getMessage()
+    last = own_messages(caplog)[-1]
+    assert "12 time units" in last and "about 17 s" in last
 
 
 def test_make_start_renames_a_complete_file_onto_the_target(tmp_path, monkeypatch):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 import torch
+from log_records import own_messages, own_records
 from tolerances import F32
 
 from hpc_refer.actor import Actor
@@ -165,10 +166,11 @@ def test_a_python_solver_fault_is_counted_never_stored_and_the_solver_rebuilt(
     assert time.monotonic() - start < 10, "a sleeping solver is interrupted at the timeout"
     assert actor.faults == 1
     assert (script.builds, script.closed) == (2, 1), "closed and constructed anew once"
-    err = [r.getMessage() for r in caplog.records if "solver fault" in r.getMessage()]
-    assert err == [f"actor rank 0: solver fault 1, episode ended and environment "
-                   f"reset: env 0 (ScriptedSolver).{message}"]
-    assert all(r.levelname == "WARNING" for r in caplog.records if "solver fault" in r.message)
+    faults = [r for r in own_records(caplog) if "solver fault" in r.getMessage()]
+    assert [r.getMessage() for r in faults] == [
+        f"actor rank 0: solver fault 1, episode ended and environment reset: env 0 "
+        f"(ScriptedSolver).{message}"]
+    assert all(r.levelname == "WARNING" for r in faults)
     obs = np.concatenate([c.obs for c in chunks])
     assert np.isfinite(obs).all() and np.isfinite(np.concatenate([c.rew for c in chunks])).all()
     assert all(c.obs.shape[1] == 4 and c.rew.shape == (c.act.shape[0],) for c in chunks)
@@ -197,7 +199,7 @@ def test_max_env_failures_faults_in_a_row_raise_solver_failure(caplog):
         "violated")
     # Each fault's rebuild comes with the next call: none follows the third, which failed.
     assert actor.faults == 3 and script.builds == 3
-    assert len([r for r in caplog.records if "solver fault" in r.getMessage()]) == 3
+    assert len([m for m in own_messages(caplog) if "solver fault" in m]) == 3
 
 
 def test_a_valid_step_between_faults_restarts_the_count():
@@ -255,7 +257,7 @@ def test_a_rebuild_past_the_build_timeout_is_a_fault_and_is_tried_again(caplog):
     start = time.monotonic()
     run(actor, 2 + 6)  # fault 1; fault 2 (the rebuild); rebuild, reset and 5 steps
     assert time.monotonic() - start < 10, "the constructor is interrupted at the timeout"
-    faults = [r.getMessage() for r in caplog.records if "solver fault" in r.getMessage()]
+    faults = [m for m in own_messages(caplog) if "solver fault" in m]
     assert faults[1] == (f"actor rank 0: solver fault 2, episode ended and environment reset: "
                          f"env 0 (ScriptedSolver): rebuilding it after a fault: no answer "
                          f"within run.env_build_timeout = {TIMEOUT:g} s")
@@ -610,8 +612,8 @@ def test_evaluation_runs_the_mean_policy_between_episodes(caplog):
     records = actor.evaluate(3, seed=4)
     assert [r.length for r in records] == [6, 6] and records[0].ret == 21.0
     assert actor.faults == 1 and numpy_rng_state(actor.rng) == rng_before
-    assert "solver fault 1, evaluation episode ended: env 0 (ScriptedSolver).step: reward" in (
-        caplog.text)
+    assert any("solver fault 1, evaluation episode ended: env 0 (ScriptedSolver).step: reward"
+               in m for m in own_messages(caplog))
     with torch.inference_mode():
         mean, _ = actor.net.policy(torch.tensor([[1.0, 1.0, 0.0, 0.5]]))
     # The actor acts through the numpy forward, this is torch's: float32 round-off apart.

@@ -12,6 +12,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from log_records import own_records
 
 from hpc_refer import supervision
 from hpc_refer.envs.driver import Busy
@@ -101,7 +102,7 @@ def test_a_stuck_process_flushes_the_metric_files_marks_the_run_failed_and_exits
         end_stuck_process("Hopper-v5: stuck", run)  # type: ignore[arg-type]
     assert stop.value.code == 1
     assert done == [("flushed",), ("failed", "Hopper-v5: stuck")]
-    [record] = caplog.records
+    [record] = own_records(caplog)
     assert record.levelno == logging.CRITICAL
     assert record.getMessage() == (
         "Hopper-v5: stuck; stopping with the metric files flushed but without a final "
