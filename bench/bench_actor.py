@@ -26,12 +26,13 @@ from hpc_refer.networks import GaussianPolicyValueNet
 
 
 class TorchPolicyActor(Actor):
-    """The actor with mu evaluated by the torch module (one call per step)."""
+    """The actor with mu evaluated by the torch module (one call per step). Its policy is
+    feed-forward, so the carry that :meth:`Actor._policy` returns third is None."""
 
     @torch.inference_mode()
-    def _policy(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _policy(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, None]:
         mean, std = self.net.policy(torch.from_numpy(obs)[None])
-        return mean[0].numpy(), std.expand_as(mean)[0].numpy()
+        return mean[0].numpy(), std.expand_as(mean)[0].numpy(), None
 
 
 def actor_rate(cls: type[Actor], steps: int) -> float:
