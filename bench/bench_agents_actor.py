@@ -60,9 +60,10 @@ class Free:
 class PerAgentActor(AgentsActor):
     """The actor of agents with one policy call per agent (what batching replaces)."""
 
-    def _policy(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _policy(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         rows = [super(PerAgentActor, self)._policy(o) for o in obs]
-        return np.stack([m for m, _ in rows]), np.stack([s for _, s in rows])
+        carry = None if rows[0][2] is None else np.stack([c for _, _, c in rows])
+        return np.stack([m for m, _, _ in rows]), np.stack([s for _, s, _ in rows]), carry
 
 
 def rate(cls: type[AgentsActor], agents: int, steps: int) -> float:
