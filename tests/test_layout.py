@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from output_lines import lines_with
 
 from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.layout import LayoutError, Role, compute_layout
@@ -66,10 +67,10 @@ def test_bad_layout_stops_every_rank_with_one_message(tmp_path):
     proc = mpirun(3, "--learners", "2", "--ranks-per-env", "2", "--env", "Diffusion1D",
                   cwd=tmp_path)
     assert proc.returncode != 0
-    lines = [x for x in proc.stderr.splitlines() if "hpc_refer.run: error" in x]
-    assert lines == ["hpc_refer.run: error: world size 3 != learners 2 + E x ranks-per-env 2 "
-                     "for any E >= 1: use a world size in {6, 8, 10, ...} (E >= 2: a team for "
-                     "every learner)"]
+    assert lines_with(proc.stderr, "hpc_refer.run: error:") == [
+        "hpc_refer.run: error: world size 3 != learners 2 + E x ranks-per-env 2 for any E >= 1: "
+        "use a world size in {6, 8, 10, ...} (E >= 2: a team for every learner)"], (
+        proc.stderr[-3000:])
     assert not (tmp_path / "runs").exists()
 
 

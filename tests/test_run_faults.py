@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from mpi_launch import HERE, mpi_env, mpirun_exe
+from output_lines import one_error_line, one_line_with
 
 from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.run import main as run_main
@@ -63,11 +64,10 @@ def test_faults_in_a_row_checkpoint_and_stop_the_run_naming_the_environment(
     monkeypatch.syspath_prepend(str(HERE))
     assert run_main(["--env", "fault_envs:AlwaysRaises", "--steps", "400", "--run-dir", "r",
                      "--max-env-failures", "3", *SMALL]) == 1
-    err = capsys.readouterr().err.splitlines()
-    assert err[-1].startswith("hpc_refer.run: error:") and "AlwaysRaises" in err[-1]
-    assert "env 0" in err[-1]
+    line = one_line_with(capsys.readouterr().err, "hpc_refer.run: error:")
+    assert "AlwaysRaises" in line and "env 0" in line
     run_dir = in_tmp / "r"
-    reason = err[-1].removeprefix("hpc_refer.run: error: ")
+    reason = line.removeprefix("hpc_refer.run: error: ")
     assert (run_dir / "state.txt").read_text() == f"failed: {reason}\n"
     assert f"error: run failed: {reason}\n" in (run_dir / "log.txt").read_text()
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step-000000000000"]
@@ -84,11 +84,11 @@ def test_a_team_rank_that_stops_answering_stops_the_run_with_a_checkpoint(in_tmp
          "--run-dir", "r", "--env-step-timeout", "2", *SMALL],
         capture_output=True, text=True, timeout=240, env=mpi_env(), check=False)
     assert proc.returncode != 0
-    errors = [x for x in proc.stderr.splitlines() if x.startswith("hpc_refer.run: error:")]
-    assert len(errors) == 1 and "env 0" in errors[0], proc.stderr[-3000:]
+    # (mpirun may print its banner of dashes on the same line, right after the message)
+    line = one_line_with(proc.stderr, "hpc_refer.run: error:")
+    assert "env 0" in line, proc.stderr[-3000:]
     run_dir = in_tmp / "r"
-    # mpirun may print its own banner of dashes on the same line, right after the message
-    reason = errors[0].removeprefix("hpc_refer.run: error: ").rstrip("-")
+    reason = line.removeprefix("hpc_refer.run: error: ")
     assert (run_dir / "state.txt").read_text() == f"failed: {reason}\n"
     assert list((run_dir / "checkpoints").glob("step-*"))
 
@@ -122,7 +122,6 @@ def test_an_external_solver_that_stops_answering_ends_the_run_in_one_line(
                 os.kill(int(pidfile.read_text()), signal.SIGKILL)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, out[-2000:] + err[-2000:]
-    errors = [x for x in err.splitlines() if x.startswith("hpc_refer.run: error:")]
-    assert len(errors) == 1 and message in errors[0], err[-3000:]
-    assert "Traceback" not in err
+    line = one_error_line(err, "hpc_refer.run: error:")
+    assert message in line, err[-3000:]
     assert message in state.read_text()

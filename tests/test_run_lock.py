@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from output_lines import one_error_line
 
 from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.report import main as report_main
@@ -39,12 +40,15 @@ WAIT = "import sys\nprint('up', flush=True)\nsys.stdin.read()\n"
 
 
 def start(script: str, *args: str) -> subprocess.Popen:
-    """Run ``script`` in a second Python process; return once it printed its first line."""
+    """Run ``script`` in a second Python process; return once it printed its line ``held``
+    or ``up`` (other output before it is passed over)."""
     proc = subprocess.Popen([sys.executable, "-c", script, *args], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
-    line = proc.stdout.readline()
-    assert line.strip() in ("held", "up"), (line, proc.stderr.read() if proc.stderr else "")
+    seen = []
+    while (line := proc.stdout.readline()) and line.strip() not in ("held", "up"):
+        seen.append(line)
+    assert line, (seen, proc.stderr.read() if proc.stderr else "")
     return proc
 
 
@@ -57,12 +61,6 @@ def files(run_dir: Path) -> dict[str, bytes]:
     """Every file of ``run_dir`` (the lock file aside) and its bytes."""
     return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*"))
             if p.is_file() and p.name != "run.lock"}
-
-
-def one_error_line(err: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("hpc_refer.run: error:"), lines
-    return lines[0]
 
 
 def test_a_held_directory_is_refused_by_restart_and_run_dir_naming_the_holder(in_tmp, capsys):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from mpi_launch import HERE, mpi_env, mpirun_exe
+from output_lines import lines_with
 
 from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.run import main as run_main
@@ -22,6 +23,10 @@ pytestmark = pytest.mark.mpi_skip
 
 SMALL = ["--replay.size", "2000", "--replay.learn-start", "200", f"--{VRacer.name}.batch", "16",
          f"--{VRacer.name}.hidden", "16,16", "--log-every", "200", "--chunk-len", "50"]
+
+ERROR = "hpc_refer.run: error:"
+"""hpc_refer's error lines begin so (under mpirun, Open MPI's abort banner of dashes may
+precede or follow one on the same line: tests/output_lines.py)."""
 
 SCALED_WATCHDOG = """\
 import sys
@@ -45,13 +50,6 @@ def last_record(run_dir: Path) -> dict:
 def episodes(run_dir: Path) -> list[dict]:
     with (run_dir / "episodes.csv").open() as f:
         return list(csv.DictReader(f))
-
-
-def hpc_refer_errors(stderr: str) -> list[str]:
-    """hpc_refer's error lines (from their start: under mpirun, Open MPI's abort banner may
-    precede one on the same line)."""
-    marker = "hpc_refer.run: error:"
-    return [x[x.index(marker):] for x in stderr.splitlines() if marker in x]
 
 
 @pytest.mark.parametrize("fault", ["sleep", "shape"])
@@ -93,7 +91,7 @@ def test_a_solver_that_cannot_start_stops_the_run_at_once_in_one_line(
     assert run_main(["--env", f"fault_envs:{solver}", "--steps", "400", "--run-dir", "r",
                      *flags, *SMALL]) == 1
     out, err = capsys.readouterr()
-    assert hpc_refer_errors(err) == [f"hpc_refer.run: error: {message}"]
+    assert lines_with(err, ERROR) == [f"hpc_refer.run: error: {message}"]
     assert "Traceback" not in err and "--restart" not in out + err
     assert builds(in_tmp / "r") == built
     assert (in_tmp / "r" / "state.txt").read_text().startswith("failed")
@@ -122,7 +120,7 @@ def test_under_mpirun_a_solver_that_cannot_start_stops_every_rank_in_one_line(
          str(per_env), "--steps", "400", "--run-dir", "r", *SMALL],
         capture_output=True, text=True, timeout=240, env=mpi_env(), check=False)
     assert proc.returncode == 1, (proc.returncode, proc.stderr[-3000:])
-    assert hpc_refer_errors(proc.stderr) == [
+    assert lines_with(proc.stderr, ERROR) == [
         f"hpc_refer.run: error: env 0 (ResetNeedsInflow).reset{where}: raised KeyError: "
         f"'inflow_profile' (its first reset: the solver cannot start)"], proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr and "--restart" not in proc.stdout + proc.stderr
