@@ -4,6 +4,7 @@ run directory is created."""
 from __future__ import annotations
 
 import pytest
+from output_lines import one_error_line
 
 from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.config import ConfigError, build_config
@@ -26,9 +27,7 @@ from hpc_refer.run import main
 )
 def test_bad_values_are_one_clear_line(argv, needle, in_tmp, capsys):
     assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert needle in err
-    assert err.count("\n") == 0
+    assert needle in one_error_line(capsys.readouterr().err, "hpc_refer.run: error:")
     assert not (in_tmp / "runs").exists(), "nothing is written for a rejected config"
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from evaluate_envs import HORIZON
+from output_lines import one_line_with
 
 from hpc_refer.actor import Actor
 from hpc_refer.config import ActionBounds, ConfigError
@@ -88,4 +89,6 @@ def test_evaluate_runs_the_uncontrolled_reference_beside_the_policy(in_tmp, caps
     assert evaluate_main(["r", "--episodes", "1"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" in err and "KeyError: 'inflow_profile'" in err
-    assert err.splitlines()[-1].startswith("hpc_refer.evaluate: error: env 0 (CannotStart)")
+    line = one_line_with(err, "hpc_refer.evaluate: error:")  # after the traceback
+    assert line.startswith("hpc_refer.evaluate: error: env 0 (CannotStart)")
+    assert err.rindex("Traceback") < err.index("hpc_refer.evaluate: error:"), err

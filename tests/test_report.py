@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from interval_records import interval_record
+from output_lines import one_error_line
 
 from hpc_refer.algorithms.ddpg import DDPG
 from hpc_refer.config import build_config
@@ -128,8 +129,7 @@ def test_seeds_of_one_setting_share_a_page_and_settings_get_their_own(tmp_path, 
 
 def test_not_a_run_directory_is_one_line(tmp_path, capsys):
     assert main([str(tmp_path)]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "no config.toml" in err
+    assert "no config.toml" in one_error_line(capsys.readouterr().err, "hpc_refer.report: error:")
 
 
 def test_the_driver_saves_the_last_field_of_each_environment(tmp_path):

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from interval_records import interval_record
 from mpi_launch import run_snippet
+from output_lines import one_error_line
 
 from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.config import ConfigError, build_config, load_toml
@@ -93,9 +94,7 @@ class HasNoStep:
 def test_env_that_is_not_a_solver_class_is_one_line(env, needle, in_tmp, capsys, monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
     assert run_main(["--env", env, "--steps", "10"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert needle in err
-    assert err.count("\n") == 0 and "Traceback" not in err
+    assert needle in one_error_line(capsys.readouterr().err, "hpc_refer.run: error:")
     assert not (in_tmp / "runs").exists()
 
 
@@ -105,10 +104,9 @@ def test_env_that_is_not_a_solver_class_is_one_line(env, needle, in_tmp, capsys,
 def test_replay_larger_than_memory_is_one_line_and_writes_nothing(in_tmp, capsys):
     argv = ["--env", "Pendulum-v1", "--steps", "10", "--replay.size", "10000000000"]
     assert run_main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("hpc_refer.run: error: replay.size = 10000000000 needs ")
-    assert "GiB of memory for the replay, but " in err and "GiB is available" in err
-    assert err.count("\n") == 0
+    line = one_error_line(capsys.readouterr().err, "hpc_refer.run: error:")
+    assert line.startswith("hpc_refer.run: error: replay.size = 10000000000 needs ")
+    assert "GiB of memory for the replay, but " in line and "GiB is available" in line
     assert not (in_tmp / "runs").exists()
     assert run_main([*argv, "--run-dir", "mine"]) == 2
     assert not (in_tmp / "mine").exists()

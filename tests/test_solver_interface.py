@@ -13,6 +13,7 @@ import h5py
 import numpy as np
 import pytest
 from mpi_launch import HERE, mpi_env, mpirun_exe, run_snippet
+from output_lines import one_error_line
 
 from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.config import ConfigError, build_config
@@ -87,11 +88,10 @@ def test_a_run_stores_the_parameters_and_gives_the_context(in_tmp):
 ])
 def test_bad_parameters_and_spaces_stop_before_anything_is_written(argv, in_tmp, capsys):
     assert run_main([*argv, "--run-dir", str(in_tmp / "run"), *SHORT]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and err.startswith("hpc_refer.run: error:")
+    line = one_error_line(capsys.readouterr().err, "hpc_refer.run: error:")
     assert not (in_tmp / "run").exists()
-    assert ("mach" in err or "NarrowBounds.low has shape (3,), expected (4,) (act_dim)" in err
-            or "EmptyBox.low[2] = 1.0 is not below high[2] = 1.0" in err)
+    assert ("mach" in line or "NarrowBounds.low has shape (3,), expected (4,) (act_dim)" in line
+            or "EmptyBox.low[2] = 1.0 is not below high[2] = 1.0" in line)
 
 
 # --- 3. per-step series ------------------------------------------------------------------
@@ -166,9 +166,9 @@ def test_series_of_a_team_come_from_its_state_rank_under_mpirun(tmp_path):
 def test_the_first_answers_probe_the_interface(env, message, in_tmp, capsys):
     assert run_main(["--env", f"param_envs:{env}", "--run-dir", str(in_tmp / "run"),
                      *SHORT]) == 1
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and message in err[0], err
-    assert "the solver interface is reset(seed) -> state of shape (obs_dim,)" in err[0]
+    line = one_error_line(capsys.readouterr().err, "hpc_refer.run: error:")
+    assert message in line, line
+    assert "the solver interface is reset(seed) -> state of shape (obs_dim,)" in line
     assert not list((in_tmp / "run").glob("series/*"))
 
 
