@@ -21,6 +21,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from output_lines import lines_with
 
 from hpc_refer import __version__, checkpoint, policy_file
 from hpc_refer.algorithms import ALGORITHMS, make_algorithm
@@ -446,7 +447,7 @@ def run_writer(script: Path, run_dir: Path, kill_at: int, cycles: int) -> tuple[
     out = subprocess.run([sys.executable, str(script), str(run_dir), str(kill_at), str(cycles)],
                          capture_output=True, text=True, cwd=REPO, timeout=120, check=False)
     assert out.returncode in (0, -9), out.stderr
-    published = [int(x.split()[1]) for x in out.stdout.splitlines() if x.startswith("published")]
+    published = [int(x.split()[1]) for x in lines_with(out.stdout, "published ")]
     return out.returncode, published
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 from log_records import own_records
+from output_lines import lines_with, one_line_with
 
 from hpc_refer.algorithms import ALGORITHMS, make_algorithm
 from hpc_refer.algorithms.base import Algorithm, ReferTerms, StepResult
@@ -224,11 +225,12 @@ def test_without_a_compiler_the_step_falls_back_to_eager_with_one_line(tmp_path)
     out = subprocess.run([sys.executable, "-c", FALLBACK], env=env, capture_output=True,
                          text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.strip() == "eager results"
-    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, out.stderr[-3000:]
-    assert lines[0].startswith(f"{VRacer.name}: compiled learner step unavailable (")
-    assert lines[0].endswith("); using the eager step")
+    assert lines_with(out.stdout, "eager results") == ["eager results"], out.stdout[-3000:]
+    # one line of the fallback's (other warnings may come with it on a busy machine)
+    line = one_line_with(out.stderr, "compiled learner step unavailable (")
+    assert f"{VRacer.name}: {line}" in out.stderr, out.stderr[-3000:]
+    assert line.endswith("); using the eager step"), out.stderr[-3000:]
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
 
 
 COMPILES = """

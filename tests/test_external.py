@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from output_lines import last_json, lines_with, one_line_with
 
 from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.client import (
@@ -229,7 +230,7 @@ def test_a_wrong_step_index_is_a_fault_and_the_episode_restarts(heat1d, tmp_path
                     "--steps", "300", *SMALL, "--chunk-len", "2", "--run-dir", str(run_dir)],
                    tmp_path)
     records = _check_run(proc, run_dir, 300)
-    faults = [line for line in proc.stderr.splitlines() if "solver fault" in line]
+    faults = lines_with(proc.stderr, "solver fault")
     assert len(faults) == records[-1]["solver_faults"] >= 3
     assert all("(spawned rank 0 of heat1d): field 'step' = 4.0, expected 3" in line
                for line in faults), faults
@@ -241,11 +242,11 @@ def _check_injected_faults(output: str, records: list[dict], program: str) -> No
     """The faults of ``--fault-every 2`` (300 steps, one actor on rank 1): counted, and each
     logged with the actor's rank, the environment and the field. Faulty episodes are never
     reported: every recorded episode ran its 50 steps (checked by :func:`_check_run`)."""
-    faults = [line for line in output.splitlines() if "solver fault" in line]
+    faults = lines_with(output, "[1] warning: actor rank 1: solver fault")
+    assert len(faults) == len(lines_with(output, "solver fault"))  # and none of another form
     assert len(faults) == records[-1]["solver_faults"] >= 3
-    bad = [line for line in faults if not (
-        line.startswith("[1] warning: actor rank 1: solver fault")
-        and f"external env 0 (spawned rank 0 of {program}): field '" in line)]
+    bad = [line for line in faults
+           if f"external env 0 (spawned rank 0 of {program}): field '" not in line]
     assert not bad, bad
     for field in ("'reward' = nan", "'size' = 37 values", "'status' = 7.0"):
         assert any(field in line for line in faults), field
@@ -523,14 +524,17 @@ def test_an_external_solver_that_stops_answering_fails_within_the_timeout(tmp_pa
     """It answers RESET and two ACTIONs, then never the third: SolverFailure after the
     2 s timeout, every later call fails at once, and close() returns."""
     out = _run_stuck("stall 2", tmp_path)
-    lines = out.splitlines()
-    assert lines[0] == "started [0.5, 0.5] [0.5, 0.5]", out
-    seconds = float(lines[1].split(" after ")[1].split(" s:")[0])
-    assert lines[1].startswith("SolverFailure after ") and 2 <= seconds < 4, out
-    assert lines[1].endswith("no answer to ACTION within run.env_step_timeout = 2 s; the "
-                             "solver is no longer driven"), out
-    assert lines[2].startswith("again: ") and "stopped answering earlier" in lines[2], out
-    assert lines[3] == "closed", out
+    # the driver's four lines, found by their starts (the spawned solver's output may come too)
+    assert one_line_with(out, "started ") == "started [0.5, 0.5] [0.5, 0.5]", out
+    failure = one_line_with(out, "SolverFailure after ")
+    seconds = float(failure.split(" after ")[1].split(" s:")[0])
+    assert 2 <= seconds < 4, out
+    assert failure.endswith("no answer to ACTION within run.env_step_timeout = 2 s; the "
+                            "solver is no longer driven"), out
+    assert "stopped answering earlier" in one_line_with(out, "again: "), out
+    assert "closed" in out.splitlines(), out
+    assert (out.index("started ") < out.index("SolverFailure after ") < out.index("again: ")
+            < out.rindex("closed")), out
 
 
 class ScriptedLink:
@@ -807,7 +811,7 @@ def _check_param_driver(proc: subprocess.CompletedProcess) -> None:
     """The solver read the parameter horizon = 3 (its 3rd step is truncated) and sent its
     step metric mean_u, the mean of the state, with every STATE."""
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    out = json.loads(proc.stdout.splitlines()[-1])
+    out = last_json(proc.stdout)
     assert out["names"] == ["mean_u"] and out["status"] == [0, 0, 2]
     for state, values in zip(out["states"], out["values"], strict=True):
         assert values == [pytest.approx(sum(state) / len(state), abs=1e-12)]

@@ -7,7 +7,6 @@ real solver (an agent's state twice, or missing) named and followed by a working
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from mpi_launch import mpi_env
+from output_lines import last_json
 from test_external import ScriptedLink
 
 from hpc_refer.client import (
@@ -418,7 +418,7 @@ def drive(spec: str, tmp_path: Path, env: dict[str, str] | None = None,
     proc = subprocess.run([*(mpirun or []), sys.executable, str(driver), spec], cwd=tmp_path,
                           env=env or mpi_env(), capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(proc.stdout.splitlines()[-1])
+    return last_json(proc.stdout)
 
 
 def check_example(out: dict, episode_metric: bool) -> None:
@@ -507,4 +507,4 @@ def test_fortran_client_solver_of_three_agents(tmp_path):
                     f"external:-n 2 {tmp_path / 'agents_f'}"], mpi.env())], tmp_path,
                  timeout=180)[0]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    check_example(json.loads(proc.stdout.splitlines()[-1]), episode_metric=False)
+    check_example(last_json(proc.stdout), episode_metric=False)

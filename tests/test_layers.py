@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from mpi_launch import run_snippet
+from output_lines import one_line_with
 
 PACKAGE = Path(__file__).resolve().parents[1] / "hpc_refer"
 
@@ -22,8 +23,9 @@ HEAVY = ("torch", "numba", "mpi4py")
 def loaded(module: str, watched: tuple[str, ...]) -> list[str]:
     """The modules of ``watched`` that importing ``module`` loads (a fresh interpreter)."""
     out = run_snippet(f"import sys\nimport {module}\n"
-                      f"print(sorted(m for m in {watched!r} if m in sys.modules))\n")
-    return ast.literal_eval(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
+                      f"print('loaded:', sorted(m for m in {watched!r} if m in sys.modules))\n")
+    line = one_line_with(out, "loaded: ")  # (warnings may come with it)
+    return ast.literal_eval(line.removeprefix("loaded: "))  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize("module", ["hpc_refer.envs.interface", "hpc_refer.envs",
@@ -36,8 +38,9 @@ def test_the_team_protocol_imports_with_the_interface_names():
     out = run_snippet("import sys\n"
                       "from hpc_refer.envs.interface import Team, TeamCommand\n"
                       "from hpc_refer.envs import SolverFault, Status\n"
-                      "print(TeamCommand.STEP == 1, Team.__name__, 'torch' in sys.modules)\n")
-    assert out.strip().splitlines()[-1] == "True Team False", out
+                      "print('said:', TeamCommand.STEP == 1, Team.__name__, "
+                      "'torch' in sys.modules)\n")
+    assert one_line_with(out, "said: ") == "said: True Team False", out
 
 
 def test_the_records_are_plain_data():

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from mpi_launch import run_snippet
+from output_lines import one_line_with
 
 from hpc_refer.schema import RHO_EDGES, TRAIN_FILE, IntervalRecord, read_intervals
 
@@ -24,8 +25,8 @@ HEAVY = ("torch", "numba", "mpi4py", "hpc_refer.learner", "hpc_refer.algorithms"
 def test_report_and_plot_import_neither_torch_nor_numba():
     out = run_snippet("import sys\n"
                       "import hpc_refer.plot, hpc_refer.report, hpc_refer.schema\n"
-                      f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n")
-    assert out.strip().splitlines()[-1] == "[]", out
+                      f"print('loaded:', sorted(m for m in {HEAVY!r} if m in sys.modules))\n")
+    assert one_line_with(out, "loaded: ") == "loaded: []", out
 
 
 def test_the_run_directory_imports_neither_the_environments_nor_the_report():
@@ -33,8 +34,8 @@ def test_the_run_directory_imports_neither_the_environments_nor_the_report():
     above = ("hpc_refer.envs", "hpc_refer.report", "hpc_refer.plot", "matplotlib", *HEAVY)
     out = run_snippet("import sys\n"
                       "import hpc_refer.metrics\n"
-                      f"print(sorted(m for m in {above!r} if m in sys.modules))\n")
-    assert out.strip().splitlines()[-1] == "[]", out
+                      f"print('loaded:', sorted(m for m in {above!r} if m in sys.modules))\n")
+    assert one_line_with(out, "loaded: ") == "loaded: []", out
 
 
 def record(**stats: float) -> IntervalRecord:
