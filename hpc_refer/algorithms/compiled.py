@@ -214,9 +214,6 @@ class CompiledStep:
             "cpp_wrapper": True,  # the kernels are called from C++, not from Python
             "fallback_random": True,  # a loss's noise (SAC's) drawn as the eager step draws it
             "guard_filter_fn": call_guards}
-        bits = _vector_bits()
-        if bits is not None:
-            options["cpp.simdlen"] = bits
         self._fused = DirectGraph(self._fused_step, self.root, options)
         self._grads = DirectGraph(self._gradients, self.root, options)
         self._adam = DirectGraph(self._adam_all, self.root, options)
@@ -329,18 +326,23 @@ class DirectGraph:
     input and the place of every output. Later calls of the key gather the inputs by those
     paths and call the graph. Where the match fails (an input found nowhere, a result tensor
     that is not a graph output, several graphs in one call), the key stays with dynamo.
+
+    Every graph is compiled under a cache key that names the vector ISA inductor generates
+    C++ for in this process (:func:`isa_cache_tag`), whatever ``options`` the caller gives.
     """
 
     def __init__(self, fn: Callable[..., Any], modules: nn.Module,
                  options: dict[str, Any]) -> None:
         patches = {k: v for k, v in options.items() if k != "guard_filter_fn"}
+        tag = isa_cache_tag()
         self._calls: list[tuple[Callable[..., Any], tuple[Any, ...], Any]] = []
         self._capturing = False
 
         def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]
                     ) -> Callable[..., Any]:
-            graph = cast(Callable[..., Any],
-                         compile_fx(gm, example_inputs, config_patches=patches))
+            with torch.compiler.config.patch(cache_key_tag=tag):
+                graph = cast(Callable[..., Any],
+                             compile_fx(gm, example_inputs, config_patches=patches))
 
             def run(*inputs: Any) -> Any:
                 out = graph(*inputs)
@@ -443,22 +445,26 @@ def failure_reason(err: BaseException) -> str:
     return f"{type(err).__name__}: {line}"[:300]
 
 
-def _vector_bits() -> int | None:
-    """The vector width (bits) inductor generates C++ for in this process: that of the ISA it
-    picks (the CPU's best, or the one ``ATEN_CPU_CAPABILITY`` names), 1 for scalar code; None
-    where its probe programs do not build (no C++ compiler: the compile then fails and says
-    so).
+def isa_cache_tag() -> str:
+    """The cache key tag under which :class:`DirectGraph` compiles: torch's own tag (if any)
+    and the vector ISA inductor generates C++ for in this process, the CPU's best or the one
+    ``ATEN_CPU_CAPABILITY`` names (``"isa=avx512 avx512_vnni/512"``; ``"isa=scalar"`` where
+    there is none, or where its probe programs do not build: the compile then fails and
+    says so).
 
-    Stated explicitly, it enters inductor's cache key: torch 2.13's FX graph cache does not
-    key on the ISA, so a graph generated for AVX-512 was served to a process that builds for
-    another ISA (``ATEN_CPU_CAPABILITY=default``, or a cache directory shared by nodes of
-    different CPUs), and its C++ failed to compile."""
+    torch 2.13's FX graph cache does not key on the ISA: without the tag a graph generated for
+    AVX-512 is served to a process that builds for another ISA (``ATEN_CPU_CAPABILITY=
+    default``, or a cache directory shared by nodes of different CPUs), and its C++ fails to
+    compile (``'at::vec' has not been declared``). The ISA's name, not only its width, since
+    two ISAs of one width (AVX-512 with and without AMX or VNNI) generate different code."""
     from torch._inductor.cpu_vec_isa import pick_vec_isa
 
     try:
-        return pick_vec_isa().bit_width() or 1
+        isa = pick_vec_isa()
     except Exception:  # the probe's own build failed: reported by the compile itself
-        return None
+        isa = None
+    name = f"{isa}/{isa.bit_width()}" if isa else "scalar"
+    return "|".join(t for t in (torch.compiler.config.cache_key_tag, f"isa={name}") if t)
 
 
 @contextlib.contextmanager
