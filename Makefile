@@ -40,7 +40,8 @@ export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
 export OMPI_MCA_btl := ^ofi
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: run test test-portable lint install system-mpi system-browser mutation
+.PHONY: run test suite test-under-load test-portable lint install system-mpi system-browser \
+  mutation
 
 install: $(VENV)/.installed
 
@@ -92,25 +93,54 @@ lint: install
 	$(VENV)/bin/lint-imports
 
 test: lint system-mpi system-browser
-	$(PY) -m pytest -q -p no:cacheprovider --color=no
+	$(MAKE) --no-print-directory suite
+
+# The serial suite over WORKERS pytest-xdist workers (--dist loadgroup: the tests of one
+# xdist_group, those that start several ranks of their own, run one after another in one
+# worker), then the MPI passes. `make test` and `make test-under-load` run it.
+WORKERS ?= 2
+suite: install
+	$(PY) -m pytest -q -p no:cacheprovider --color=no -n $(WORKERS) --dist loadgroup \
+	  --durations=$(DURATIONS)
 	for nc in $(MPI_TESTS); do n=$${nc%%:*}; count=$${nc#*:}; \
 	  echo "== pytest --only-mpi under mpirun -n $$n: $$count MPI tests must pass =="; \
 	  timeout 900 mpirun -n $$n $(PY) -m pytest -q -p no:cacheprovider --color=no \
 	    --only-mpi --mpi-expect $$count tests || exit $$?; \
 	done
+DURATIONS ?= 10
+
+# `make suite` with a plain busy loop on every core beside it (a laptop or a login node is
+# never quiet): the loops start before the suite and stop with it, whatever its end; the
+# target fails if any test failed.
+test-under-load: install system-mpi system-browser
+	@n=$$(nproc); pids=""; \
+	for i in $$(seq $$n); do sh -c 'while :; do :; done' & pids="$$pids $$!"; done; \
+	trap 'kill $$pids 2>/dev/null' EXIT INT TERM; \
+	echo "== test-under-load: $$n busy loops beside the suite (pids$$pids), $$(grep -m1 \
+	  'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //') =="; \
+	start=$$(date +%s); $(MAKE) --no-print-directory suite; rc=$$?; \
+	echo "== test-under-load: exit $$rc after $$(( $$(date +%s) - start )) s with $$n busy loops =="; \
+	exit $$rc
 
 # The serial suite once with each of torch's non-vectorised and AVX2 kernels and once with
 # numba compiling for a generic CPU, so that no test depends on the rounding of this CPU's own
 # kernels (tests/tolerances.py). Not part of `make test`: each pass takes as long as the
-# serial suite. Every variant runs; the target fails if any did.
+# serial suite. Every variant runs; the target fails if any did. All passes share one inductor
+# cache (PORTABLE_CACHE) that a normal pass of the compiled-step tests fills first, as nodes of
+# different CPUs share one on a cluster: no variant may be served another ISA's graph.
 PORTABLE_VARIANTS ?= ATEN_CPU_CAPABILITY=default ATEN_CPU_CAPABILITY=avx2 NUMBA_CPU_NAME=generic
+PORTABLE_CACHE ?= build/portable-inductor-cache
 test-portable: install system-mpi system-browser
-	@failed=""; for v in $(PORTABLE_VARIANTS); do \
+	@export TORCHINDUCTOR_CACHE_DIR=$(abspath $(PORTABLE_CACHE)); \
+	echo "== filling the inductor cache $$TORCHINDUCTOR_CACHE_DIR with this CPU's graphs =="; \
+	$(PY) -m pytest -q -p no:cacheprovider --color=no tests/test_compiled_step.py || exit 1; \
+	failed=""; for v in $(PORTABLE_VARIANTS); do \
 	  echo "== pytest with $$v =="; \
 	  env $$v $(PY) -c "import numba, torch; print('torch kernels:', \
 	    torch.backends.cpu.get_cpu_capability(), '| numba target:', \
 	    numba.config.CPU_NAME or 'host')"; \
-	  env $$v $(PY) -m pytest -q -p no:cacheprovider --color=no || failed="$$failed $$v"; \
+	  env $$v $(PY) -m pytest -q -p no:cacheprovider --color=no -n $(WORKERS) \
+	    --dist loadgroup || failed="$$failed $$v"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "test-portable failed with:$$failed"; exit 1; fi; \
 	echo "test-portable: every variant passed"

@@ -32,6 +32,9 @@ pytestmark = pytest.mark.mpi_skip
 
 SMALL = ["--replay.size", "2000", "--replay.learn-start", "300", f"--{VRacer.name}.batch", "32",
          f"--{VRacer.name}.hidden", "16,16", "--log-every", "200", "--chunk-len", "100"]
+NO_COMPILE = ["--compile", "off"]
+"""For runs launched with 200,000 steps only to be stopped early: ``--compile auto`` would
+compile their step (seconds per learner) for the few hundred steps they take."""
 TIMING = {"wall_s", "env_steps_per_s", "grad_steps_per_s", "learner_busy"}
 """Columns that hold wall-clock figures (the only ones a resumed run may change)."""
 
@@ -202,7 +205,7 @@ def test_signal_stops_checkpoints_and_resumes(in_tmp, signum):
     run_dir = in_tmp / "pre"
     proc = subprocess.Popen(
         [sys.executable, "-m", "hpc_refer.run", "--env", "Pendulum-v1", "--steps", "200000",
-         "--run-dir", str(run_dir), *SMALL],
+         "--run-dir", str(run_dir), *SMALL, *NO_COMPILE],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=python_env())
     wait_for(lambda: progress_lines(run_dir) >= 3, "three progress lines", proc)
     proc.send_signal(signum)
@@ -254,6 +257,7 @@ def mpirun(n: int, *args: str) -> list[str]:
     return [mpirun_exe(), "-n", str(n), sys.executable, "-m", "hpc_refer.run", *args]
 
 
+@pytest.mark.xdist_group("mpirun")
 def test_unusable_run_dir_under_mpirun_is_one_line_on_every_rank(in_tmp):
     Path("a_file").write_text("x")
     proc = subprocess.run(mpirun(3, "--env", "Pendulum-v1", "--steps", "200", "--run-dir",
@@ -265,6 +269,7 @@ def test_unusable_run_dir_under_mpirun_is_one_line_on_every_rank(in_tmp):
     assert "a_file/sub" in line, proc.stderr
 
 
+@pytest.mark.xdist_group("mpirun")
 def test_mpi_signal_checkpoints_and_resumes_with_other_learner_counts(in_tmp):
     """mpirun -n 4 (2 learners, 2 actors) stopped by SIGUSR1 sent to mpirun (Open MPI
     forwards it to every rank; its mpirun kills the ranks on SIGTERM), resumed by 1 learner
@@ -272,7 +277,7 @@ def test_mpi_signal_checkpoints_and_resumes_with_other_learner_counts(in_tmp):
     run_dir = in_tmp / "mpi"
     proc = subprocess.Popen(
         mpirun(4, "--env", "Pendulum-v1", "--steps", "200000", "--learners", "2",
-               "--run-dir", str(run_dir), *SMALL),
+               "--run-dir", str(run_dir), *SMALL, *NO_COMPILE),
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=mpi_env())
     wait_for(lambda: progress_lines(run_dir) >= 4, "four progress lines", proc)
     proc.send_signal(signal.SIGUSR1)
@@ -304,6 +309,7 @@ def stored_transitions(ckpt: Path) -> int:
     return total
 
 
+@pytest.mark.xdist_group("mpirun")
 def test_evaluate_a_policy_of_a_team_solver_under_mpirun(in_tmp):
     """A Diffusion1D run with teams of 2 ranks, then its policy evaluated by one team of 2
     (rank 0 acts, rank 1 follows the solver's calls); a wrong rank count is one line."""

@@ -159,7 +159,7 @@ def test_a_run_killed_by_sigkill_is_said_to_have_died_by_report_and_restart(in_t
     in one line naming it, and the restart says so in log.txt and resumes."""
     run = subprocess.Popen(
         [sys.executable, "-m", "hpc_refer.run", "--env", "Pendulum-v1", "--steps", "200000",
-         "--checkpoint-every", "400", "--run-dir", "r", *SMALL],
+         "--checkpoint-every", "400", "--run-dir", "r", *SMALL, "--compile", "off"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         wait_for_checkpoint(in_tmp / "r", run)
