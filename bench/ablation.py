@@ -24,6 +24,10 @@ run's last logged step) are used, and a group's curve is cut to its shortest see
 ``<out>/<NAME>.json`` (per group: window centres, mean, p20, p80, seeds, steps reached, final
 window's mean return, last beta and far fraction) and ``<out>/<NAME>.md`` (algorithms x modes,
 final-window mean return, for BENCHMARKS.md), with ``--out`` defaulting to bench/results.
+
+``python bench/ablation.py --smoke [--out DIR]`` runs both at tiny budgets (bench/common.py):
+V-RACER with ``er`` and ``refer``, one seed, 400 steps of Pendulum-v1 (training from 300)
+under DIR/runs, then the report of 200-step windows into DIR.
 """
 
 from __future__ import annotations
@@ -49,7 +53,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
-from common import RESULTS, write
+from common import out_flag, smoke, write
+from common import parse as parse_common
 from matplotlib.ticker import FuncFormatter
 
 from hpc_refer.algorithms import ALGORITHMS as REGISTERED
@@ -464,8 +469,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     draw(groups, png, args.name)
     text = table(groups)
     md.write_text(text)
-    # common.write puts <name>.json in bench/results; an absolute name (Path join) puts it in out
-    path = write(str(out.resolve() / args.name),
+    path = write(args.name,
                  {"root": str(args.root), "window": args.window, "figure": png.name,
                   "table": md.name, "groups": [g.summary() for g in groups]})
     print(text)
@@ -502,8 +506,10 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     rep.add_argument("--name", required=True, help="stem of the PNG, JSON and MD files")
     rep.add_argument("--window", type=int, default=200_000,
                      help="environment steps per averaging window (paper: 2e5)")
-    rep.add_argument("--out", type=Path, default=RESULTS, help="output directory")
-    args = parser.parse_args(argv)
+    out_flag(rep)
+    args = parse_common(parser, argv, smoke_runs)
+    if args.smoke:
+        return args, extra
     if extra and args.command != "run":
         parser.error("flags after -- are only for run")
     if args.command == "run" and (args.jobs < 1 or args.steps < 1):
@@ -511,8 +517,17 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return args, extra
 
 
+def smoke_runs(out: Path) -> list[list[str | Path]]:
+    return [["run", "--algorithms", "vracer", "--modes", "er", "refer", "--seeds", "0",
+             "--env", "Pendulum-v1", "--steps", "400", "--root", out / "runs", "--jobs", "2",
+             "--", "--replay.learn-start", "300"],
+            ["report", out / "runs", "--name", "ablation", "--window", "200"]]
+
+
 def main(argv: list[str] | None = None) -> int:
     args, extra = parse(sys.argv[1:] if argv is None else argv)
+    if args.smoke:
+        return smoke(main, smoke_runs, args.out)
     if args.command == "run":
         return cmd_run(args, extra)
     return cmd_report(args)

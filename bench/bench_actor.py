@@ -2,21 +2,24 @@
 in numpy (what actors do), and the same actor with the policy in torch (the previous path),
 interleaved in one run so that their ratio holds on a loaded machine.
 
-    python bench/bench_actor.py [--steps 5000] [--repeats 5]
+    python bench/bench_actor.py [--steps 5000] [--repeats 5] [--out DIR] [--smoke]
 
-Writes bench/results/actor.json: steps/s (median over repeats) of each, the ratios, and the
-load average before and after.
+Writes bench/results/actor.json (``--out``: another directory): steps/s (median over repeats)
+of each, the ratios, and the load average before and after. ``--smoke``: 200 steps, one
+repeat (bench/common.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
-from common import median, write
+from common import median, parse, smoke, write
 
 from hpc_refer.actor import Actor
 from hpc_refer.config import ActionBounds
@@ -63,11 +66,18 @@ def mujoco_rate(steps: int) -> float:
     return rate
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+def smoke_runs(out: Path) -> list[list[str]]:
+    return [["--steps", "200", "--repeats", "1"]]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
+    args = parse(parser, argv, smoke_runs)
+    if args.smoke:
+        return smoke(main, smoke_runs, args.out)
     torch.set_num_threads(1)
     load0 = os.getloadavg()[0]
     rates: dict[str, list[float]] = {"mujoco": [], "actor_numpy": [], "actor_torch": []}
@@ -85,7 +95,8 @@ def main() -> None:
           f"{med['actor_numpy']:.0f} | actor, torch policy {med['actor_torch']:.0f} | "
           f"numpy/torch {out['numpy_over_torch']:.2f} | load {load0:.2f} -> "
           f"{out['load_avg_after']:.2f}; wrote {path}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

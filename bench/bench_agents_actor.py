@@ -7,18 +7,21 @@ per agent, measured on a solver that costs nothing (so the actor's own work is a
 For each N: transitions/s of :class:`~hpc_refer.agents_actor.AgentsActor` as it is (one
 batched numpy forward per step) and of the same actor with one forward per agent, interleaved
 in one run so that their ratio holds on a loaded machine (2 x 128 softsign V-RACER network,
-obs_dim 8, act_dim 1, chunks of 256). Writes bench/results/agents_actor.json.
+obs_dim 8, act_dim 1, chunks of 256). Writes bench/results/agents_actor.json (``--out``:
+another directory). ``--smoke``: N = 2 and 4, 100 steps, one repeat (bench/common.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
-from common import median, write
+from common import median, parse, smoke, write
 
 from hpc_refer.agents_actor import AgentsActor
 from hpc_refer.config import ActionBounds
@@ -79,12 +82,18 @@ def rate(cls: type[AgentsActor], agents: int, steps: int) -> float:
     return steps * agents / (time.perf_counter() - t)
 
 
-def main() -> None:
+def smoke_runs(out: Path) -> list[list[str]]:
+    return [["--agents", "2", "4", "--steps", "100", "--repeats", "1"]]
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--agents", type=int, nargs="+", default=[2, 8, 32, 128])
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
+    args = parse(parser, argv, smoke_runs)
+    if args.smoke:
+        return smoke(main, smoke_runs, args.out)
     torch.set_num_threads(1)
     load_before = os.getloadavg()[0]
     out = {}
@@ -101,7 +110,8 @@ def main() -> None:
     print(write("agents_actor", {"steps": args.steps, "repeats": args.repeats,
                                  "load_before": load_before,
                                  "load_after": os.getloadavg()[0], "agents": out}))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

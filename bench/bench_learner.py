@@ -11,7 +11,11 @@
 3. Memory of a full 2^18 replay: resident memory added by allocating and filling it, against
    the raw bytes of its columns.
 
-Writes bench/results/learner.json (``--name``: another file).
+Writes bench/results/learner.json (``--name``: another file, ``--out``: another directory).
+``--size`` (replay states, default 2^18), ``--algorithms`` and ``--e2e-steps`` shrink it;
+``--smoke`` runs ``--quick --size 4096 --algorithms vracer --e2e-steps 1200``, both learner
+steps, eager and compiled, so the compiled path of the benchmarks runs here (the other
+scripts' smoke runs are eager: a compile costs 5-25 s on two cores; bench/common.py).
 """
 
 from __future__ import annotations
@@ -19,13 +23,14 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
-from common import median, rate, synthetic_episode, write
+from common import median, parse, rate, smoke, synthetic_episode, write
 
 from hpc_refer.algorithms import ALGORITHMS
 from hpc_refer.collectives import SerialReducer
@@ -82,7 +87,8 @@ def bare_mlp_update() -> Callable[[], None]:
     return update
 
 
-def bench_gradient_steps(vracer_replay: ReplayShard, n: int, repeats: int) -> dict:
+def bench_gradient_steps(vracer_replay: ReplayShard, n: int, repeats: int,
+                         algorithms: list[str]) -> dict:
     """Learner steps/s of each algorithm (its default batch), eager and compiled, on full
     replays (``vracer_replay`` for V-RACER, one without V-tbc filled here for DDPG and NAF),
     and the bare MLP update; the candidates take turns block by block (``repeats`` rounds of
@@ -91,7 +97,7 @@ def bench_gradient_steps(vracer_replay: ReplayShard, n: int, repeats: int) -> di
     compile_s: dict[str, float] = {}
     size = vracer_replay.capacity
     replays = {True: vracer_replay}
-    for name in ALGORITHMS:
+    for name in algorithms:
         for mode in ("off", "on"):
             cfg = build_config({"run": {"algorithm": name, "compile": mode},
                                 "replay": {"size": size}})
@@ -116,17 +122,19 @@ def bench_gradient_steps(vracer_replay: ReplayShard, n: int, repeats: int) -> di
             "over_mlp": {k: v / medians["mlp"] for k, v in medians.items() if k != "mlp"}}
 
 
-def bench_end_to_end(steps: int, tmp: Path) -> dict:
+def bench_end_to_end(steps: int, tmp: Path, size: int = 2**18) -> dict:
     """HalfCheetah-v5 in one process: env steps/s while training (1 gradient step per env
-    step from step 2,000; eager and compiled learner step: the median of the interval rates
-    after the first training interval, which holds the compile) and acting only."""
+    step from step 2,000, or half the run if shorter; eager and compiled learner step: the
+    median of the interval rates after the first training interval, which holds the
+    compile) and acting only; a replay of ``size`` states."""
     out = {}
-    cases = (("training_eager", 2000, "off"), ("training_compiled", 2000, "on"),
+    start = min(2000, steps // 2)
+    cases = (("training_eager", start, "off"), ("training_compiled", start, "on"),
              ("acting_only", 10**9, "off"))
     for label, start, mode in cases:
         cfg = build_config({"run": {"env": "HalfCheetah-v5", "steps": steps,
                                     "log_every": steps // 6, "compile": mode},
-                            "replay": {"size": 2**18, "learn_start": min(start, 2**18)}})
+                            "replay": {"size": size, "learn_start": min(start, size)}})
         run = RunDirectory(tmp / label, cfg)
         t = time.perf_counter()
         train_local(cfg, run)
@@ -139,29 +147,43 @@ def bench_end_to_end(steps: int, tmp: Path) -> dict:
     return out
 
 
-def main() -> None:
+def smoke_runs(out: Path) -> list[list[str]]:
+    return [["--quick", "--size", "4096", "--algorithms", "vracer", "--e2e-steps", "1200"]]
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="short blocks (a smoke run)")
+    parser.add_argument("--quick", action="store_true", help="short blocks")
     parser.add_argument("--name", default="learner",
                         help="results file bench/results/NAME.json (another machine's figures "
                              "beside this one's)")
-    args = parser.parse_args()
+    parser.add_argument("--size", type=int, default=2**18, help="replay states")
+    parser.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS),
+                        choices=sorted(ALGORITHMS))
+    parser.add_argument("--e2e-steps", type=int,
+                        help="environment steps of each end-to-end run (default 30,000; "
+                             "--quick 6,000)")
+    args = parse(parser, argv, smoke_runs)
+    if args.smoke:
+        return smoke(main, smoke_runs, args.out)
     torch.set_num_threads(1)
     n, repeats, e2e = (50, 3, 6000) if args.quick else (500, 7, 30000)
-    memory = bench_memory(2**18)
+    e2e = args.e2e_steps or e2e
+    memory = bench_memory(args.size)
     learner = memory.pop("learner")
-    grads = bench_gradient_steps(learner.replay, n, repeats)
+    grads = bench_gradient_steps(learner.replay, n, repeats, args.algorithms)
     del learner
     gc.collect()
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        e2e_rates = bench_end_to_end(e2e, Path(tmp))
+        e2e_rates = bench_end_to_end(e2e, Path(tmp), args.size)
     path = write(args.name, {"gradient": grads, "end_to_end": e2e_rates, "memory": memory,
                              "targets": {"vracer_steps_per_s": 500, "memory_ratio": 1.5}})
     mlp = grads["median"]["mlp"]
-    print(f"gradient steps/s, one core, full 2^18 replay (bare MLP update {mlp:.0f}/s):")
-    for name in ALGORITHMS:
+    print(f"gradient steps/s, one core, full replay of {args.size} states (bare MLP update "
+          f"{mlp:.0f}/s):")
+    for name in args.algorithms:
         eager, compiled = (grads["median"][f"{name}_{m}"] for m in ("eager", "compiled"))
         print(f"  {name}: eager {eager:.0f}/s ({eager / mlp:.2f}x), compiled {compiled:.0f}/s "
               f"({compiled / mlp:.2f}x)")
@@ -169,10 +191,11 @@ def main() -> None:
           f"{e2e_rates['training_eager_env_steps_per_s']:.0f} (eager) / "
           f"{e2e_rates['training_compiled_env_steps_per_s']:.0f} (compiled) steps/s, "
           f"acting only {e2e_rates['acting_only_env_steps_per_s']:.0f} steps/s")
-    print(f"replay 2^18 states: {memory['rss_added_bytes'] / 2**20:.1f} MiB resident for "
-          f"{memory['column_bytes'] / 2**20:.1f} MiB of columns (x{memory['ratio']:.2f})")
+    print(f"replay {args.size} states: {memory['rss_added_bytes'] / 2**20:.1f} MiB resident "
+          f"for {memory['column_bytes'] / 2**20:.1f} MiB of columns (x{memory['ratio']:.2f})")
     print(f"wrote {path}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

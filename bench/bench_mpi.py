@@ -21,7 +21,16 @@ says nothing about (a) and (d).
 
 The learner steps of (a) and (d, compiled) are the compiled ones (``run.compile on``). The
 driver starts the MPI parts with ``mpirun`` (the one next to this Python). Writes
-bench/results/mpi.json.
+bench/results/mpi.json (``--out``: another directory).
+
+Budgets (default: the full benchmark; ``--quick`` shorter): ``--size`` (replay states of
+(a)), ``--block``/``--repeats`` (its timed blocks), ``--compile`` (its learner step),
+``--scalings`` (its batch scalings: fixed on L = 1 and 2, per-learner on L = 2),
+``--actors`` (the E of (b)), ``--env-steps`` (of each (b) run), ``--train-steps``,
+``--learn-start`` and ``--training`` (the learner steps, ``off on``, of (d)), ``--chunk-len``
+(the runs'). ``--smoke`` (bench/common.py), what the cost model needs on at most 2 ranks:
+(a) fixed on 1 and 2 ranks, eager, 4,096 states, one block of 5 steps; (b) E = 1, 200
+steps; (d) eager only, 600 steps from 300; chunks of 25.
 """
 
 from __future__ import annotations
@@ -38,7 +47,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import median, write
+from common import median, parse, smoke, write
 
 OBS, ACT, T = 17, 6, 1000
 MPI_ENV = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
@@ -52,7 +61,8 @@ def mpirun(n: int, args: list[str], cwd: str | None = None) -> str:
     return proc.stdout
 
 
-def learners_part(n: int, repeats: int, scaling: str) -> None:
+def learners_part(n: int, repeats: int, scaling: str, replay_size: int = 2**18,
+                  compile_mode: str = "on") -> None:
     """Run under mpirun -n L: time train_step and the reductions; rank 0 prints JSON."""
     import torch
     from bench_learner import fill
@@ -67,8 +77,8 @@ def learners_part(n: int, repeats: int, scaling: str) -> None:
     comm = MPI.COMM_WORLD
     size = comm.Get_size()
     reducer = MpiReducer(comm) if size > 1 else SerialReducer()
-    cfg = build_config({"run": {"learners": size, "compile": "on"},
-                        "replay": {"size": 2**18, "batch_scaling": scaling}})
+    cfg = build_config({"run": {"learners": size, "compile": compile_mode},
+                        "replay": {"size": replay_size, "batch_scaling": scaling}})
     learner = make_learner(cfg, OBS, ACT, reducer)
     fill(learner, np.random.default_rng(comm.Get_rank()), learner.replay.capacity)
     learner.update_start(learner.replay.size * size, 0)
@@ -102,10 +112,16 @@ def learners_part(n: int, repeats: int, scaling: str) -> None:
                           "count_allreduce_s": count_ar, "grad_floats": int(flat.size)}))
 
 
-def actors_part(e: int, steps: int, tmp: str) -> dict:
+def chunk_flags(chunk_len: int | None) -> list[str]:
+    """The runs' ``--chunk-len`` (none: hpc_refer's default)."""
+    return [] if chunk_len is None else ["--chunk-len", str(chunk_len)]
+
+
+def actors_part(e: int, steps: int, tmp: str, chunk_len: int | None = None) -> dict:
     run_dir = Path(tmp) / f"actors{e}"
     t = time.perf_counter()
-    mpirun(1 + e, ["-m", "hpc_refer.run", "--env", "HalfCheetah-v5", "--steps", str(steps),
+    mpirun(1 + e, ["-m", "hpc_refer.run", *chunk_flags(chunk_len), "--env", "HalfCheetah-v5",
+                   "--steps", str(steps),
                    "--replay.learn-start", str(2**18), "--log-every", str(steps),
                    "--run-dir", str(run_dir)], cwd=tmp)
     wall = time.perf_counter() - t
@@ -114,14 +130,16 @@ def actors_part(e: int, steps: int, tmp: str) -> dict:
             "env_steps_per_s": record["env_steps_per_s"]}
 
 
-def training_part(steps: int, compile_mode: str, tmp: str) -> dict:
+def training_part(steps: int, compile_mode: str, tmp: str, learn_start: int = 5000,
+                  chunk_len: int | None = None) -> dict:
     """``mpirun -n 2``: one learner and one actor (the two cores) train on HalfCheetah-v5,
     1 gradient step per env step from step 5,000; the steady state is the median over the
     train.jsonl intervals after the first one with training (which holds the compile)."""
     run_dir = Path(tmp) / f"training-{compile_mode}"
     every = steps // 8
-    mpirun(2, ["-m", "hpc_refer.run", "--env", "HalfCheetah-v5", "--steps", str(steps),
-               "--replay.learn-start", "5000", "--log-every", str(every), "--compile",
+    mpirun(2, ["-m", "hpc_refer.run", *chunk_flags(chunk_len), "--env", "HalfCheetah-v5",
+               "--steps", str(steps), "--replay.learn-start", str(learn_start),
+               "--log-every", str(every), "--compile",
                compile_mode, "--checkpoint-every", "0", "--run-dir", str(run_dir)], cwd=tmp)
     records = [json.loads(x) for x in (run_dir / "train.jsonl").read_text().splitlines()]
     training = [r for r in records if r["grad_step"] > 0][1:]
@@ -174,29 +192,61 @@ def cost_model(learn: dict[str, dict[int, dict]], act: list[dict], ranks: int = 
     return out
 
 
-def main() -> None:
+def smoke_runs(out: Path) -> list[list[str]]:
+    return [["--size", "4096", "--block", "5", "--repeats", "1", "--compile", "off",
+             "--scalings", "fixed", "--actors", "1", "--env-steps", "200", "--train-steps", "600",
+             "--learn-start", "300", "--training", "off", "--chunk-len", "25"]]
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="short runs (a smoke run)")
+    parser.add_argument("--quick", action="store_true", help="short runs")
     parser.add_argument("--part", choices=["learners"], help=argparse.SUPPRESS)
     parser.add_argument("--scaling", default="fixed", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    parser.add_argument("--size", type=int, default=2**18, help="(a): replay states per learner")
+    parser.add_argument("--block", type=int, help="(a): steps per timed block (300; --quick 50)")
+    parser.add_argument("--repeats", type=int, help="(a): timed blocks (5; --quick 3)")
+    parser.add_argument("--compile", choices=("on", "off"), default="on",
+                        help="(a): the learner step")
+    parser.add_argument("--scalings", nargs="+", choices=("fixed", "per-learner"),
+                        default=["fixed", "per-learner"],
+                        help="(a): fixed (the cost model's: L = 1, 2), per-learner (L = 2)")
+    parser.add_argument("--actors", type=int, nargs="+", default=[1, 2, 4, 8],
+                        help="(b): the actor counts E (1 among them: the cost model's)")
+    parser.add_argument("--env-steps", type=int, help="(b): steps per run (40,000; --quick 4,000)")
+    parser.add_argument("--train-steps", type=int,
+                        help="(d): steps per run (60,000; --quick 12,000)")
+    parser.add_argument("--learn-start", type=int, default=5000, help="(d): the learning start")
+    parser.add_argument("--training", nargs="+", choices=("off", "on"), default=["off", "on"],
+                        help="(d): the learner steps, eager (off) and compiled (on)")
+    parser.add_argument("--chunk-len", type=int,
+                        help="the runs' --chunk-len (default hpc_refer's, 1000 steps)")
+    args = parse(parser, argv, smoke_runs)
+    if args.smoke:
+        return smoke(main, smoke_runs, args.out)
     n, repeats, env_steps = (50, 3, 4000) if args.quick else (300, 5, 40000)
     train_steps = 12000 if args.quick else 60000
+    n, repeats = args.block or n, args.repeats or repeats
+    env_steps, train_steps = args.env_steps or env_steps, args.train_steps or train_steps
     if args.part == "learners":
-        learners_part(n, repeats, args.scaling)
-        return
+        learners_part(n, repeats, args.scaling, args.size, args.compile)
+        return 0
     here = str(Path(__file__).resolve())
     loads = {"learners": os.getloadavg()[0]}
     learn: dict[str, dict[int, dict]] = {"fixed": {}, "per-learner": {}}
+    part = ["--block", str(n), "--repeats", str(repeats), "--size", str(args.size),
+            "--compile", args.compile]
     for scaling, size in (("fixed", 1), ("fixed", 2), ("per-learner", 2)):
-        out = mpirun(size, [here, "--part", "learners", "--scaling", scaling]
-                     + (["--quick"] if args.quick else []))
+        if scaling not in args.scalings:
+            continue
+        out = mpirun(size, [here, "--part", "learners", "--scaling", scaling, *part])
         learn[scaling][size] = json.loads(out.strip().splitlines()[-1])
     with tempfile.TemporaryDirectory() as tmp:
         loads["training_2_ranks"] = os.getloadavg()[0]
-        train = [training_part(train_steps, mode, tmp) for mode in ("off", "on")]
+        train = [training_part(train_steps, mode, tmp, args.learn_start, args.chunk_len)
+                 for mode in args.training]
         loads["actors"] = os.getloadavg()[0]
-        act = [actors_part(e, env_steps, tmp) for e in (1, 2, 4, 8)]
+        act = [actors_part(e, env_steps, tmp, args.chunk_len) for e in args.actors]
     model = cost_model(learn, act)
     path = write("mpi", {"learners": learn, "training_2_ranks": train, "actors": act,
                          "cost_model_64_ranks": model,
@@ -219,7 +269,8 @@ def main() -> None:
               f"{m['predicted_steps_per_s']:.0f} steps/s, {m['predicted_samples_per_s']:.0f} "
               f"gradient samples/s = {m['samples_over_one_learner']:.1f}x one learner")
     print(f"wrote {path}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

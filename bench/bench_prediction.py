@@ -1,11 +1,15 @@
 """Wall time of the full off-policy prediction sweep (issue #4), with mpirun -n N for each N given.
 
     python bench/bench_prediction.py --ranks 2 1 --json bench/results/prediction.json
+    python bench/bench_prediction.py --smoke [--out DIR]
 
 Each measurement launches ``mpirun -n N python -m hpc_refer.prediction sweep --out ...`` (the
 full protocol unless extra sweep arguments follow ``--``), records the wall time of the whole
 command, the per-algorithm seconds that rank 0 stores in the HDF5 file, and the 1-minute load
 average before and after (the machine may be shared: a load above the core count inflates times).
+``--json`` defaults to ``<--out>/prediction.json`` (bench/results). ``--smoke``
+(bench/common.py): 2 and 1 ranks, TD and ETD, WHOLE, two step sizes, 2 runs of 200
+transitions, the HDF5 files and the JSON in DIR.
 """
 
 from __future__ import annotations
@@ -21,6 +25,11 @@ import time
 from pathlib import Path
 
 import h5py
+from common import parse, smoke
+
+SMOKE_SWEEP = ("--algorithms", "td,etd", "--placements", "whole", "--alpha-exponents", "4:5",
+               "--runs", "2", "--steps", "200")
+"""The sweep of ``--smoke``: a few seconds."""
 
 
 def machine() -> dict[str, object]:
@@ -55,15 +64,22 @@ def measure(ranks: int, out: Path, sweep_args: list[str]) -> dict[str, object]:
             "sweep_seconds_per_algorithm": per_algorithm}
 
 
-def main() -> None:
+def smoke_runs(out: Path) -> list[list[str | Path]]:
+    return [["--ranks", "2", "1", "--results-dir", out, "--", *SMOKE_SWEEP]]
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 1], help="MPI sizes to time")
-    parser.add_argument("--json", type=Path, default=Path("bench/results/prediction.json"))
+    parser.add_argument("--json", type=Path, help="the record (default OUT/prediction.json)")
     parser.add_argument("--results-dir", type=Path, default=Path("."),
                         help="where the HDF5 files go (prediction_nN.h5)")
     parser.add_argument("sweep_args", nargs="*", help="extra sweep arguments, after --")
-    args = parser.parse_args()
+    args = parse(parser, argv, smoke_runs)
+    if args.smoke:
+        return smoke(main, smoke_runs, args.out)
+    args.json = args.json or args.out / "prediction.json"
     runs = [measure(n, args.results_dir / f"prediction_n{n}.h5", args.sweep_args)
             for n in args.ranks]
     record = {"benchmark": "full off-policy prediction sweep (issue #4)",
@@ -71,7 +87,8 @@ def main() -> None:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(record, indent=2))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -17,20 +17,23 @@ time between two checkpoints at the default ``run.checkpoint_every`` (100,000 en
 steps), at the learner speed measured in BENCHMARKS.md section 1 (227 environment steps/s
 while training, one process on this machine) and at 600 steps/s (a faster machine).
 
-Writes bench/results/checkpoint.json.
+Writes bench/results/checkpoint.json (``--out``: another directory). ``--size``: another N;
+``--compile``: the learners' ``run.compile`` (default auto, which compiles at the default run
+length); ``--smoke``: ``--quick --size 4096 --compile off`` (bench/common.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
-from common import median, synthetic_episode, write
+from common import median, parse, smoke, synthetic_episode, write
 
 from hpc_refer import checkpoint
 from hpc_refer.algorithms import make_algorithm
@@ -52,15 +55,15 @@ class Learners(SerialReducer):
         self.size = size
 
 
-def make(learners: int, seed: int) -> Learner:
-    cfg = build_config({"replay": {"size": N}})
+def make(learners: int, seed: int, size: int = N, compile_mode: str = "auto") -> Learner:
+    cfg = build_config({"run": {"compile": compile_mode}, "replay": {"size": size}})
     algo = make_algorithm(cfg, OBS, ACT, seed)
     return Learner(algo, cfg, seed, Learners(learners))
 
 
-def filled(learners: int, seed: int) -> Learner:
+def filled(learners: int, seed: int, size: int = N, compile_mode: str = "auto") -> Learner:
     """A learner whose shard is full of synthetic 1000-step episodes, after 20 steps."""
-    learner = make(learners, seed)
+    learner = make(learners, seed, size, compile_mode)
     rng = np.random.default_rng(seed)
     while learner.replay.size < learner.replay.capacity or learner.replay.n_removed == 0:
         learner.store(synthetic_episode(rng, T, OBS, ACT))
@@ -70,7 +73,7 @@ def filled(learners: int, seed: int) -> Learner:
     return learner
 
 
-def one_round(learners: list[Learner], run_dir: Path) -> dict[str, float]:
+def one_round(learners: list[Learner], run_dir: Path, size: int = N) -> dict[str, float]:
     """Write all parts one after the other and publish; then verify, read, restore each."""
     out = dict.fromkeys(("state", "write_tree", "publish", "verify", "read_tree",
                          "restore"), 0.0)
@@ -89,7 +92,7 @@ def one_round(learners: list[Learner], run_dir: Path) -> dict[str, float]:
     checkpoint.verify(ckpt)
     out["publish"], out["verify"] = t1 - t0, time.perf_counter() - t1
     for rank in range(len(learners)):
-        fresh = make(len(learners), seed=99)
+        fresh = make(len(learners), 99, size)
         t0 = time.perf_counter()
         tree = checkpoint.read_tree(ckpt / f"learner-{rank}.h5")
         t1 = time.perf_counter()
@@ -112,12 +115,13 @@ def filesystem(path: Path) -> str:
     return kind
 
 
-def bench(n_learners: int, repeats: int, root: Path) -> dict:
-    learners = [filled(n_learners, seed=r) for r in range(n_learners)]
+def bench(n_learners: int, repeats: int, root: Path, size: int = N,
+          compile_mode: str = "auto") -> dict:
+    learners = [filled(n_learners, r, size, compile_mode) for r in range(n_learners)]
     rounds = []
     for i in range(repeats):
         run_dir = root / f"run-{n_learners}-{i}"
-        rounds.append(one_round(learners, run_dir))
+        rounds.append(one_round(learners, run_dir, size))
         shutil.rmtree(run_dir)
     out: dict = {"learners": n_learners, "shard_states": learners[0].replay.capacity,
                  "rounds": rounds}
@@ -130,15 +134,24 @@ def bench(n_learners: int, repeats: int, root: Path) -> dict:
     return out
 
 
-def main() -> None:
+def smoke_runs(out: Path) -> list[list[str]]:
+    return [["--quick", "--size", "4096", "--compile", "off"]]
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="one repeat (a smoke run)")
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="one repeat")
+    parser.add_argument("--size", type=int, default=N, help="replay states N (all shards)")
+    parser.add_argument("--compile", choices=("auto", "off", "on"), default="auto",
+                        help="the learners' run.compile")
+    args = parse(parser, argv, smoke_runs)
+    if args.smoke:
+        return smoke(main, smoke_runs, args.out)
     torch.set_num_threads(1)
     repeats = 1 if args.quick else 5
     here = Path(__file__).resolve().parent
     with tempfile.TemporaryDirectory(dir=here) as tmp:
-        results = [bench(n, repeats, Path(tmp)) for n in (1, 2)]
+        results = [bench(n, repeats, Path(tmp), args.size, args.compile) for n in (1, 2)]
     path = write("checkpoint", {
         "checkpoint_every": CHECKPOINT_EVERY, "speeds_env_steps_per_s": SPEEDS,
         "filesystem": filesystem(here), "results": results,
@@ -153,7 +166,8 @@ def main() -> None:
               + ", ".join(f"{100 * v:.2f} % of the interval at {k}"
                           for k, v in r["write_fraction_of_interval"].items()))
     print(f"wrote {path}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -2,13 +2,14 @@
 teams under mpirun, then the trained mean policy against the uncontrolled flow.
 
 ``python bench/cylinder_control.py [--ranks 4] [--ranks-per-env 1] [--steps 100000]
-[--horizon 240] [--seed 0] [--agents]``
+[--horizon 240] [--seed 0] [--agents] [--out DIR] [--smoke]``
 
 (``--agents``: the two jets as two agents, ``CylinderJetsAgents``, for the same number of
 simulation steps: ``run.steps`` is twice ``--steps``.)
 
 1. makes the start state of ``--resolution`` (default 20) if it is missing
-   (``python -m hpc_refer.envs.cylinder_jets --make-start``);
+   (``python -m hpc_refer.envs.cylinder_jets --make-start``; ``--start-file``: another file
+   than the cache's, made ``--start-time`` time units from the kicked start if missing);
 2. trains: ``mpirun -n RANKS python -m hpc_refer.run --env CylinderJets --learners 1 ...``
    (1 learner and (RANKS - 1) / ranks-per-env environment teams, episodes of ``--horizon``
    control steps; the other settings are :data:`TRAIN_FLAGS`) into ``--run-dir``
@@ -25,7 +26,11 @@ simulation steps: ``run.steps`` is twice ``--steps``.)
    figures) and the PNGs ``<name>-learning.png`` (return and episode-mean c_D against
    environment steps), ``<name>-series.png`` (c_D, c_L and the jet action with and without
    control, one start phase) and ``<name>-vorticity.png`` (the vorticity at the end of that
-   evaluation, without and with control).
+   evaluation, without and with control); ``--out DIR``: all of them into DIR.
+
+``--smoke`` (bench/common.py): ``mpirun -n 2`` (1 learner, 1 team), 80 steps in episodes of
+40, a start state of 0.5 time units made in DIR, the run in DIR/run, one start phase
+evaluated over 20 control steps.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
-from common import RESULTS, write
+from common import parse, smoke, write
 
 import hpc_refer.envs.cylinder_jets as cj
 from hpc_refer.algorithms.vracer import VRacer
@@ -175,7 +180,20 @@ def vorticity_figure(snaps: list[tuple[str, np.ndarray]],
     plt.close(fig)
 
 
-def main() -> int:
+def smoke_runs(out: Path) -> list[list[str | Path]]:
+    return [["--ranks", "2", "--steps", "80", "--horizon", "40", "--eval-seeds", "1",
+             "--eval-horizon", "20", "--run-dir", out / "run", "--start-file",
+             out / "start.h5", "--start-time", "0.5"]]
+
+
+def shown(path: Path) -> str:
+    """``path`` relative to the repository when it is inside, else as it is."""
+    root = Path(__file__).resolve().parents[1]
+    path = path.resolve()
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ranks", type=int, default=4, help="mpirun -n (1 learner + teams)")
     parser.add_argument("--ranks-per-env", type=int, default=1)
@@ -195,11 +213,17 @@ def main() -> int:
     parser.add_argument("--agents", action="store_true",
                         help="the two jets as two mirror-symmetric agents sharing a policy "
                         "(CylinderJetsAgents); --steps counts simulation steps either way")
-    args = parser.parse_args()
-    start = cj.start_path(args.resolution)
+    parser.add_argument("--start-file", type=Path,
+                        help="the start state (default: the cache's file of --resolution)")
+    parser.add_argument("--start-time", type=float, default=cj.START_TIME,
+                        help="time units from the kicked start of a start state made here")
+    args = parse(parser, argv, smoke_runs)
+    if args.smoke:
+        return smoke(main, smoke_runs, args.out)
+    start = args.start_file or cj.start_path(args.resolution)
     if not start.exists():
         print(f"making the start state {start}", flush=True)
-        cj.make_start(start, args.resolution)
+        cj.make_start(start, args.resolution, args.start_time)
     command = train_command(args, start)
     if args.continue_to:
         command = [*command[:6], "--restart", str(args.run_dir), "--steps",
@@ -238,10 +262,10 @@ def main() -> int:
     unc, con = summary(base, cut), summary(ctrl, cut)
     reduction = {part: 100 * (1 - con[f"cD_{part}"] / unc[f"cD_{part}"])
                  for part in ("transient", "after_transient") if f"cD_{part}" in unc}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    pngs = {"learning": RESULTS / f"{args.name}-learning.png",
-            "series": RESULTS / f"{args.name}-series.png",
-            "vorticity": RESULTS / f"{args.name}-vorticity.png"}
+    args.out.mkdir(parents=True, exist_ok=True)
+    pngs = {"learning": args.out / f"{args.name}-learning.png",
+            "series": args.out / f"{args.name}-series.png",
+            "vorticity": args.out / f"{args.name}-vorticity.png"}
     curve = learning_curve(args.run_dir, pngs["learning"])
     series_figure(base[0], ctrl[0], cj.DT_CONTROL, cut, pngs["series"])
     vorticity_figure(snaps, env, pngs["vorticity"])
@@ -275,7 +299,7 @@ def main() -> int:
         "goal": "drag reduction >= 8 % (issue 13)",
         "git": subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
                               text=True, check=False).stdout.strip(),
-        "pngs": {k: str(v.relative_to(RESULTS.parent.parent)) for k, v in pngs.items()},
+        "pngs": {k: shown(v) for k, v in pngs.items()},
     })
     print(json.dumps({"drag_reduction_percent": reduction, "uncontrolled": unc,
                       "controlled": con}, indent=2))

@@ -16,10 +16,15 @@ with N = 4 agents on L = 22 is evaluated unchanged on N = 8 agents on L = 44 (tr
 The figure of merit is <E>, the mean energy over an episode (lower is better).
 
     python bench/ks_agents.py run [--steps S] [--seeds 0 1] [--jobs 1]
-    python bench/ks_agents.py report
+    python bench/ks_agents.py report [--out DIR]
+    python bench/ks_agents.py --smoke [--out DIR]
 
-Runs go to ``bench/runs/ks_agents/<setting>-N<n>-seed<k>``; the report writes
-``bench/results/ks_agents.{json,md,png}``.
+Runs go to ``bench/runs/ks_agents/<setting>-N<n>-seed<k>`` (``--root``: another directory);
+the report writes ``bench/results/ks_agents.{json,md,png}`` (``--out``: another directory).
+``--only``: some of the runs. ``--smoke`` (bench/common.py): ``agents-N4`` (which the transfer
+needs) and ``single-N8`` (:class:`KSJoint`), the two runs whose code is this script's, one
+seed, S = 100 simulation steps, under DIR/runs, evaluated, the transfer too, then the report
+into DIR.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import tomli_w
 from ablation import Job, execute
-from common import RESULTS, write
+from common import out_flag, parse, smoke, write
 
 from hpc_refer.envs.interface import Status
 from hpc_refer.envs.ks_agents import KuramotoSivashinskyAgents
@@ -96,39 +101,45 @@ def env_flags(setting: str, n: int) -> list[str]:
     return ["--env", "KS"] if n == 4 else ["--env", "ks_agents:KSJoint"]
 
 
-def run_dir(setting: str, n: int, seed: int) -> Path:
-    return ROOT / f"{setting}-N{n}-seed{seed}"
+def run_dir(setting: str, n: int, seed: int, root: Path = ROOT) -> Path:
+    return root / f"{setting}-N{n}-seed{seed}"
 
 
 def python() -> list[str]:
     return [sys.executable, "-m"]
 
 
+def runs(only: list[str] | None) -> list[tuple[str, int]]:
+    """The (setting, N) pairs to run: all, or those named ``<setting>-N<n>`` in ``only``."""
+    pairs = [(setting, n) for n in SIZES for setting in SETTINGS]
+    return [p for p in pairs if only is None or f"{p[0]}-N{p[1]}" in only]
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     os.environ.update(_env())  # the runs load ks_agents:KSJoint from this directory
     jobs = []
     for seed in args.seeds:
-        for n in SIZES:
-            for setting in SETTINGS:
-                d = run_dir(setting, n, seed)
-                if (d / "policy.h5").is_file() and (d / "state.txt").read_text().startswith(
-                        "finished"):
-                    continue
-                if d.exists():
-                    shutil.rmtree(d)
-                steps = args.steps * (n if setting == "agents" else 1)
-                argv = [*python(), "hpc_refer.run", "--config", str(CONFIG),
-                        *env_flags(setting, n), "--steps", str(steps), "--seed", str(seed),
-                        "--log-every", str(max(steps // 20, 1)), "--run-dir", str(d)]
-                jobs.append(Job(d.name, argv, d.with_name(d.name + ".log")))
+        for setting, n in runs(args.only):
+            d = run_dir(setting, n, seed, args.root)
+            if (d / "policy.h5").is_file() and (d / "state.txt").read_text().startswith(
+                    "finished"):
+                continue
+            if d.exists():
+                shutil.rmtree(d)
+            steps = args.steps * (n if setting == "agents" else 1)
+            argv = [*python(), "hpc_refer.run", "--config", str(CONFIG),
+                    *env_flags(setting, n), "--steps", str(steps), "--seed", str(seed),
+                    "--log-every", str(max(steps // 20, 1)), "--run-dir", str(d)]
+            jobs.append(Job(d.name, argv, d.with_name(d.name + ".log")))
     codes = execute(jobs, args.jobs)
     if any(codes):
         return 1
     for seed in args.seeds:
-        for n in SIZES:
-            for setting in SETTINGS:
-                evaluate(run_dir(setting, n, seed), run_dir(setting, n, seed) / "evaluation.json")
-        transfer(seed)
+        for setting, n in runs(args.only):
+            d = run_dir(setting, n, seed, args.root)
+            evaluate(d, d / "evaluation.json")
+        if ("agents", 4) in runs(args.only):
+            transfer(seed, args.root)
     return 0
 
 
@@ -139,10 +150,10 @@ def evaluate(d: Path, out: Path, policy: Path | None = None) -> None:
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env=_env())
 
 
-def transfer(seed: int) -> None:
+def transfer(seed: int, root: Path = ROOT) -> None:
     """The N = 4 agents' policy evaluated unchanged on N = 8 agents (L = 44)."""
-    trained = run_dir("agents", 4, seed)
-    d = ROOT / f"transfer-N4to8-seed{seed}"
+    trained = run_dir("agents", 4, seed, root)
+    d = root / f"transfer-N4to8-seed{seed}"
     d.mkdir(parents=True, exist_ok=True)
     config = tomllib.loads((trained / "config.toml").read_text())
     config.setdefault("env", {})["agents"] = 8
@@ -165,7 +176,7 @@ def last_window(d: Path, fraction: float = 0.2) -> float:
 
 def cmd_report(args: argparse.Namespace) -> int:
     results: dict[str, dict] = {}
-    for d in sorted(ROOT.glob("*-seed*")):
+    for d in sorted(args.root.glob("*-seed*")):
         ev = d / "evaluation.json"
         if not ev.is_file():
             continue
@@ -188,7 +199,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         train = "-" if e["train_energy_mean"] is None else f"{e['train_energy_mean']:.3f}"
         lines.append(f"| {name} | {len(e['seeds'])} | {e['policy_energy_mean']:.3f} | "
                      f"{e['uncontrolled_energy_mean']:.3f} | {ratio:.2f} | {train} |")
-    (RESULTS / "ks_agents.md").write_text("\n".join(lines) + "\n")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "ks_agents.md").write_text("\n".join(lines) + "\n")
     fig, ax = plt.subplots(figsize=(7, 3.5))
     names = list(results)
     for k, name in enumerate(names):
@@ -200,10 +212,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     ax.set_ylabel("<E> (mean energy per episode)")
     ax.set_title("KS: trained mean policy (dots) vs uncontrolled (crosses)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(RESULTS / "ks_agents.png", dpi=120)
+    fig.savefig(args.out / "ks_agents.png", dpi=120)
     print(write("ks_agents", {"steps_per_simulation": args.steps, "settings": results}))
     print("\n".join(lines))
     return 0
+
+
+def smoke_runs(out: Path) -> list[list[str | Path]]:
+    return [["run", "--steps", "100", "--seeds", "0", "--only", "agents-N4", "single-N8",
+             "--jobs", "2", "--root", out / "runs"],
+            ["report", "--steps", "100", "--root", out / "runs"]]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,9 +231,18 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--steps", type=int, default=20_000, help="simulation steps S per run")
     run.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     run.add_argument("--jobs", type=int, default=1, help="runs at a time (one core each)")
+    run.add_argument("--only", nargs="+", metavar="SETTING-N<n>",
+                     choices=[f"{s}-N{n}" for s, n in runs(None)],
+                     help="these runs alone (default: all; the transfer needs agents-N4)")
     report = sub.add_parser("report", help="tables and figure from the finished runs")
     report.add_argument("--steps", type=int, default=20_000)
-    args = parser.parse_args(argv)
+    for p in (run, report):
+        p.add_argument("--root", type=Path, default=ROOT,
+                       help="run directories (default bench/runs/ks_agents)")
+    out_flag(report)
+    args = parse(parser, argv, smoke_runs)
+    if args.smoke:
+        return smoke(main, smoke_runs, args.out)
     return cmd_run(args) if args.command == "run" else cmd_report(args)
 
 

@@ -13,12 +13,14 @@ The figure of merit is the time-averaged energy <E> = mean_t E_t over each evalu
 episode (HORIZON control steps). Results go to ``bench/results/<name>.json`` (``--name``,
 default ``ks_control``); the figure ``<name>.png`` shows <E> per episode for each controller
 and the space-time diagram u(x, t) of one evaluation episode, uncontrolled and under the
-trained policy.
+trained policy; ``--out DIR``: both go there. ``--smoke`` (bench/common.py): one seed, 200
+training steps, two evaluation episodes per controller (the fewest with a spread).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -26,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from common import RESULTS, write
+from common import parse, smoke, write
 
 import hpc_refer.envs.ks as ks
 from hpc_refer.config import build_config, load_toml
@@ -115,13 +117,19 @@ def draw(path: Path, per_controller: dict[str, list[float]], fields: dict[str, n
     plt.close(fig)
 
 
-def main() -> None:
+def smoke_runs(out: Path) -> list[list[str]]:
+    return [["--steps", "200", "--seeds", "0", "--eval", "2"]]
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20_000, help="training steps per seed")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--eval", type=int, default=20, help="evaluation episodes")
     parser.add_argument("--name", default="ks_control", help="results file stem")
-    args = parser.parse_args()
+    args = parse(parser, argv, smoke_runs)
+    if args.smoke:
+        return smoke(main, smoke_runs, args.out)
 
     per_controller: dict[str, list[float]] = {}
     per_controller["uncontrolled"], uncontrolled_field = evaluate(
@@ -144,8 +152,8 @@ def main() -> None:
             print(f"seed {seed}: trained {args.steps} steps in {wall:.0f} s; <E> mean policy "
                   f"{np.mean(mean_e):.3f}, sampled {np.mean(sampled_e):.3f}")
     reference = float(np.mean(per_controller["uncontrolled"]))
-    png = RESULTS / f"{args.name}.png"
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    png = args.out / f"{args.name}.png"
+    args.out.mkdir(parents=True, exist_ok=True)
     draw(png, per_controller, fields)
     summary = {name: {"mean": float(np.mean(v)), "std": float(np.std(v, ddof=1)),
                       "ratio_to_uncontrolled": float(np.mean(v)) / reference}
@@ -157,7 +165,8 @@ def main() -> None:
         print(f"{name:28s} <E> {s['mean']:.3f} +- {s['std']:.3f}  "
               f"(x{s['ratio_to_uncontrolled']:.2f} of uncontrolled)")
     print(f"wrote {path} and {png}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

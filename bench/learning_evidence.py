@@ -9,6 +9,9 @@ The runs themselves are ordinary trainings, for example::
 
     python -m hpc_refer.run --env HalfCheetah-v5 --seed 0 --refer.mode refer
     python -m hpc_refer.run --env HalfCheetah-v5 --seed 0 --refer.mode er
+
+``--out DIR``: the JSON and PNG go there. ``--smoke`` (bench/common.py) trains one such run,
+400 steps of Pendulum-v1 (training from 300) in DIR/runs, and draws it in 200-step windows.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import subprocess
+import sys
 from pathlib import Path
 
-from common import RESULTS, write
+from common import parse, smoke, write
 
 from hpc_refer.plot import plot_runs, run_label
 
@@ -35,13 +40,26 @@ def summary(run_dir: Path) -> dict:
             "beta": last.get("beta"), "far_fraction": last.get("far_fraction")}
 
 
-def main() -> None:
+SMOKE_RUN = ("--env", "Pendulum-v1", "--steps", "400", "--replay.learn-start", "300")
+"""The training run of ``--smoke`` (flags of ``python -m hpc_refer.run``)."""
+
+
+def smoke_runs(out: Path) -> list[list[str | Path]]:
+    return [[out / "runs" / "vracer-seed0", "--name", "learning_evidence", "--window", "200"]]
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path)
     parser.add_argument("--name", required=True, help="results file stem")
     parser.add_argument("--window", type=int, default=50_000, help="steps per window")
-    args = parser.parse_args()
-    png = RESULTS / f"{args.name}.png"
+    args = parse(parser, argv, smoke_runs)
+    if args.smoke:
+        run = args.out / "runs" / "vracer-seed0"
+        subprocess.run([sys.executable, "-m", "hpc_refer.run", *SMOKE_RUN, "--run-dir",
+                        str(run)], check=True, stdout=subprocess.DEVNULL)
+        return smoke(main, smoke_runs, args.out)
+    png = args.out / f"{args.name}.png"
     curves = plot_runs(args.runs, png, args.window, title=args.name)
     path = write(args.name, {"runs": [summary(r) for r in args.runs], "curves": curves,
                              "window": args.window, "figure": png.name})
@@ -49,7 +67,8 @@ def main() -> None:
         print(f"{r['label']:28s} {r['env_steps']:>8d} steps  last-20 return "
               f"{r['mean_return_last_20']:8.1f}  beta {r['beta']:.3f}  far {r['far_fraction']:.3f}")
     print(f"wrote {path} and {png}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

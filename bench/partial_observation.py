@@ -17,10 +17,13 @@ intervals once training runs, so the GRU's cost is read against the MLP's from t
 benchmark run).
 
     python bench/partial_observation.py run [--steps 30000] [--seeds 0 1 2] [--algorithm sac]
-    python bench/partial_observation.py report
+    python bench/partial_observation.py report [--out DIR]
+    python bench/partial_observation.py --smoke [--out DIR]
 
-Runs go to ``bench/runs/partial_observation/<setting>-seed<k>``; the report writes
-``bench/results/partial_observation.{json,md,png}``.
+Runs go to ``bench/runs/partial_observation/<setting>-seed<k>`` (``--root``: another
+directory); the report writes ``bench/results/partial_observation.{json,md,png}`` (``--out``:
+another directory). ``--smoke`` (bench/common.py): ``ff`` and ``gru``, one seed, 400 steps
+(training from 300) under DIR/runs, evaluated, then the report into DIR.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 from ablation import Job, execute
-from common import RESULTS, write
+from common import out_flag, parse, smoke, write
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE / "runs" / "partial_observation"
@@ -56,8 +59,8 @@ def setting_flags(setting: str, algorithm: str) -> list[str]:
             "gru": ["--env", MASKED, f"--{algorithm}.cell", "gru"]}[setting]
 
 
-def run_dir(setting: str, seed: int) -> Path:
-    return ROOT / f"{setting}-seed{seed}"
+def run_dir(setting: str, seed: int, root: Path = ROOT) -> Path:
+    return root / f"{setting}-seed{seed}"
 
 
 def _env() -> dict[str, str]:
@@ -76,7 +79,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     jobs = []
     for seed in args.seeds:
         for setting in args.settings:
-            d = run_dir(setting, seed)
+            d = run_dir(setting, seed, args.root)
             if finished(d):
                 continue
             if d.exists():
@@ -90,7 +93,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 1
     for seed in args.seeds:
         for setting in args.settings:
-            d = run_dir(setting, seed)
+            d = run_dir(setting, seed, args.root)
             if not (d / "evaluation.json").is_file():
                 subprocess.run([sys.executable, "-m", "hpc_refer.evaluate", str(d),
                                 "--episodes", "10", "--out", str(d / "evaluation.json")],
@@ -134,7 +137,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     fig, ax = plt.subplots(figsize=(7, 4))
     grid = np.linspace(0, 1, 31)
     for k, setting in enumerate(SETTINGS):
-        dirs = [d for d in sorted(ROOT.glob(f"{setting}-seed*")) if finished(d)
+        dirs = [d for d in sorted(args.root.glob(f"{setting}-seed*")) if finished(d)
                 and (d / "evaluation.json").is_file()]
         if not dirs:
             continue
@@ -171,12 +174,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     ax.set_title("Pendulum-v1 without its velocity: feed-forward vs history vs GRU", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    fig.savefig(RESULTS / "partial_observation.png", dpi=120)
-    (RESULTS / "partial_observation.md").write_text("\n".join(lines) + "\n")
+    args.out.mkdir(parents=True, exist_ok=True)
+    fig.savefig(args.out / "partial_observation.png", dpi=120)
+    (args.out / "partial_observation.md").write_text("\n".join(lines) + "\n")
     print(write("partial_observation", {"task": MASKED, "settings": results}))
     print("\n".join(lines))
     return 0
+
+
+def smoke_runs(out: Path) -> list[list[str | Path]]:
+    return [["run", "--steps", "400", "--seeds", "0", "--settings", "ff", "gru",
+             "--learn-start", "300", "--jobs", "2", "--root", out / "runs"],
+            ["report", "--root", out / "runs"]]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,8 +199,14 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--learn-start", type=int, default=1000,
                      help="stored states before the first gradient step")
     run.add_argument("--jobs", type=int, default=1, help="runs at a time (one core each)")
-    sub.add_parser("report", help="table and figure from the finished runs")
-    args = parser.parse_args(argv)
+    report = sub.add_parser("report", help="table and figure from the finished runs")
+    for p in (run, report):
+        p.add_argument("--root", type=Path, default=ROOT,
+                       help="run directories (default bench/runs/partial_observation)")
+    out_flag(report)
+    args = parse(parser, argv, smoke_runs)
+    if args.smoke:
+        return smoke(main, smoke_runs, args.out)
     return cmd_run(args) if args.command == "run" else cmd_report(args)
 
 

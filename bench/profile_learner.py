@@ -1,7 +1,7 @@
 """Where the time of one learner step goes (issue 11, point 1).
 
     python bench/profile_learner.py [--algorithm vracer|ddpg|naf] [--compile off|on]
-                                    [--steps 400] [--size 262144]
+                                    [--steps 400] [--size 262144] [--out DIR] [--smoke]
 
 One learner, one core, B = 256, 2x128, a full replay of HalfCheetah sizes (synthetic episodes,
 as bench_learner.py). The real ``Learner.train_step`` runs unchanged; the methods it calls are
@@ -21,23 +21,26 @@ is what is left of the step's wall time. Phases:
     counts       far-policy counts and the beta/c_max update (eqs. 12-13)
     other        the rest of train_step and of the algorithm's step (Python, numpy glue)
 
-Writes bench/results/profile_<algorithm>-<eager|compiled>.json: milliseconds per step and
-fractions, the load.
+Writes bench/results/profile_<algorithm>-<eager|compiled>.json (``--out``: another directory):
+milliseconds per step and fractions, the load. ``--smoke``: 20 eager steps on a replay of
+4,096 states (bench/common.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from bench_learner import fill
-from common import write
+from common import parse, smoke, write
 
 from hpc_refer.algorithms import ALGORITHMS
 from hpc_refer.algorithms.compiled import CompiledStep
@@ -60,14 +63,21 @@ def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+def smoke_runs(out: Path) -> list[list[str]]:
+    return [["--steps", "20", "--size", "4096"]]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algorithm", default=default_algorithm(), choices=sorted(ALGORITHMS))
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--compile", default="off", choices=["off", "on"],
                         help="the learner step eager or compiled (run.compile)")
     parser.add_argument("--size", type=int, default=2**18)
-    args = parser.parse_args()
+    args = parse(parser, argv, smoke_runs)
+    if args.smoke:
+        return smoke(main, smoke_runs, args.out)
     torch.set_num_threads(1)
     config = build_config({"run": {"algorithm": args.algorithm, "compile": args.compile},
                            "replay": {"size": args.size}})
@@ -115,7 +125,8 @@ def main() -> None:
     for k in sorted(per_step, key=per_step.get, reverse=True):
         print(f"  {k:12s} {per_step[k]:7.3f} ms  {100 * fractions[k]:5.1f} %")
     print(f"wrote {path}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

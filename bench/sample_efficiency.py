@@ -3,7 +3,8 @@
 
     python bench/sample_efficiency.py run [--tasks T ...] [--agents A ...] [--steps N]
         [--seeds S ...] [--root DIR] [--jobs J]
-    python bench/sample_efficiency.py report [--root DIR] [--name NAME]
+    python bench/sample_efficiency.py report [--root DIR] [--name NAME] [--window W] [--out DIR]
+    python bench/sample_efficiency.py --smoke [--out DIR]
 
 ``run`` starts every (task, agent, seed) not finished yet under ``--root`` (default
 ``bench/runs/sample_efficiency``), ``--jobs`` at a time (one core each); ``report`` reads them
@@ -14,12 +15,18 @@ percentiles, wall time, and ``over_sac``, the ratio to SB3 SAC's of the same run
 20-80 % band, one panel per task). The published anchors at 10^5 steps are in the JSON beside
 them. An agent is SB3's (``sb3-sac``, ``sb3-td3``: bench/sb3_runner.py, the ``bench`` extra) or
 one of hpc_refer's named settings (:data:`HPC_AGENTS`: flags of ``python -m hpc_refer.run``).
+
+``--smoke`` (bench/common.py): ``run`` of ``vracer`` and ``sac-er`` on Pendulum-v1, one seed,
+400 steps, evaluated every 200, under DIR/runs, with ``sb3-sac`` beside them where
+stable-baselines3 is installed (said in one line where it is not), then ``report`` at the
+400-step budget in 200-step windows into DIR.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import sys
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -30,7 +37,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 from ablation import Job, execute
-from common import RESULTS, write
+from common import RESULTS, out_flag, parse, smoke, write
 
 from hpc_refer.plot import evaluation_rounds, seed_band, windowed_returns
 
@@ -121,12 +128,12 @@ def wall_seconds(run_dir: Path) -> float:
     return float(rows[-1]["wall_s"]) if rows else float("nan")
 
 
-def summary(runs: list[Path], steps: int) -> dict[str, Any]:
+def summary(runs: list[Path], steps: int, window: int = WINDOW) -> dict[str, Any]:
     """Mean over seeds (and 20th/80th percentiles) of the return in the last window before
     ``steps`` and of the evaluation round at the largest step <= ``steps``."""
     finals, evals = [], []
     for d in runs:
-        ends, means = windowed_returns(d, WINDOW)
+        ends, means = windowed_returns(d, window)
         inside = means[(ends <= steps) & np.isfinite(means)]
         finals.append(float(inside[-1]) if inside.size else float("nan"))
         rounds = evaluation_rounds(d)
@@ -152,8 +159,8 @@ def collect(root: Path) -> dict[str, dict[str, list[Path]]]:
     return out
 
 
-def last_step(runs: list[Path]) -> int:
-    ends = [int(windowed_returns(d, WINDOW)[0][-1]) for d in runs]
+def last_step(runs: list[Path], window: int = WINDOW) -> int:
+    ends = [int(windowed_returns(d, window)[0][-1]) for d in runs]
     return min(ends) if ends else 0
 
 
@@ -164,15 +171,17 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 2
     results: dict[str, Any] = {}
     fig, axes = plt.subplots(1, len(found), figsize=(5.2 * len(found), 4.0), squeeze=False)
-    rows = ["| task | budget | agent | seeds | return (last 5k) | eval (mean policy) | "
+    window = args.window
+    last = f"{window // 1000}k" if window % 1000 == 0 else f"{window}"
+    rows = [f"| task | budget | agent | seeds | return (last {last}) | eval (mean policy) | "
             "over SB3 SAC | wall min |", "|---|---|---|---|---|---|---|---|"]
     for ax, (task, agents) in zip(axes[0], sorted(found.items()), strict=True):
-        budgets = sorted({b for b in args.budgets if b <= max(last_step(r)
+        budgets = sorted({b for b in args.budgets if b <= max(last_step(r, window)
                                                                for r in agents.values())})
         results[task] = {}
         for budget in budgets:
-            table = {a: summary(r, budget) for a, r in sorted(agents.items())
-                     if last_step(r) >= budget}
+            table = {a: summary(r, budget, window) for a, r in sorted(agents.items())
+                     if last_step(r, window) >= budget}
             sac = (table.get("sb3-sac") or {}).get("return")
             for a, s in table.items():
                 s["over_sac"] = (s["return"] / sac if sac and s["return"] is not None
@@ -182,7 +191,7 @@ def cmd_report(args: argparse.Namespace) -> int:
                             f"{_f(s['eval'])} | {_f(s['over_sac'], 2)} | {wall:.1f} |")
             results[task][str(budget)] = table
         for agent, runs in sorted(agents.items()):
-            x, mean, lo, hi = seed_band([windowed_returns(d, WINDOW) for d in runs])
+            x, mean, lo, hi = seed_band([windowed_returns(d, window) for d in runs])
             line, = ax.plot(x, mean, label=f"{agent} ({len(runs)})")
             ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2)
         for label, values in PUBLISHED.items():
@@ -190,14 +199,14 @@ def cmd_report(args: argparse.Namespace) -> int:
                 ax.scatter([100_000], [values[task]], marker="*", s=60, label=label)
         ax.set_title(task)
         ax.set_xlabel("environment steps")
-        ax.set_ylabel(f"mean episode return per {WINDOW:,} steps")
+        ax.set_ylabel(f"mean episode return per {window:,} steps")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    png = RESULTS / f"{args.name}.png"
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    png = args.out / f"{args.name}.png"
+    args.out.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)
-    (RESULTS / f"{args.name}.md").write_text("\n".join(rows) + "\n")
-    path = write(args.name, {"window": WINDOW, "root": str(args.root), "tasks": results,
+    (args.out / f"{args.name}.md").write_text("\n".join(rows) + "\n")
+    path = write(args.name, {"window": window, "root": str(args.root), "tasks": results,
                              "published_at_1e5": PUBLISHED, "agents": HPC_AGENTS})
     print("\n".join(rows))
     print(f"wrote {path}, {png} and {png.with_suffix('.md')}")
@@ -206,6 +215,17 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def _f(x: float | None, digits: int = 0) -> str:
     return "-" if x is None else f"{x:,.{digits}f}"
+
+
+def have_sb3() -> bool:
+    return importlib.util.find_spec("stable_baselines3") is not None
+
+
+def smoke_runs(out: Path) -> list[list[str | Path]]:
+    agents = ["vracer", "sac-er", *(["sb3-sac"] if have_sb3() else [])]
+    return [["run", "--tasks", "Pendulum-v1", "--agents", *agents, "--steps", "400",
+             "--seeds", "0", "--eval-every", "200", "--jobs", "2", "--root", out / "runs"],
+            ["report", "--root", out / "runs", "--budgets", "400", "--window", "200"]]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -224,7 +244,15 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("--root", type=Path, default=ROOT)
     report.add_argument("--name", default="sample_efficiency")
     report.add_argument("--budgets", nargs="+", type=int, default=[100_000, 300_000])
-    args = parser.parse_args(argv)
+    report.add_argument("--window", type=int, default=WINDOW,
+                        help=f"environment steps per window (default {WINDOW:,})")
+    out_flag(report)
+    args = parse(parser, argv, smoke_runs, results=RESULTS)
+    if args.smoke:
+        if not have_sb3():
+            print("sample_efficiency: stable-baselines3 is not installed (the bench extra): "
+                  "the smoke run leaves out sb3-sac", flush=True)
+        return smoke(main, smoke_runs, args.out)
     return cmd_run(args) if args.command == "run" else cmd_report(args)
 
 

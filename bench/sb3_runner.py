@@ -3,19 +3,23 @@ hpc_refer would hold, so that one reader compares both:
 
     python bench/sb3_runner.py {sac,td3} ENV_ID STEPS SEED RUN_DIR [--eval-every N]
         [--eval-episodes K] [--learning-starts N]
+    python bench/sb3_runner.py --smoke [--out DIR]
 
 writes ``RUN_DIR/episodes.csv`` (env_step, rank, return, length, wall_s: every training
 episode, at the step where it ended), ``RUN_DIR/eval.csv`` (the deterministic policy every
 ``--eval-every`` steps, ``--eval-episodes`` episodes) and ``RUN_DIR/state.txt`` (finished).
 SB3's defaults otherwise (256 x 256, Adam 3e-4 for SAC and 1e-3 for TD3, B = 256, one gradient
 step per env step), with ``learning_starts`` 10,000 as the RL Zoo's MuJoCo settings. Needs the
-``bench`` extra (``pip install -e ".[bench]"``).
+``bench`` extra (``pip install -e ".[bench]"``). ``--smoke`` (bench/common.py): SAC on
+Pendulum-v1, 300 steps from 100, one evaluation episode every 150 steps, in DIR/sb3-sac (the
+run's files, no JSON).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +27,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+from common import parse, smoke
 from stable_baselines3 import SAC, TD3
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.noise import NormalActionNoise
@@ -78,6 +83,11 @@ class Recorder(BaseCallback):
         self.eval_env.close()
 
 
+def smoke_runs(out: Path) -> list[list[str | Path]]:
+    return [["sac", "Pendulum-v1", "300", "0", out / "sb3-sac", "--eval-every", "150",
+             "--eval-episodes", "1", "--learning-starts", "100"]]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -89,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-every", type=int, default=10_000)
     parser.add_argument("--eval-episodes", type=int, default=5)
     parser.add_argument("--learning-starts", type=int, default=10_000)
-    args = parser.parse_args(argv)
+    args = parse(parser, argv, smoke_runs)
+    if args.smoke:
+        return smoke(main, smoke_runs, args.out)
     torch.set_num_threads(1)
     args.run_dir.mkdir(parents=True, exist_ok=False)
     env = gym.make(args.env_id)
@@ -107,4 +119,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

@@ -1,6 +1,6 @@
 """DFG cylinder benchmark (Schaefer & Turek 1996) of Flow2D (issue 13):
 ``[mpirun -n K] python bench/turek.py [--steady 20,40,80,160] [--periodic 20,40,80]
-[--mach 20,40] [--quick]``.
+[--mach 20,40] [--quick] [--time-scale F] [--out DIR] [--smoke]``.
 
 Every flow run is spread over the K ranks of the job (one team); the single-core speed is
 measured on rank 0 alone. For each resolution N (nodes per diameter):
@@ -36,7 +36,11 @@ and a numpy sum (256 MiB read) of large arrays: on one core the whole step
 efficiency MLUPS_K / (K MLUPS_1), and its fraction of the K-rank bound, the summed bandwidth
 of K concurrent copies / 144 B.
 
-Writes bench/results/turek.json and bench/results/turek.md (the BENCHMARKS.md section).
+Writes bench/results/turek.json and bench/results/turek.md (the BENCHMARKS.md section;
+``--out``: another directory). ``--time-scale F`` multiplies every simulated time (the runs'
+lengths and their windows; 1 by default); ``--smoke`` (bench/common.py) is ``--quick
+--time-scale 0.02`` on one rank: N = 20, runs of 0.4 to 0.5 s (too short for a period, so
+St is nan), the speed at N = 80 over 20 steps.
 """
 
 from __future__ import annotations
@@ -44,10 +48,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
-from common import RESULTS, median, write
+from common import median, parse, smoke, write
 
 from hpc_refer.envs import lbm_kernels as lk
 from hpc_refer.envs.flow2d import Flow2D
@@ -62,11 +68,12 @@ U_MACH = (0.0656, 0.045, 0.035, 0.025)
 BYTES_PER_UPDATE = 2 * 9 * 8
 
 
-def steady(team: Team, n: int) -> dict[str, float]:
-    """2D-1 at resolution n: means of c_D, c_L over the second half of the run."""
+def steady(team: Team, n: int, scale: float = 1.0) -> dict[str, float]:
+    """2D-1 at resolution n: means of c_D, c_L over the second half of the run (T_STEADY,
+    times ``scale``)."""
     t0 = time.perf_counter()
     flow = Flow2D(team, resolution=n, reynolds=20.0, u_max_lattice=U_STEADY)
-    c = flow.advance(round(T_STEADY / flow.dt))
+    c = flow.advance(round(scale * T_STEADY / flow.dt))
     late = c[len(c) // 2:]
     return {"N": n, "u_lat": U_STEADY, "cD": float(late[:, 0].mean()),
             "cL": float(late[:, 1].mean()), "cD_std": float(late[:, 0].std()),
@@ -74,20 +81,22 @@ def steady(team: Team, n: int) -> dict[str, float]:
             "wall_s": round(time.perf_counter() - t0, 1)}
 
 
-def periodic(team: Team, n: int, coarse: Flow2D | None = None,
-             u_lat: float = U_PERIODIC) -> tuple[dict[str, float | str], Flow2D]:
+def periodic(team: Team, n: int, coarse: Flow2D | None = None, u_lat: float = U_PERIODIC,
+             scale: float = 1.0) -> tuple[dict[str, float | str], Flow2D]:
     """2D-2 at resolution n, from the kicked start (T_PERIODIC) or from the state of ``coarse``
-    (T_REFINED): c_D,max, c_L,max and St over the last WINDOW seconds, and the flow."""
+    (T_REFINED): c_D,max, c_L,max and St over the last WINDOW seconds, and the flow (every
+    time times ``scale``)."""
     t0 = time.perf_counter()
     flow = Flow2D(team, resolution=n, reynolds=100.0, u_max_lattice=u_lat,
                   perturb=1.0 if coarse is None else 0.0)
     if coarse is not None:
         flow.continue_from(coarse)
-    duration = T_PERIODIC if coarse is None else T_REFINED
+    duration = scale * (T_PERIODIC if coarse is None else T_REFINED)
+    window = scale * WINDOW
     c = flow.advance(round(duration / flow.dt))
     t = flow.dt * np.arange(1, len(c) + 1)
-    last = t > t[-1] - WINDOW
-    before = (t > t[-1] - 2 * WINDOW) & ~last
+    last = t > t[-1] - window
+    before = (t > t[-1] - 2 * window) & ~last
     cl = c[:, 1]
     up = np.nonzero((cl[:-1] < 0) & (cl[1:] >= 0) & last[1:])[0]
     crossings = t[up] - cl[up] * flow.dt / (cl[up + 1] - cl[up])
@@ -174,6 +183,8 @@ def speed(team: Team, steps: int) -> dict[str, float]:
 def markdown(payload: dict) -> str:
     """The BENCHMARKS.md section."""
     m, sp = payload["machine"], payload["speed"]
+    scale = payload.get("time_scale", 1.0)
+    window, half = scale * WINDOW, scale * T_STEADY / 2
     launch = f"mpirun -n {payload['ranks']} " if payload["ranks"] > 1 else ""
     lines = [f"## Flow2D: DFG cylinder benchmark (issue 13) — `{launch}{payload['command']}` → "
              "`bench/results/turek.json`", "",
@@ -186,15 +197,15 @@ def markdown(payload: dict) -> str:
              "bounce-back on the cylinder, Ladd velocity bounce-back at the inlet, "
              "anti-bounce-back at p = 0 at the outlet, forces by momentum exchange. Columns "
              "split over the ranks with one halo column exchanged per step.", "",
-             "2D-1 (Re = 20), u_lat = 0.2, means over t in [12, 24] s:", "",
+             f"2D-1 (Re = 20), u_lat = 0.2, means over t in [{half:g}, {2 * half:g}] s:", "",
              "| N (nodes/D) | nodes | c_D | c_L | wall s |", "|---|---|---|---|---|"]
     for r in payload["runs"]["2D-1"]:
         lines.append(f"| {r['N']} | {r['nodes']:,} | {r['cD']:.4f} | {r['cL']:.5f} | "
                      f"{r['wall_s']} |")
     lines += ["| reference band | | 5.57-5.59 | 0.0104-0.0110 | |", "",
               f"2D-2 (Re = 100), u_lat = {U_PERIODIC}, grid sequencing (each N started from "
-              f"the one above it), over the last {WINDOW:g} s; the drifts are the changes of "
-              f"c_D,max and c_L,max from the {WINDOW:g} s before. The finest result took "
+              f"the one above it), over the last {window:g} s; the drifts are the changes of "
+              f"c_D,max and c_L,max from the {window:g} s before. The finest result took "
               f"**{payload['2D-2']['wall_s']} s** on {payload['ranks']} rank(s), its coarser "
               "starts included:", "",
               "| N | nodes | start | run (s) | c_D,max | c_L,max | St | drifts c_D / c_L | "
@@ -206,7 +217,7 @@ def markdown(payload: dict) -> str:
     lines += ["| reference band | | | | 3.22-3.24 | 0.99-1.01 | 0.295-0.305 | | |", ""]
     if payload["runs"]["mach"]:
         lines += [f"The lattice Mach number (`--mach`): 2D-2 from the kicked start, "
-                  f"{T_PERIODIC:g} s, at several u_lat (Ma = sqrt(3) u_lat at the inflow "
+                  f"{scale * T_PERIODIC:g} s, at several u_lat (Ma = sqrt(3) u_lat at the inflow "
                   "peak):", "", "| N | u_lat | c_D,max | c_L,max | St | wall s |",
                   "|---|---|---|---|---|---|"]
         lines += [f"| {r['N']} | {r['u_lat']} | {r['cD_max']:.4f} | {r['cL_max']:.4f} | "
@@ -252,14 +263,23 @@ def markdown(payload: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+def smoke_runs(out: Path) -> list[list[str]]:
+    return [["--quick", "--time-scale", "0.02"]]
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steady", default="20,40,80,160", help="2D-1 resolutions")
     parser.add_argument("--periodic", default="20,40,80", help="2D-2 resolutions")
     parser.add_argument("--mach", default="20,40",
                         help=f"2D-2 resolutions run at every u_lat of {U_MACH} ('' for none)")
     parser.add_argument("--quick", action="store_true", help="N = 20 only, short speed test")
-    args = parser.parse_args()
+    parser.add_argument("--time-scale", type=float, default=1.0,
+                        help="factor on every simulated time (runs and windows)")
+    args = parse(parser, argv, smoke_runs)
+    if args.smoke:
+        return smoke(main, smoke_runs, args.out)
+    scale = args.time_scale
     sizes = {case: [int(x) for x in text.split(",") if x]
              for case, text in (("2D-1", args.steady), ("2D-2", args.periodic),
                                 ("mach", args.mach))}
@@ -278,15 +298,15 @@ def main() -> None:
 
     coarse = None
     for n in sizes["2D-2"]:
-        result, coarse = periodic(team, n, coarse)
+        result, coarse = periodic(team, n, coarse, scale=scale)
         record("2D-2", result)
     for n in sizes["2D-1"]:
-        record("2D-1", steady(team, n))
+        record("2D-1", steady(team, n, scale))
     for n in sizes["mach"]:
         for u_lat in U_MACH:
-            record("mach", periodic(team, n, None, u_lat)[0])
+            record("mach", periodic(team, n, None, u_lat, scale)[0])
     if team.rank != 0:
-        return
+        return 0
     fine1, fine2 = runs["2D-1"][-1], runs["2D-2"][-1]
     payload = {"ranks": team.size, "load_start": load_start,
                "load_end": round(os.getloadavg()[0], 2),
@@ -295,11 +315,12 @@ def main() -> None:
                "2D-2": {"N": fine2["N"], "cD_max": fine2["cD_max"], "cL_max": fine2["cL_max"],
                         "St": fine2["St"],
                         "wall_s": round(sum(r["wall_s"] for r in runs["2D-2"]), 1)},
-               "bands": BANDS, "runs": runs, "speed": sp}
+               "bands": BANDS, "runs": runs, "speed": sp, "time_scale": scale}
     path = write("turek", payload)
-    (RESULTS / "turek.md").write_text(markdown(json.loads(path.read_text())))
+    (args.out / "turek.md").write_text(markdown(json.loads(path.read_text())))
     print(path)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
