@@ -427,7 +427,7 @@ def test_alarm_interrupts_restores_the_handler_and_is_not_swallowed():
         start = time.monotonic()
         with pytest.raises(CallTimeout):
             call_with_alarm(swallowing, deadline_after(0.2))
-        assert time.monotonic() - start < 2
+        assert time.monotonic() - start < 5  # the 10 s sleep cut (with room for a busy CPU)
         assert signal.getsignal(signal.SIGALRM) is mine
         assert call_with_alarm(lambda: 5, deadline_after(0.2)) == 5
         assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
@@ -443,7 +443,7 @@ def test_alarm_interrupts_restores_the_handler_and_is_not_swallowed():
 def test_poll_until_waits_for_the_answer_or_the_deadline():
     start = time.monotonic()
     assert not poll_until(lambda: False, deadline_after(0.2))
-    assert 0.2 <= time.monotonic() - start < 1
+    assert 0.2 <= time.monotonic() - start < 3  # at the deadline (with room for a busy CPU)
     ready_at = time.monotonic() + 0.1
     assert poll_until(lambda: time.monotonic() >= ready_at, deadline_after(5))
     assert poll_until(lambda: True, None)
@@ -735,7 +735,7 @@ def test_team_messages_that_never_come_time_out():
             start = time.monotonic()
             with pytest.raises(TimeoutError):
                 receive(1, deadline_after(0.3))
-            assert 0.3 <= time.monotonic() - start < 1.5
+            assert 0.3 <= time.monotonic() - start < 3  # room for a busy CPU
         with pytest.raises(TimeoutError):
             team.agree(5, deadline_after(0.3))
         comm.Send(np.zeros(1), dest=1, tag=99)  # rank 1 joins the agreement only now

@@ -48,7 +48,6 @@ from typing import Any, NamedTuple, cast
 import torch
 import torch.utils._pytree as pytree
 from torch import nn
-from torch._inductor.compile_fx import compile_fx
 from torch.func import functional_call, grad
 
 from hpc_refer.algorithms.base import Algorithm, Losses, ReferTerms, StepResult, TensorBatch
@@ -340,6 +339,10 @@ class DirectGraph:
 
         def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]
                     ) -> Callable[..., Any]:
+            # imported here: inductor costs about 2 s of every process's start, and a rank
+            # that never compiles (an actor, an eager learner) never needs it
+            from torch._inductor.compile_fx import compile_fx
+
             with torch.compiler.config.patch(cache_key_tag=tag):
                 graph = cast(Callable[..., Any],
                              compile_fx(gm, example_inputs, config_patches=patches))
