@@ -343,7 +343,7 @@ class DirectGraph:
             # that never compiles (an actor, an eager learner) never needs it
             from torch._inductor.compile_fx import compile_fx
 
-            with torch.compiler.config.patch(cache_key_tag=tag):
+            with cast(Any, torch.compiler.config).patch(cache_key_tag=tag):  # (a config module)
                 graph = cast(Callable[..., Any],
                              compile_fx(gm, example_inputs, config_patches=patches))
 
