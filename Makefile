@@ -95,12 +95,13 @@ lint: install
 test: lint system-mpi system-browser
 	$(MAKE) --no-print-directory suite
 
-# The serial suite over WORKERS pytest-xdist workers (--dist loadgroup: the tests of one
-# xdist_group, those that start several ranks of their own, run one after another in one
-# worker), then the MPI passes. `make test` and `make test-under-load` run it.
+# The serial suite over WORKERS pytest-xdist workers (--dist loadfile: the tests of one file run
+# in one worker, so a module's fixtures, its Slurm or its compiled solvers, are set up once),
+# then the MPI passes. `make test` and `make test-under-load` run it. (xdist's loadgroup would
+# group finer, but pytest-xdist 3.8 cannot rename the tests of pytest 9.2 and ignores the groups.)
 WORKERS ?= 2
 suite: install
-	$(PY) -m pytest -q -p no:cacheprovider --color=no -n $(WORKERS) --dist loadgroup \
+	$(PY) -m pytest -q -p no:cacheprovider --color=no -n $(WORKERS) --dist loadfile \
 	  --durations=$(DURATIONS)
 	for nc in $(MPI_TESTS); do n=$${nc%%:*}; count=$${nc#*:}; \
 	  echo "== pytest --only-mpi under mpirun -n $$n: $$count MPI tests must pass =="; \
@@ -140,7 +141,7 @@ test-portable: install system-mpi system-browser
 	    torch.backends.cpu.get_cpu_capability(), '| numba target:', \
 	    numba.config.CPU_NAME or 'host')"; \
 	  env $$v $(PY) -m pytest -q -p no:cacheprovider --color=no -n $(WORKERS) \
-	    --dist loadgroup || failed="$$failed $$v"; \
+	    --dist loadfile || failed="$$failed $$v"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "test-portable failed with:$$failed"; exit 1; fi; \
 	echo "test-portable: every variant passed"

@@ -300,7 +300,6 @@ def test_a_run_directory_written_before_agents_keeps_its_columns(in_tmp):
     assert lines[0] == old and lines[-1] == "20,0,2,10,0.200"
 
 
-@pytest.mark.xdist_group("mpirun")
 @pytest.mark.mpi_skip
 @pytest.mark.parametrize("launch", [["-n", "4", "--learners", "2"],
                                     ["-n", "3", "--ranks-per-env", "2"]])

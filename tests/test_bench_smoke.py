@@ -74,15 +74,7 @@ EXPECTED: dict[str, dict[str, set[str]]] = {
 """Per script, the files its smoke run writes into --out (the keys a JSON must hold)."""
 NEEDS = {"sb3_runner.py": "stable_baselines3"}
 """Scripts that cannot run without an optional package."""
-MPIRUN = {"bench_grad_ratio.py", "bench_mpi.py", "bench_prediction.py", "cylinder_control.py"}
-"""Scripts that start ranks of their own (mpirun -n 2 to 4): one xdist worker runs them."""
-
 SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if p.name not in LIBRARIES)
-
-
-def _param(name: str) -> object:
-    marks = [pytest.mark.xdist_group("mpirun")] if name in MPIRUN else []
-    return pytest.param(name, id=name.removesuffix(".py"), marks=marks)
 
 
 def _files(d: Path) -> dict[str, tuple[int, int]]:
@@ -98,7 +90,7 @@ def test_every_script_is_listed_and_the_libraries_exist():
     assert all((BENCH / name).is_file() for name in LIBRARIES)
 
 
-@pytest.mark.parametrize("name", [_param(n) for n in SCRIPTS])
+@pytest.mark.parametrize("name", [pytest.param(n, id=n.removesuffix(".py")) for n in SCRIPTS])
 def test_the_smoke_mode_runs_and_writes_its_results(name, tmp_path):
     if name in NEEDS:
         pytest.importorskip(NEEDS[name])

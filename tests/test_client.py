@@ -182,7 +182,6 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.xdist_group("mpirun")
 def test_two_ranks_with_halo_exchange_match_one_rank(tmp_path):
     """The example spawned with 1 and with 2 ranks (halo exchange on COMM_WORLD), driven by
     the same actions: the same fields (bit for bit) and rewards; the PARAMS reached the
@@ -237,7 +236,6 @@ def _check_training(proc: subprocess.CompletedProcess, run_dir: Path, world: int
     assert column == pytest.approx(means[: len(column)], rel=1e-5)  # written with 6 digits
 
 
-@pytest.mark.xdist_group("mpirun")
 def test_training_against_a_spawned_two_rank_python_solver(tmp_path):
     """mpirun -n 2 (learner, actor) --env "external:-n 2 python solver.py --world": the
     solver's own COMM_WORLD is its 2 ranks, its halo exchange runs on it."""
@@ -253,7 +251,6 @@ def _energy_means(run_dir: Path) -> list[float]:
             for line in (run_dir / "episodes.csv").read_text().splitlines()[1:]]
 
 
-@pytest.mark.xdist_group("mpirun")
 def test_training_in_one_process_against_a_spawned_python_solver(tmp_path):
     """One process (learner and actor, no mpirun) spawning the 2-rank solver: the episode
     metric is declared by the driver built before the learner loop; a restart keeps the
@@ -276,7 +273,6 @@ def test_training_in_one_process_against_a_spawned_python_solver(tmp_path):
     assert after[len(before) :] == pytest.approx(means[: len(after) - len(before)], rel=1e-5)
 
 
-@pytest.mark.xdist_group("mpirun")
 def test_training_against_a_python_solver_in_the_same_mpirun(tmp_path):
     """MPMD: mpirun -n 2 hpc_refer : -n 2 python solver.py, halo exchange on Client.comm
     (COMM_WORLD has 4 ranks). Before it, the solver with --world (uses_world=True) is

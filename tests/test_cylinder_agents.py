@@ -169,7 +169,6 @@ def test_the_multi_agent_interface(start):
         env.step(np.zeros(3))
 
 
-@pytest.mark.xdist_group("mpirun")
 @pytest.mark.mpi(min_size=2)
 def test_multi_rank_agents_equal_the_single_rank_ones(tmp_path_factory):
     """Both agents' states (the probes and their mirror images, read on the ranks holding

@@ -47,10 +47,6 @@ from hpc_refer.metrics import RunDirectory
 from hpc_refer.records import LoggedEpisode
 from hpc_refer.schema import EPISODE_FIELDS
 
-pytestmark = pytest.mark.xdist_group("mpirun")
-"""One xdist worker runs the whole module: its solvers are compiled once (module fixtures),
-and most of its tests start ranks of their own."""
-
 COLUMNS = ",".join(EPISODE_FIELDS)
 """The fixed columns of episodes.csv (the solver's episode metrics follow them)."""
 

@@ -444,7 +444,6 @@ def check_example(out: dict, episode_metric: bool) -> None:
 needs_mpirun = pytest.mark.skipif(MPIRUN is None, reason="no mpirun (spawn needs its runtime)")
 
 
-@pytest.mark.xdist_group("mpirun")
 @needs_mpirun
 def test_python_client_solver_of_three_agents(tmp_path):
     """solver.py, 2 spawned ranks, leaving ended agents out of its answers."""
@@ -452,7 +451,6 @@ def test_python_client_solver_of_three_agents(tmp_path):
     check_example(out, episode_metric=True)
 
 
-@pytest.mark.xdist_group("mpirun")
 @needs_mpirun
 @pytest.mark.parametrize(("fault", "field"), [
     ("duplicate", "field 'agent' = 1: its state came twice in the answer to ACTION (step 2)"),
@@ -480,7 +478,6 @@ def agents_c(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.mark.xdist_group("mpirun")
 @pytest.mark.skipif(MPICC is None or MPIRUN is None, reason="no mpicc/mpirun")
 @pytest.mark.parametrize(("ranks", "send_done"), [(2, ""), (1, " --send-done")])
 def test_c_client_solver_of_three_agents(agents_c, ranks, send_done, tmp_path):
@@ -491,7 +488,6 @@ def test_c_client_solver_of_three_agents(agents_c, ranks, send_done, tmp_path):
     check_example(out, episode_metric=False)
 
 
-@pytest.mark.xdist_group("mpirun")
 @pytest.mark.skipif(FORTRAN is None, reason="no Fortran MPI wrapper (mpifort/mpif90)")
 def test_fortran_client_solver_of_three_agents(tmp_path):
     """agents.f90 with the Fortran module, compiled (f2008, warnings are errors) and spawned

@@ -50,9 +50,7 @@ PENDULUM = [*SMALL, "--env.max_episode_steps", "50"]
 """Pendulum's episodes cut at 50 steps (gymnasium.make's keyword, through the [env] table):
 every actor finishes episodes, however the 600 steps are shared among them."""
 
-pytestmark = [pytest.mark.mpi_skip, pytest.mark.xdist_group("mpirun")]
-"""One xdist worker runs the whole module: it starts one Slurm (the module's fixture), and its
-jobs start ranks of their own."""
+pytestmark = pytest.mark.mpi_skip
 
 
 def unavailable(reason: str) -> None:

@@ -186,7 +186,6 @@ def test_proportional_feedback_lowers_the_energy():
     assert 0.5 < mean_energy[0.0] < 0.7 and mean_energy[1.0] < 0.45, mean_energy
 
 
-@pytest.mark.xdist_group("mpirun")
 def test_training_on_ks_runs_end_to_end(in_tmp):
     """V-RACER + ReF-ER through run.main on KS: complete episodes of HORIZON steps whose
     returns, (E_0 - E_T) / DT_CONTROL less the action cost, lie within what E < 3 allows; the

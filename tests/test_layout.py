@@ -63,7 +63,6 @@ def mpirun(n: int, *args: str, cwd: Path) -> subprocess.CompletedProcess:
                           check=False)
 
 
-@pytest.mark.xdist_group("mpirun")
 def test_bad_layout_stops_every_rank_with_one_message(tmp_path):
     proc = mpirun(3, "--learners", "2", "--ranks-per-env", "2", "--env", "Diffusion1D",
                   cwd=tmp_path)
@@ -87,7 +86,6 @@ def train(n: int, env: str, steps: int, chunk: int, run_dir: str, *extra: str,
     return [x.split(",") for x in lines]
 
 
-@pytest.mark.xdist_group("mpirun")
 def test_mpirun_8_ranks_two_learners_finishes(tmp_path):
     # Step budgets go to whichever actor waits first, so an actor that starts late on
     # oversubscribed cores takes fewer steps: episodes of 50 steps (Diffusion1D) against a
@@ -100,7 +98,6 @@ def test_mpirun_8_ranks_two_learners_finishes(tmp_path):
     assert "2 learners, 6 environment teams of 1 ranks" in (run / "log.txt").read_text()
 
 
-@pytest.mark.xdist_group("mpirun")
 def test_teams_of_two_ranks_train_end_to_end(tmp_path):
     rows = train(5, "Diffusion1D", 600, 25, "teams", "--ranks-per-env", "2", cwd=tmp_path)
     assert {int(r[1]) for r in rows} == {1, 3}, "actors are team ranks 0 only"

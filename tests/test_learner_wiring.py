@@ -522,7 +522,6 @@ def test_per_learner_batches_must_fit_the_states_at_the_start():
                                  "batch_scaling": "per-learner"}})
 
 
-@pytest.mark.xdist_group("mpirun")
 @pytest.mark.mpi(min_size=2)
 def test_per_learner_batches_keep_the_learners_identical_under_mpi():
     """Under mpirun, per-learner scaling: each learner samples B rows of its own shard and

@@ -110,7 +110,6 @@ def test_the_plugin_trains_checkpoints_and_resumes_bit_for_bit_in_one_process(tm
     assert evaluation.returncode == 0, evaluation.stderr[-3000:]
 
 
-@pytest.mark.xdist_group("mpirun")
 @pytest.mark.parametrize(("ranks", "learners"), [(3, 1), (4, 2)])
 def test_the_plugin_trains_and_resumes_under_mpirun(tmp_path, ranks, learners):
     """mpirun -n 3 (one learner, two actor ranks) and -n 4 (two learners averaging their

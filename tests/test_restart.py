@@ -257,7 +257,6 @@ def mpirun(n: int, *args: str) -> list[str]:
     return [mpirun_exe(), "-n", str(n), sys.executable, "-m", "hpc_refer.run", *args]
 
 
-@pytest.mark.xdist_group("mpirun")
 def test_unusable_run_dir_under_mpirun_is_one_line_on_every_rank(in_tmp):
     Path("a_file").write_text("x")
     proc = subprocess.run(mpirun(3, "--env", "Pendulum-v1", "--steps", "200", "--run-dir",
@@ -269,7 +268,6 @@ def test_unusable_run_dir_under_mpirun_is_one_line_on_every_rank(in_tmp):
     assert "a_file/sub" in line, proc.stderr
 
 
-@pytest.mark.xdist_group("mpirun")
 def test_mpi_signal_checkpoints_and_resumes_with_other_learner_counts(in_tmp):
     """mpirun -n 4 (2 learners, 2 actors) stopped by SIGUSR1 sent to mpirun (Open MPI
     forwards it to every rank; its mpirun kills the ranks on SIGTERM), resumed by 1 learner
@@ -309,7 +307,6 @@ def stored_transitions(ckpt: Path) -> int:
     return total
 
 
-@pytest.mark.xdist_group("mpirun")
 def test_evaluate_a_policy_of_a_team_solver_under_mpirun(in_tmp):
     """A Diffusion1D run with teams of 2 ranks, then its policy evaluated by one team of 2
     (rank 0 acts, rank 1 follows the solver's calls); a wrong rank count is one line."""

@@ -85,7 +85,6 @@ def test_episode_end_times_continue_across_a_restart_and_rate_each_rank(
     assert _rank_rates(Run(in_tmp / "r")) == {0: pytest.approx(1 / SECONDS_PER_STEP)}
 
 
-@pytest.mark.xdist_group("mpirun")
 def test_each_actor_rank_stamps_its_own_episodes_under_mpirun(in_tmp):
     """mpirun -n 3 (one learner, two actors), each rank's clock driven by its own steps: the
     episodes of each actor end on its clock at 0.2 k s, whenever its learner writes them,

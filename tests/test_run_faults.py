@@ -74,7 +74,6 @@ def test_faults_in_a_row_checkpoint_and_stop_the_run_naming_the_environment(
     assert all_finite(run_dir)
 
 
-@pytest.mark.xdist_group("mpirun")
 def test_a_team_rank_that_stops_answering_stops_the_run_with_a_checkpoint(in_tmp):
     """mpirun -n 3: 1 learner and one team of 2 ranks whose rank 1 hangs in Python: the
     actor's wait times out, the run checkpoints, says which environment and ends the job."""
@@ -94,7 +93,6 @@ def test_a_team_rank_that_stops_answering_stops_the_run_with_a_checkpoint(in_tmp
     assert list((run_dir / "checkpoints").glob("step-*"))
 
 
-@pytest.mark.xdist_group("mpirun")
 @pytest.mark.parametrize("mode, message", [
     ("silent", "no HELLO within run.env_step_timeout = 2 s"),
     ("stall 30", "no answer to ACTION within run.env_step_timeout = 2 s"),

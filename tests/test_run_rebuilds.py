@@ -52,7 +52,6 @@ def episodes(run_dir: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-@pytest.mark.xdist_group("mpirun")
 @pytest.mark.parametrize("fault", ["sleep", "shape"])
 def test_a_slow_constructor_and_a_short_step_timeout_lose_no_episode(in_tmp, fault):
     """Issue 25's report scaled down tenfold: constructor 1.5 s, a step of 1 s (or a state of
@@ -109,7 +108,6 @@ def test_the_traceback_of_a_solver_that_cannot_start_is_in_log_txt(in_tmp, monke
         "failed: env 0 (ResetNeedsInflow).reset: raised KeyError")
 
 
-@pytest.mark.xdist_group("mpirun")
 @pytest.mark.parametrize(("ranks", "per_env", "where"), [(2, 1, ""), (3, 2, " on team rank 1")])
 def test_under_mpirun_a_solver_that_cannot_start_stops_every_rank_in_one_line(
         in_tmp, ranks, per_env, where):
@@ -138,7 +136,6 @@ def test_a_solver_that_recovers_by_reset_is_built_once_and_trains(in_tmp, monkey
     assert builds(in_tmp / "r") == 1
 
 
-@pytest.mark.xdist_group("mpirun")
 def test_a_team_that_recovers_by_reset_is_built_once_on_every_rank(in_tmp):
     """mpirun -n 3: 1 learner and a team of 2 whose rank 1 raises at every 37th step: the
     faults are counted, and neither rank constructs its solver again."""

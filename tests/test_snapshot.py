@@ -96,7 +96,6 @@ def test_one_rank_run_writes_the_chosen_episode_only(one_rank):
     assert png.startswith(PNG) and len(png) > 20_000
 
 
-@pytest.mark.xdist_group("mpirun")
 def test_a_two_rank_team_writes_the_same_snapshot(start, one_rank, tmp_path):
     """mpirun -n 3: one learner and a CylinderJets team of two ranks; the snapshot is taken
     by both ranks (the command to the solver rank) and equals the one-rank one."""

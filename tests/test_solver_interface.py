@@ -137,7 +137,6 @@ def test_a_resumed_run_continues_the_series_without_repeating_a_row(in_tmp):
     assert run_main(["--restart", str(run), "--steps", "500", "--env.re", "7"]) == 2
 
 
-@pytest.mark.xdist_group("mpirun")
 def test_series_of_a_team_come_from_its_state_rank_under_mpirun(tmp_path):
     run = tmp_path / "run"
     done = subprocess.run(

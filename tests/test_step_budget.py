@@ -59,7 +59,6 @@ def mpirun(n: int, *args: str) -> subprocess.CompletedProcess[str]:
                           env=mpi_env(), check=False)
 
 
-@pytest.mark.xdist_group("mpirun")
 def test_two_actors_stop_at_exactly_the_steps_asked_for(in_tmp):
     """mpirun -n 3: 1 learner, 2 actors of 1000-step chunks, 3000 steps: without budgets
     the second actor's last chunk took the run to 4000."""
@@ -73,7 +72,6 @@ def test_two_actors_stop_at_exactly_the_steps_asked_for(in_tmp):
     assert busy[0] < 1.0, f"before training starts the learner waits for its actors: {busy}"
 
 
-@pytest.mark.xdist_group("mpirun")
 def test_two_learners_stop_at_exactly_the_steps_asked_for_and_after_a_restart(in_tmp):
     """mpirun -n 4 (2 learners, one actor each): exact at 3000, and exact again when the
     run is continued from its checkpoint to 4700 (budgets are granted anew)."""

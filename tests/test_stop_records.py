@@ -86,7 +86,6 @@ def test_an_error_in_one_process_is_recorded_with_its_traceback(in_tmp, monkeypa
     assert "[0] error: Traceback (most recent call last):" in log
 
 
-@pytest.mark.xdist_group("mpirun")
 def test_the_actor_rank_that_fails_records_why_under_mpirun(in_tmp):
     """mpirun -n 2: the actor (rank 1) meets the error and aborts the job; it, not rank 0
     (which owns the run directory and is killed by the abort), writes the stop record."""
@@ -113,7 +112,6 @@ def test_a_state_txt_edited_by_hand_is_said_and_the_restart_goes_on(in_tmp):
     assert (in_tmp / "r" / "state.txt").read_text() == "finished\n"
 
 
-@pytest.mark.xdist_group("mpirun")
 def test_the_resume_hint_repeats_the_launch_line():
     parser = argparse.ArgumentParser()
     for flag in ("--steps", "--env", "--learners", "--log-every"):
