@@ -146,8 +146,8 @@ test-portable: install system-mpi system-browser
 	if [ -n "$$failed" ]; then echo "test-portable failed with:$$failed"; exit 1; fi; \
 	echo "test-portable: every variant passed"
 
-# Mutation testing of refer.py, near.py, replay.py, learner.py and algorithms/ ([tool.mutmut] in
-# pyproject.toml); not part of `make test`. It resumes where it stopped (state in mutants/;
+# Mutation testing of the ReF-ER terms, the near-policy rule, the replay shard, the learner and
+# algorithms/ ([tool.mutmut] in pyproject.toml); not part of `make test`. It resumes where it stopped (state in mutants/;
 # delete it after changing the tests). The score and the surviving mutants judged equivalent
 # are in BENCHMARKS.md.
 mutation: install

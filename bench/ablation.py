@@ -57,9 +57,9 @@ from common import out_flag, smoke, write
 from common import parse as parse_common
 from matplotlib.ticker import FuncFormatter
 
-from hpc_refer.algorithms import ALGORITHMS as REGISTERED
-from hpc_refer.config import default_algorithm
-from hpc_refer.plot import seed_band, windowed_returns
+from hpc_refer.algorithms.registry import ALGORITHMS as REGISTERED
+from hpc_refer.config.resolve import default_algorithm
+from hpc_refer.report.curves import seed_band, windowed_returns
 
 ALGORITHMS = tuple(sorted(REGISTERED))
 """The registered algorithms, in the order the tables and figures show them."""
@@ -299,8 +299,8 @@ def find_runs(root: Path) -> list[Run]:
 
 
 def complete_windows(run: Run, window: int) -> tuple[np.ndarray, np.ndarray]:
-    """Window ends and mean returns of one run (hpc_refer.plot's windows), without the windows
-    that end after the last logged step (a run stops up to one chunk after --steps)."""
+    """Window ends and mean returns of one run (hpc_refer.report.curves's windows), without the
+    windows that end after the last logged step (a run stops up to one chunk after --steps)."""
     ends, means = windowed_returns(run.dir, window)
     keep = ends <= run.steps
     return ends[keep], means[keep]

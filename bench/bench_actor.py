@@ -21,11 +21,11 @@ import numpy as np
 import torch
 from common import median, parse, smoke, write
 
-from hpc_refer.actor import Actor
-from hpc_refer.config import ActionBounds
+from hpc_refer.algorithms.kit.networks import GaussianPolicyValueNet
+from hpc_refer.config.modes import ActionBounds
 from hpc_refer.envs import TeamDriver
 from hpc_refer.envs.gym_env import GymEnv
-from hpc_refer.networks import GaussianPolicyValueNet
+from hpc_refer.loop.actor import Actor
 
 
 class TorchPolicyActor(Actor):

@@ -4,7 +4,7 @@ per agent, measured on a solver that costs nothing (so the actor's own work is a
 
     python bench/bench_agents_actor.py [--agents 2 8 32 128] [--steps 2000] [--repeats 5]
 
-For each N: transitions/s of :class:`~hpc_refer.agents_actor.AgentsActor` as it is (one
+For each N: transitions/s of :class:`~hpc_refer.loop.agents_actor.AgentsActor` as it is (one
 batched numpy forward per step) and of the same actor with one forward per agent, interleaved
 in one run so that their ratio holds on a loaded machine (2 x 128 softsign V-RACER network,
 obs_dim 8, act_dim 1, chunks of 256). Writes bench/results/agents_actor.json (``--out``:
@@ -23,11 +23,11 @@ import numpy as np
 import torch
 from common import median, parse, smoke, write
 
-from hpc_refer.agents_actor import AgentsActor
-from hpc_refer.config import ActionBounds
+from hpc_refer.algorithms.kit.networks import GaussianPolicyValueNet
+from hpc_refer.config.modes import ActionBounds
 from hpc_refer.envs import TeamDriver
 from hpc_refer.envs.interface import Status
-from hpc_refer.networks import GaussianPolicyValueNet
+from hpc_refer.loop.agents_actor import AgentsActor
 
 OBS, ACT = 8, 1
 

@@ -42,9 +42,9 @@ from bench_learner import bare_mlp_update, fill
 from bench_mpi import mpirun
 from common import median, parse, rate, smoke, write
 
-from hpc_refer.collectives import SerialReducer
-from hpc_refer.config import build_config
-from hpc_refer.training import make_learner
+from hpc_refer.algorithms.kit.collectives import SerialReducer
+from hpc_refer.config.resolve import build_config
+from hpc_refer.run.roles import make_learner
 
 LEARN_START = 5000
 TRAIN_GRADIENT_STEPS = 50_000

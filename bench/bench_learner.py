@@ -32,13 +32,13 @@ import numpy as np
 import torch
 from common import median, parse, rate, smoke, synthetic_episode, write
 
-from hpc_refer.algorithms import ALGORITHMS
-from hpc_refer.collectives import SerialReducer
-from hpc_refer.config import build_config
-from hpc_refer.learner import Learner
-from hpc_refer.metrics import RunDirectory
-from hpc_refer.replay import ReplayShard
-from hpc_refer.training import make_learner, train_local
+from hpc_refer.algorithms.kit.collectives import SerialReducer
+from hpc_refer.algorithms.registry import ALGORITHMS
+from hpc_refer.config.resolve import build_config
+from hpc_refer.loop.learner import Learner
+from hpc_refer.replay.shard import ReplayShard
+from hpc_refer.report.metrics import RunDirectory
+from hpc_refer.run.roles import make_learner, train_local
 
 OBS, ACT, T = 17, 6, 1000
 

@@ -68,10 +68,10 @@ def learners_part(n: int, repeats: int, scaling: str, replay_size: int = 2**18,
     from bench_learner import fill
     from mpi4py import MPI
 
-    from hpc_refer.collectives import SerialReducer
-    from hpc_refer.config import build_config
-    from hpc_refer.parallel import MpiReducer
-    from hpc_refer.training import make_learner
+    from hpc_refer.algorithms.kit.collectives import SerialReducer
+    from hpc_refer.config.resolve import build_config
+    from hpc_refer.parallel.world import MpiReducer
+    from hpc_refer.run.roles import make_learner
 
     torch.set_num_threads(1)
     comm = MPI.COMM_WORLD

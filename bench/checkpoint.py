@@ -35,11 +35,11 @@ import numpy as np
 import torch
 from common import median, parse, smoke, synthetic_episode, write
 
-from hpc_refer import checkpoint
-from hpc_refer.algorithms import make_algorithm
-from hpc_refer.collectives import SerialReducer
-from hpc_refer.config import build_config
-from hpc_refer.learner import Learner
+from hpc_refer.algorithms.kit.collectives import SerialReducer
+from hpc_refer.algorithms.registry import make_algorithm
+from hpc_refer.config.resolve import build_config
+from hpc_refer.loop import checkpoint
+from hpc_refer.loop.learner import Learner
 
 OBS, ACT, T = 17, 6, 1000
 N = 2**18

@@ -85,10 +85,10 @@ def write(name: str, payload: dict) -> Path:
 
 def synthetic_episode(rng: Any, steps: int, obs_dim: int, act_dim: int) -> Any:
     """A truncated episode of ``steps`` random steps whose behaviour mu is near a fresh
-    V-RACER policy (mean about 0, std 0.447), as a :class:`~hpc_refer.records.Chunk`."""
+    V-RACER policy (mean about 0, std 0.447), as a :class:`~hpc_refer.report.records.Chunk`."""
     import numpy as np
 
-    from hpc_refer.records import TRUNCATED, Chunk
+    from hpc_refer.report.records import TRUNCATED, Chunk
 
     return Chunk(rng.standard_normal((steps + 1, obs_dim)).astype(np.float32),
                  (0.45 * rng.standard_normal((steps, act_dim))).astype(np.float32),

@@ -54,8 +54,8 @@ from common import parse, smoke, write
 
 import hpc_refer.envs.cylinder_jets as cj
 from hpc_refer.algorithms.vracer import VRacer
-from hpc_refer.policy_file import load_policy
-from hpc_refer.snapshot_plot import draw_snapshot, snapshot_scale
+from hpc_refer.loop.policy_file import load_policy
+from hpc_refer.report.snapshots import draw_snapshot, snapshot_scale
 
 EVAL_SEED0 = 10**6
 EVAL_CUT = 80

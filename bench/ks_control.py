@@ -31,11 +31,11 @@ import torch
 from common import parse, smoke, write
 
 import hpc_refer.envs.ks as ks
-from hpc_refer.config import build_config, load_toml
+from hpc_refer.algorithms.kit.networks import GaussianPolicyValueNet
+from hpc_refer.config.resolve import build_config, load_toml
 from hpc_refer.envs import episode_metric_names
-from hpc_refer.metrics import RunDirectory
-from hpc_refer.networks import GaussianPolicyValueNet
-from hpc_refer.training import set_threads, train_local
+from hpc_refer.report.metrics import RunDirectory
+from hpc_refer.run.roles import set_threads, train_local
 
 SETTINGS = Path(__file__).resolve().parents[1] / "configs" / "ks.toml"
 EVAL_SEED0 = 10**6

@@ -1,8 +1,8 @@
 """Learning evidence: ``python bench/learning_evidence.py RUN_DIR ... --name NAME``.
 
 Draws the paper-style learning curves of finished (or still running) training runs with
-``hpc_refer.plot`` and records, per run, the environment steps reached, the mean return of the
-last 20 episodes, and the last logged beta and far-policy fraction, in
+``hpc_refer.report.curves`` and records, per run, the environment steps reached, the mean return of
+the last 20 episodes, and the last logged beta and far-policy fraction, in
 ``bench/results/<NAME>.json`` next to ``bench/results/<NAME>.png``.
 
 The runs themselves are ordinary trainings, for example::
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from common import parse, smoke, write
 
-from hpc_refer.plot import plot_runs, run_label
+from hpc_refer.report.curves import plot_runs, run_label
 
 
 def summary(run_dir: Path) -> dict:

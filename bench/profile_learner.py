@@ -42,12 +42,12 @@ import torch
 from bench_learner import fill
 from common import parse, smoke, write
 
-from hpc_refer.algorithms import ALGORITHMS
-from hpc_refer.algorithms.compiled import CompiledStep
-from hpc_refer.algorithms.step import GradientAverage
-from hpc_refer.collectives import SerialReducer
-from hpc_refer.config import build_config, default_algorithm
-from hpc_refer.training import make_learner
+from hpc_refer.algorithms.kit.collectives import SerialReducer
+from hpc_refer.algorithms.kit.compiled import CompiledStep
+from hpc_refer.algorithms.kit.step import GradientAverage
+from hpc_refer.algorithms.registry import ALGORITHMS
+from hpc_refer.config.resolve import build_config, default_algorithm
+from hpc_refer.run.roles import make_learner
 
 TIMES: dict[str, float] = defaultdict(float)
 

@@ -39,7 +39,7 @@ import numpy as np
 from ablation import Job, execute
 from common import RESULTS, out_flag, parse, smoke, write
 
-from hpc_refer.plot import evaluation_rounds, seed_band, windowed_returns
+from hpc_refer.report.curves import evaluation_rounds, seed_band, windowed_returns
 
 ROOT = Path(__file__).resolve().parent / "runs" / "sample_efficiency"
 TASKS = ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5")

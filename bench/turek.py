@@ -58,7 +58,7 @@ from common import median, parse, smoke, write
 from hpc_refer.envs import lbm_kernels as lk
 from hpc_refer.envs.flow2d import Flow2D
 from hpc_refer.envs.interface import Team
-from hpc_refer.parallel import world_team
+from hpc_refer.parallel.world import world_team
 
 BANDS = {"2D-1": {"cD": (5.57, 5.59), "cL": (0.0104, 0.0110)},
          "2D-2": {"cD_max": (3.22, 3.24), "cL_max": (0.99, 1.01), "St": (0.295, 0.305)}}

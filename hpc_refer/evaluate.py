@@ -29,15 +29,17 @@ from typing import Any
 
 import numpy as np
 
-from hpc_refer.actor import action_box
-from hpc_refer.agents_actor import actor_for
-from hpc_refer.checkpoint import CheckpointError
-from hpc_refer.config import ActionBounds, ConfigError, build_config, load_toml
+from hpc_refer.algorithms.kit.networks import BehaviourPolicy
+from hpc_refer.config.modes import ActionBounds, ConfigError
+from hpc_refer.config.resolve import build_config, load_toml
 from hpc_refer.envs import SolverSpec, SolverStartError, env_factory, make_driver, serve_team
-from hpc_refer.networks import BehaviourPolicy
-from hpc_refer.parallel import MpiLinks, abort_job, world_rank_size, world_team
-from hpc_refer.policy_file import load_policy
-from hpc_refer.records import EpisodeRecord
+from hpc_refer.loop.actor import action_box
+from hpc_refer.loop.agents_actor import actor_for
+from hpc_refer.loop.checkpoint import CheckpointError
+from hpc_refer.loop.policy_file import load_policy
+from hpc_refer.parallel.solver_link import MpiLinks
+from hpc_refer.parallel.world import abort_job, world_rank_size, world_team
+from hpc_refer.report.records import EpisodeRecord
 
 
 def statistics(episodes: list[EpisodeRecord], names: tuple[str, ...]) -> dict[str, Any]:
@@ -89,7 +91,7 @@ def baseline_action(text: str, low: np.ndarray, high: np.ndarray) -> np.ndarray:
 
 class ConstantAction(BehaviourPolicy):
     """The uncontrolled reference: every state gets the mean u whose mapped action
-    (:meth:`~hpc_refer.actor.Actor.to_env`) is ``action``. On a bounded dimension
+    (:meth:`~hpc_refer.loop.actor.Actor.to_env`) is ``action``. On a bounded dimension
     z = (a - c) / h with c, h the box's centre and half-width, and u = z (clip) or
     u = artanh(z) (tanh, z kept inside (-1, 1)); on an unbounded one u = a."""
 

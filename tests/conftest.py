@@ -9,7 +9,7 @@ import pytest
 import torch
 from mpi_expect import pytest_addoption, pytest_configure
 
-from hpc_refer.run_clock import CLOCK
+from hpc_refer.report.clock import CLOCK
 
 torch.set_num_threads(1)
 
@@ -23,7 +23,7 @@ def in_tmp(tmp_path, monkeypatch):
 
 @pytest.fixture
 def run_clock(monkeypatch) -> Callable[[Callable[[], float]], None]:
-    """Make the run's clock (:data:`hpc_refer.run_clock.CLOCK`) read the time a test gives
+    """Make the run's clock (:data:`hpc_refer.report.clock.CLOCK`) read the time a test gives
     (``run_clock(source)``: seconds, from now the run's time 0 until a run starts it); its
     own source and origin come back after the test."""
     def use(source: Callable[[], float]) -> None:

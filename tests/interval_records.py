@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpc_refer.schema import IntervalRecord
+from hpc_refer.report.schema import IntervalRecord
 
 
 def interval_record(env_step: int, **fields: Any) -> IntervalRecord:

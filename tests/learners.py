@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from hpc_refer.algorithms.kit.collectives import SerialReducer
 from hpc_refer.algorithms.vracer import VRacer
-from hpc_refer.collectives import SerialReducer
-from hpc_refer.config import build_config
-from hpc_refer.learner import Learner
-from hpc_refer.training import make_learner
+from hpc_refer.config.resolve import build_config
+from hpc_refer.loop.learner import Learner
+from hpc_refer.run.roles import make_learner
 
 OBS, ACT = 3, 2
 """The state and action sizes of the synthetic chunks these learners store."""

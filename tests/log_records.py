@@ -4,7 +4,7 @@ caplog's handler sits on the root logger, so it holds the records of every logge
 propagates there, not only hpc_refer's: on a busy machine torch (twelve empty DEBUG records
 of ``torch.__trace``, say), MuJoCo or a library's warnings land in it too. A test asserts on
 the records of the loggers it means; these helpers keep those of one logger and its children
-(by default hpc_refer's, :data:`hpc_refer.logs.ROOT`), in the order they were logged, so
+(by default hpc_refer's, :data:`hpc_refer.report.logs.ROOT`), in the order they were logged, so
 that a count or an exact list stays as strict as it was, over hpc_refer's records only.
 """
 
@@ -14,7 +14,7 @@ import logging
 
 import pytest
 
-from hpc_refer.logs import ROOT
+from hpc_refer.report.logs import ROOT
 
 
 def is_under(name: str, logger: str = ROOT) -> bool:

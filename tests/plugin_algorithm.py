@@ -16,14 +16,22 @@ from typing import ClassVar
 
 import torch
 
-from hpc_refer.algorithms.base import Algorithm, Losses, OptimizerSpec, TensorBatch
 from hpc_refer.algorithms.ddpg import DeterministicActor
+from hpc_refer.algorithms.kit.base import Algorithm, Losses, OptimizerSpec, TensorBatch
+from hpc_refer.algorithms.kit.networks import BehaviourPolicy, QNetwork, gaussian_log_prob
+from hpc_refer.algorithms.kit.refer import (
+    importance_ratio,
+    kl_penalty,
+    near_policy,
+    refer_loss,
+    rule1_mask,
+)
+from hpc_refer.algorithms.kit.shared import squared_td_loss, td_target
 from hpc_refer.algorithms.registry import register
-from hpc_refer.algorithms.shared import squared_td_loss, td_target
-from hpc_refer.config import AlgorithmConfig, ReferConfig, option, require
-from hpc_refer.near import NearBounds
-from hpc_refer.networks import BehaviourPolicy, QNetwork, gaussian_log_prob
-from hpc_refer.refer import importance_ratio, kl_penalty, near_policy, refer_loss, rule1_mask
+from hpc_refer.config.modes import require
+from hpc_refer.config.tables import AlgorithmConfig, ReferConfig
+from hpc_refer.config.values import option
+from hpc_refer.replay.near import NearBounds
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from hpc_refer.envs.diffusion import Diffusion1D
-from hpc_refer.run_clock import CLOCK
+from hpc_refer.report.clock import CLOCK
 
 SECONDS_PER_STEP = 0.004
 """The time one step of :class:`Ticking` takes on the clock it drives (250 steps/s)."""

@@ -14,8 +14,8 @@ import pytest
 from hpc_refer.algorithms.ddpg import DDPG
 from hpc_refer.algorithms.naf import NAF
 from hpc_refer.algorithms.vracer import VRacer
-from hpc_refer.config import build_config
-from hpc_refer.plot import window_means
+from hpc_refer.config.resolve import build_config
+from hpc_refer.report.curves import window_means
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 

@@ -7,18 +7,19 @@ import numpy as np
 import pytest
 from log_records import own_messages
 
-from hpc_refer.actor import Actor
 from hpc_refer.algorithms.ddpg import DDPG
+from hpc_refer.algorithms.kit.networks import GaussianPolicyValueNet
 from hpc_refer.algorithms.naf import NAF
 from hpc_refer.algorithms.vracer import VRacer
-from hpc_refer.config import ActionBounds, build_config
+from hpc_refer.config.modes import ActionBounds
+from hpc_refer.config.resolve import build_config
 from hpc_refer.envs import TeamDriver
 from hpc_refer.envs.external import SolverFault
 from hpc_refer.envs.gym_env import GymEnv, Status
-from hpc_refer.learner import Learner
-from hpc_refer.networks import GaussianPolicyValueNet
-from hpc_refer.records import OPEN, TRUNCATED
-from hpc_refer.replay import HAS_ACTION, TERMINAL
+from hpc_refer.loop.actor import Actor
+from hpc_refer.loop.learner import Learner
+from hpc_refer.replay.shard import HAS_ACTION, TERMINAL
+from hpc_refer.report.records import OPEN, TRUNCATED
 
 
 def make_actor(bounds: str, chunk_len: int = 1000) -> Actor:
@@ -147,8 +148,8 @@ def test_the_numpy_policy_equals_the_module_and_follows_its_loads(algorithm):
     state statistics (nothing to rebuild)."""
     import torch
 
-    from hpc_refer.algorithms import make_algorithm
-    from hpc_refer.networks import flat_state, load_flat_state
+    from hpc_refer.algorithms.kit.networks import flat_state, load_flat_state
+    from hpc_refer.algorithms.registry import make_algorithm
 
     config = build_config({"run": {"algorithm": algorithm}})
     learner = make_algorithm(config, 6, 3, seed=1)

@@ -26,21 +26,22 @@ from hypothesis import strategies as st
 from mpi_launch import mpi_env, mpirun_exe
 from test_restart import assert_same_arrays, newest_checkpoint, rows
 
-from hpc_refer.agents_actor import AgentsActor, actor_for
-from hpc_refer.config import ActionBounds, Config, ConfigError
+from hpc_refer.algorithms.kit.networks import GaussianPolicyValueNet
+from hpc_refer.config.modes import ActionBounds, ConfigError
+from hpc_refer.config.resolve import Config
 from hpc_refer.envs import SolverFailure, SolverSpec, make_driver
 from hpc_refer.envs.checks import InterfaceError, agents_of, check_agents_step, check_state
 from hpc_refer.envs.interface import SolverFault
 from hpc_refer.evaluate import main as evaluate_main
-from hpc_refer.metrics import RunDirectory
-from hpc_refer.networks import GaussianPolicyValueNet
-from hpc_refer.records import ChunkEnd, LoggedEpisode
-from hpc_refer.replay import ReplayShard
-from hpc_refer.replay_kernels import HAS_ACTION
-from hpc_refer.report import main as report_main
-from hpc_refer.report_agents import agent_count, simulations
-from hpc_refer.run import main as run_main
-from hpc_refer.series import read_series
+from hpc_refer.loop.agents_actor import AgentsActor, actor_for
+from hpc_refer.replay.kernels import HAS_ACTION
+from hpc_refer.replay.shard import ReplayShard
+from hpc_refer.report.agents import agent_count, simulations
+from hpc_refer.report.build import main as report_main
+from hpc_refer.report.metrics import RunDirectory
+from hpc_refer.report.records import ChunkEnd, LoggedEpisode
+from hpc_refer.report.series import read_series
+from hpc_refer.run.main import main as run_main
 
 SMALL = ["--replay.size", "2000", "--replay.learn-start", "300", "--vracer.batch", "32",
          "--vracer.hidden", "16,16", "--log-every", "500", "--chunk-len", "40"]

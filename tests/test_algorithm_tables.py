@@ -2,37 +2,43 @@
 boundary values, and say why in one exact line.
 
 Guards (1) every validated field of every algorithm table of the package (the settings shared
-through :class:`~hpc_refer.config.AlgorithmConfig` and each table's own): each refused value
+through :class:`~hpc_refer.config.tables.AlgorithmConfig` and each table's own): each refused value
 is a ConfigError whose message is exactly ``section.field = value is invalid: allowed values
 are ...`` and each accepted boundary value constructs, so that a bound moved by one (``<``
 for ``<=``, ``0`` for ``1``) or a changed message is caught; a new algorithm of the package
 without a row here fails :func:`test_every_package_algorithm_has_a_table_row`. And (2)
 :func:`~hpc_refer.algorithms.registry.register`,
 :func:`~hpc_refer.algorithms.registry.algorithm_class` and
-:func:`~hpc_refer.config.register_table`: their refusals with exact messages, re-registration
-as a no-op, the default algorithm, and both decorator forms. The registry tests run on copies
-of the module-level registries (monkeypatch), so nothing they register outlives them.
+:func:`~hpc_refer.config.resolve.register_table`: their refusals with exact messages,
+re-registration as a no-op, the default algorithm, and both decorator forms. The registry
+tests run on copies of the module-level registries (monkeypatch), so nothing they register
+outlives them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pytest
 
-import hpc_refer.algorithms  # noqa: F401  (registers the package's algorithms first)
-from hpc_refer import config
 from hpc_refer.algorithms import registry
-from hpc_refer.config import AlgorithmConfig, ConfigError
+from hpc_refer.config import resolve as config
+from hpc_refer.config.modes import ConfigError
+from hpc_refer.config.tables import AlgorithmConfig
+
+BUILT_IN = {name: cls for name, cls in registry.ALGORITHMS.items()
+            if cls.__module__.startswith("hpc_refer.algorithms.")}
+"""The algorithms that the package itself defines (not a test's plug-ins), their modules
+imported before any test patches the registries."""
 
 
 def package_algorithms() -> dict[str, type]:
     """The registered algorithms that the package itself defines (not a test's plug-ins)."""
-    return {name: cls for name, cls in registry.ALGORITHMS.items()
-            if cls.__module__.startswith("hpc_refer.algorithms.")}
+    return dict(BUILT_IN)
 
 
 # (field, refused values, accepted boundary values, the allowed values the message names)
@@ -90,7 +96,7 @@ SHARED_FIELDS = frozenset(f.name for f in dataclasses.fields(AlgorithmConfig))
 
 
 def message(section: str, field: str, value: Any, allowed: str) -> str:
-    """The one line :func:`hpc_refer.config.require` gives for a refused value."""
+    """The one line :func:`hpc_refer.config.modes.require` gives for a refused value."""
     return f"{section}.{field} = {value!r} is invalid: allowed values are {allowed}"
 
 
@@ -155,7 +161,6 @@ def registries(monkeypatch):
     monkeypatch.setattr(config, "_DEFAULT", list(real[2]))
     yield
     assert (dict(real[0]), dict(real[1]), list(real[2])) == before, "the real ones unchanged"
-    assert dict(registry.ALGORITHMS) == before[0]
 
 
 PACKAGE_DEFAULT = registry.algorithm_class(config.default_algorithm())
@@ -331,6 +336,60 @@ def test_algorithm_class_of_an_unknown_name_lists_the_registered_ones_sorted(
 
 
 # --- register_table -------------------------------------------------------------------------
+
+
+LAZY_MODULE = """\
+from hpc_refer.algorithms import registry
+from hpc_refer.algorithms.vracer import VRacer
+from hpc_refer.config import resolve
+
+
+class Probe(VRacer):
+    name = "probe_lazy"
+    Config = resolve.algorithm_tables()["probe_lazy"]
+
+
+registry.register(Probe)
+"""
+
+
+def test_an_algorithm_is_imported_from_the_module_its_table_names(registries, monkeypatch,
+                                                                  tmp_path):
+    """A table registered alone that names its module (``implementation``): the registry
+    lists the algorithm at once and imports the module when the class is first asked for."""
+    (tmp_path / "probe_lazy_algo.py").write_text(LAZY_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    table = throwaway_table("probe_lazy")
+    table.implementation = "probe_lazy_algo"  # its own, not inherited
+    config.register_table(table)
+    try:
+        assert "probe_lazy" in registry.ALGORITHMS and "probe_lazy_algo" not in sys.modules
+        cls = registry.algorithm_class("probe_lazy")
+        assert "probe_lazy_algo" in sys.modules and cls.__module__ == "probe_lazy_algo"
+        assert cls.Config is table and registry.ALGORITHMS["probe_lazy"] is cls
+    finally:
+        sys.modules.pop("probe_lazy_algo", None)
+
+
+def test_a_table_whose_module_registers_nothing_is_a_clear_key_error(registries):
+    table = throwaway_table("probe_none")
+    table.implementation = "json"  # importable, registers no algorithm
+    config.register_table(table)
+    expected = "no algorithm 'probe_none' is registered: registered are " + ", ".join(
+        sorted(registry._ALGORITHMS))
+    with pytest.raises(KeyError, match=re.escape(expected)):
+        registry.algorithm_class("probe_none")
+
+
+def test_a_derived_table_does_not_inherit_its_parents_module(registries):
+    """A table derived from V-RACER's is another algorithm's: without a module of its own and
+    without a registered class it is no algorithm of the registry."""
+    table = throwaway_table("probe_derived")
+    assert registry.implementation(default_class().Config) == "hpc_refer.algorithms.vracer"
+    assert registry.implementation(table) == ""
+    config.register_table(table)
+    assert "probe_derived" not in registry.ALGORITHMS
+    assert "probe_derived" not in list(registry.ALGORITHMS)
 
 
 def test_register_table_registers_and_accepts_the_same_table_again(registries):

@@ -23,18 +23,19 @@ import pytest
 import torch
 from output_lines import lines_with
 
-from hpc_refer import __version__, checkpoint, policy_file
-from hpc_refer.algorithms import ALGORITHMS, make_algorithm
-from hpc_refer.algorithms.base import module_state, optimizer_state_dict, optimizer_tree
+from hpc_refer import __version__
 from hpc_refer.algorithms.ddpg import DDPG
+from hpc_refer.algorithms.kit.base import module_state, optimizer_state_dict, optimizer_tree
+from hpc_refer.algorithms.kit.collectives import SerialReducer
+from hpc_refer.algorithms.registry import ALGORITHMS, make_algorithm
 from hpc_refer.algorithms.vracer import VRacer
-from hpc_refer.checkpoint import CheckpointError
-from hpc_refer.collectives import SerialReducer
-from hpc_refer.config import build_config
-from hpc_refer.learner import Learner
-from hpc_refer.records import OPEN, TERMINATED, TRUNCATED, Chunk, ChunkEnd
-from hpc_refer.replay import HAS_ACTION, IN_USE, TERMINAL
-from hpc_refer.sumtree import SumTree
+from hpc_refer.config.resolve import build_config
+from hpc_refer.loop import checkpoint, policy_file
+from hpc_refer.loop.checkpoint import CheckpointError
+from hpc_refer.loop.learner import Learner
+from hpc_refer.replay.shard import HAS_ACTION, IN_USE, TERMINAL
+from hpc_refer.replay.sumtree import SumTree
+from hpc_refer.report.records import OPEN, TERMINATED, TRUNCATED, Chunk, ChunkEnd
 
 OBS, ACT = 3, 2
 ALGOS = sorted(ALGORITHMS)
@@ -413,7 +414,7 @@ WRITER = """
 import os, shutil, signal, sys
 from pathlib import Path
 import numpy as np
-from hpc_refer import checkpoint
+from hpc_refer.loop import checkpoint
 
 run_dir, kill_at, cycles = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 calls = 0

@@ -29,7 +29,7 @@ from hpc_refer.client import (
     parse_params,
     world_note,
 )
-from hpc_refer.schema import EPISODE_FIELDS
+from hpc_refer.report.schema import EPISODE_FIELDS
 
 ROOT = Path(__file__).resolve().parents[1]
 COLUMNS = ",".join(EPISODE_FIELDS)
@@ -159,7 +159,7 @@ REFERENCE_DRIVER = """
 import json, sys
 import numpy as np
 from hpc_refer.envs.external import ExternalEnv
-from hpc_refer.parallel import MpiLinks
+from hpc_refer.parallel.solver_link import MpiLinks
 
 solver, out = sys.argv[1], {}
 for ranks in (1, 2):

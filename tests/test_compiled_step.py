@@ -17,16 +17,17 @@ import torch
 from log_records import own_records
 from output_lines import lines_with, one_line_with
 
-from hpc_refer.algorithms import ALGORITHMS, make_algorithm
-from hpc_refer.algorithms.base import Algorithm, ReferTerms, StepResult
-from hpc_refer.algorithms.compiled import failure_reason
 from hpc_refer.algorithms.ddpg import DDPG
-from hpc_refer.algorithms.step import Step
+from hpc_refer.algorithms.kit.base import Algorithm, ReferTerms, StepResult
+from hpc_refer.algorithms.kit.compiled import failure_reason
+from hpc_refer.algorithms.kit.networks import gaussian_log_prob
+from hpc_refer.algorithms.kit.step import Step
+from hpc_refer.algorithms.registry import ALGORITHMS, make_algorithm
 from hpc_refer.algorithms.vracer import VRacer
-from hpc_refer.config import COMPILE_AUTO_STEPS, build_config
-from hpc_refer.learner import make_step
-from hpc_refer.networks import gaussian_log_prob
-from hpc_refer.replay import Batch
+from hpc_refer.config.modes import COMPILE_AUTO_STEPS
+from hpc_refer.config.resolve import build_config
+from hpc_refer.loop.learner import make_step
+from hpc_refer.replay.shard import Batch
 
 OBS, ACT = 5, 2
 
@@ -198,10 +199,10 @@ def test_checkpoints_move_between_compiled_and_eager_steps() -> None:
 
 FALLBACK = """
 import numpy as np
-from hpc_refer.algorithms import make_algorithm
-from hpc_refer.algorithms.base import ReferTerms
-from hpc_refer.config import build_config
-from hpc_refer.learner import make_step
+from hpc_refer.algorithms.registry import make_algorithm
+from hpc_refer.algorithms.kit.base import ReferTerms
+from hpc_refer.config.resolve import build_config
+from hpc_refer.loop.learner import make_step
 from test_compiled_step import OBS, ACT, make_batch
 from hpc_refer.algorithms.vracer import VRacer
 config = build_config({VRacer.name: {"hidden": [8], "batch": 16}})
@@ -236,10 +237,10 @@ def test_without_a_compiler_the_step_falls_back_to_eager_with_one_line(tmp_path)
 COMPILES = """
 import torch
 from torch._dynamo.utils import counters
-from hpc_refer.algorithms import make_algorithm
-from hpc_refer.algorithms.base import ReferTerms
-from hpc_refer.config import build_config
-from hpc_refer.learner import make_step
+from hpc_refer.algorithms.registry import make_algorithm
+from hpc_refer.algorithms.kit.base import ReferTerms
+from hpc_refer.config.resolve import build_config
+from hpc_refer.loop.learner import make_step
 from test_compiled_step import OBS, ACT, _direct, _Scaled, make_batch
 torch.set_num_threads(1)  # as in a run: the graph for one thread
 from hpc_refer.algorithms.vracer import VRacer
@@ -313,7 +314,7 @@ def _adam(*params: torch.Tensor, **options) -> torch.optim.Adam:
 
 def test_the_compiled_step_takes_only_plain_single_group_adam() -> None:
     """Non-Adam, two-group Adam, amsgrad or maximize: TypeError with its exact message."""
-    from hpc_refer.algorithms.compiled import _Group
+    from hpc_refer.algorithms.kit.compiled import _Group
 
     a, b = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(3))
     names = {id(a): "a", id(b): "b"}
@@ -332,7 +333,7 @@ def test_the_compiled_step_takes_only_plain_single_group_adam() -> None:
 
 def test_group_state_is_fused_adams_shared_and_cached_until_a_new_state_dict() -> None:
     """state(): fused Adam's layout, one shared step, cached until a state dict is loaded."""
-    from hpc_refer.algorithms.compiled import _Group
+    from hpc_refer.algorithms.kit.compiled import _Group
 
     a, b = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(3, 2))
     opt = _adam(a, b)
@@ -363,7 +364,7 @@ def test_group_state_is_fused_adams_shared_and_cached_until_a_new_state_dict() -
 
 def test_unshare_gives_each_parameter_its_own_step_count() -> None:
     """unshare() gives each parameter its own step tensor; state() then shares anew."""
-    from hpc_refer.algorithms.compiled import _Group
+    from hpc_refer.algorithms.kit.compiled import _Group
 
     a, b = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(3))
     opt = _adam(a, b)
@@ -395,9 +396,9 @@ def test_a_compile_failure_falls_back_to_the_eager_step_in_process(
         two_learners: bool, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
     """A compile failure: one warning, then the eager step's exact results from then on."""
-    from hpc_refer.algorithms.compiled import CompiledOrEagerStep
+    from hpc_refer.algorithms.kit.compiled import CompiledOrEagerStep
+    from hpc_refer.algorithms.kit.step import EagerStep
     from hpc_refer.algorithms.sac import SAC
-    from hpc_refer.algorithms.step import EagerStep
 
     config = build_config({"run": {"algorithm": SAC.name},
                            SAC.name: {"hidden": [8], "batch": 16}})
@@ -416,7 +417,7 @@ def test_a_compile_failure_falls_back_to_the_eager_step_in_process(
     for i in range(3):
         batch = make_batch(ref, 16, seed=i)
         terms = ReferTerms(0.9 - 0.1 * i, 2.0, 1.0 - 0.1 * i)
-        with caplog.at_level(logging.WARNING, logger="hpc_refer.algorithms.compiled"):
+        with caplog.at_level(logging.WARNING, logger="hpc_refer.algorithms.kit.compiled"):
             torch.manual_seed(50 + i)
             got = step(batch, terms, i)
         torch.manual_seed(50 + i)
@@ -426,7 +427,7 @@ def test_a_compile_failure_falls_back_to_the_eager_step_in_process(
         assert got.value is None and want.value is None
         assert not step.compiled and step.kind == "eager" and step.compile_seconds == 0.0
     assert len(calls) == 1
-    records = own_records(caplog, "hpc_refer.algorithms.compiled")
+    records = own_records(caplog, "hpc_refer.algorithms.kit.compiled")
     assert [(r.levelno, r.getMessage()) for r in records] == [
         (logging.WARNING, "sac: compiled learner step unavailable (RuntimeError: "
          "InvalidCxxCompiler: no working C++ compiler found); using the eager step")]
@@ -480,7 +481,7 @@ def test_call_guards_drop_only_what_is_fixed_for_the_life_of_the_step() -> None:
     schedule and torch's global state are kept."""
     from types import SimpleNamespace
 
-    from hpc_refer.algorithms.compiled import call_guards
+    from hpc_refer.algorithms.kit.compiled import call_guards
 
     dropped = ["self.root._modules['parts']", "self.groups[0].eps", "G['torch'].nn",
                "__import__('torch').utils._pytree.SUPPORTED_NODES",
@@ -494,7 +495,7 @@ def test_call_guards_drop_only_what_is_fixed_for_the_life_of_the_step() -> None:
 def test_group_state_refuses_a_moment_of_another_shape() -> None:
     """A loaded Adam moment whose shape is not its parameter's is refused by name (the
     step's graph does not guard the moments' shapes)."""
-    from hpc_refer.algorithms.compiled import _Group
+    from hpc_refer.algorithms.kit.compiled import _Group
 
     a = torch.nn.Parameter(torch.ones(2))
     opt = _adam(a)
@@ -541,7 +542,7 @@ def test_steps_of_other_widths_and_constants_in_one_process_each_use_their_own_g
 
 
 def _direct(fn, module: torch.nn.Module):
-    from hpc_refer.algorithms.compiled import DirectGraph, call_guards
+    from hpc_refer.algorithms.kit.compiled import DirectGraph, call_guards
 
     return DirectGraph(fn, module, {"guard_filter_fn": call_guards, "fallback_random": True})
 

@@ -7,8 +7,9 @@ import pytest
 from output_lines import one_error_line
 
 from hpc_refer.algorithms.vracer import VRacer
-from hpc_refer.config import ConfigError, build_config
-from hpc_refer.run import main
+from hpc_refer.config.modes import ConfigError
+from hpc_refer.config.resolve import build_config
+from hpc_refer.run.main import main
 
 
 @pytest.mark.parametrize(
@@ -38,7 +39,7 @@ def test_unknown_keys_in_toml_name_the_allowed_ones(in_tmp, capsys):
     assert "unknown config key refer.cmax: allowed keys are mode, C, D, A" in err
     (in_tmp / "d.toml").write_text("[optimizer]\nlr = 3\n")
     assert main(["--config", "d.toml"]) == 2
-    from hpc_refer.algorithms import ALGORITHMS
+    from hpc_refer.algorithms.registry import ALGORITHMS
 
     assert ("unknown config section [optimizer]: allowed are run, refer, replay, env and the "
             f"algorithms' tables {', '.join(sorted(ALGORITHMS))}" in capsys.readouterr().err)
@@ -52,7 +53,7 @@ def test_mode_choices_are_listed(in_tmp, capsys):
 
 
 def test_toml_then_flags_override_defaults(tmp_path):
-    from hpc_refer.config import load_toml
+    from hpc_refer.config.resolve import load_toml
 
     path = tmp_path / "c.toml"
     path.write_text(f"[run]\nsteps = 500\nseed = 4\n[{VRacer.name}]\nhidden = [32, 16]\n")
@@ -73,8 +74,8 @@ def test_existing_run_dir_is_never_overwritten(in_tmp, capsys):
 
 
 def test_every_algorithm_has_a_table_and_a_class():
-    from hpc_refer.algorithms import ALGORITHMS
-    from hpc_refer.config import algorithm_tables
+    from hpc_refer.algorithms.registry import ALGORITHMS
+    from hpc_refer.config.resolve import algorithm_tables
 
     assert set(ALGORITHMS) == set(algorithm_tables()) and ALGORITHMS
     for name, cls in ALGORITHMS.items():
@@ -92,7 +93,7 @@ def test_log_every_defaults_to_a_fiftieth_of_the_run(steps, every, tmp_path):
     cfg = build_config({"run": {"steps": steps}})
     assert cfg.run.log_every == every
     cfg.write_toml(tmp_path / "config.toml")
-    from hpc_refer.config import load_toml
+    from hpc_refer.config.resolve import load_toml
 
     assert load_toml(tmp_path / "config.toml")["run"]["log_every"] == every
     assert build_config({"run": {"steps": steps, "log_every": 7}}).run.log_every == 7

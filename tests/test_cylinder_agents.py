@@ -177,7 +177,7 @@ def test_multi_rank_agents_equal_the_single_rank_ones(tmp_path_factory):
     ranks on: columns 40, 80, ...).
 
     ``mpirun -n 2 python -m pytest --with-mpi tests/test_cylinder_agents.py``"""
-    from hpc_refer.parallel import world_team
+    from hpc_refer.parallel.world import world_team
 
     team = world_team()
     path = cj.make_start(tmp_path_factory.mktemp("cja") / "start.h5", N, duration=1.0)

@@ -149,7 +149,7 @@ def test_multi_rank_episode_equals_the_single_rank_one(tmp_path_factory):
     """Observations, rewards and metrics of a few controlled steps over the team's slabs
     equal those of one rank (the probes and forces are team sums: round-off); the slabs cut
     through the cylinder and the probes (columns 40, 80, ...)."""
-    from hpc_refer.parallel import world_team
+    from hpc_refer.parallel.world import world_team
 
     team = world_team()
     path = cj.make_start(tmp_path_factory.mktemp("cj") / "start.h5", N, duration=6.0)

@@ -12,22 +12,21 @@ import pytest
 import torch
 from torch.distributions import Normal, kl_divergence
 
-from hpc_refer.algorithms import ALGORITHMS, make_algorithm
-from hpc_refer.algorithms.base import ReferTerms, TensorBatch
-from hpc_refer.algorithms.ddpg import (
-    DDPG,
-    DDPGConfig,
-    actor_loss,
-)
-from hpc_refer.algorithms.shared import squared_td_loss, td_target
-from hpc_refer.algorithms.step import EagerStep
-from hpc_refer.config import ConfigError, ReferConfig, build_config
-from hpc_refer.learner import Learner
-from hpc_refer.networks import flat_state, gaussian_log_prob
-from hpc_refer.records import TERMINATED, TRUNCATED, Chunk
-from hpc_refer.refer import importance_ratio
-from hpc_refer.replay import Batch
-from hpc_refer.training import train_local
+from hpc_refer.algorithms.ddpg import DDPG, actor_loss
+from hpc_refer.algorithms.kit.base import ReferTerms, TensorBatch
+from hpc_refer.algorithms.kit.networks import flat_state, gaussian_log_prob
+from hpc_refer.algorithms.kit.refer import importance_ratio
+from hpc_refer.algorithms.kit.shared import squared_td_loss, td_target
+from hpc_refer.algorithms.kit.step import EagerStep
+from hpc_refer.algorithms.registry import ALGORITHMS, make_algorithm
+from hpc_refer.algorithms.tables.ddpg import DDPGConfig
+from hpc_refer.config.modes import ConfigError
+from hpc_refer.config.resolve import build_config
+from hpc_refer.config.tables import ReferConfig
+from hpc_refer.loop.learner import Learner
+from hpc_refer.replay.shard import Batch
+from hpc_refer.report.records import TERMINATED, TRUNCATED, Chunk
+from hpc_refer.run.roles import train_local
 
 OBS, ACT = 3, 2
 C_MAX = 2.0

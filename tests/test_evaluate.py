@@ -11,12 +11,12 @@ import pytest
 from evaluate_envs import HORIZON
 from output_lines import one_line_with
 
-from hpc_refer.actor import Actor
-from hpc_refer.config import ActionBounds, ConfigError
+from hpc_refer.config.modes import ActionBounds, ConfigError
 from hpc_refer.envs import SolverSpec, make_driver
 from hpc_refer.evaluate import ConstantAction, baseline_action
 from hpc_refer.evaluate import main as evaluate_main
-from hpc_refer.run import main as run_main
+from hpc_refer.loop.actor import Actor
+from hpc_refer.run.main import main as run_main
 
 LOW, HIGH = np.array([-1.0, 0.0, -np.inf]), np.array([1.0, 4.0, np.inf])
 

@@ -33,7 +33,8 @@ from hpc_refer.client import (
     TAG_STATE,
     parse_params,
 )
-from hpc_refer.config import ConfigError, build_config
+from hpc_refer.config.modes import ConfigError
+from hpc_refer.config.resolve import build_config
 from hpc_refer.envs import SolverSpec, TeamDriver, check_env, make_driver
 from hpc_refer.envs.external import (
     ExternalEnv,
@@ -43,9 +44,9 @@ from hpc_refer.envs.external import (
     SolverStartError,
 )
 from hpc_refer.envs.launch import CONNECT, SPAWN, check_apps, check_port_dir, parse_spec
-from hpc_refer.metrics import RunDirectory
-from hpc_refer.records import LoggedEpisode
-from hpc_refer.schema import EPISODE_FIELDS
+from hpc_refer.report.metrics import RunDirectory
+from hpc_refer.report.records import LoggedEpisode
+from hpc_refer.report.schema import EPISODE_FIELDS
 
 COLUMNS = ",".join(EPISODE_FIELDS)
 """The fixed columns of episodes.csv (the solver's episode metrics follow them)."""
@@ -441,7 +442,7 @@ def test_mpmd_needs_hpc_refer_and_one_solver_app():
 
 def test_an_external_driver_needs_the_links():
     with pytest.raises(TypeError, match=r"needs the links to external solvers \(hpc_refer"
-                                        r"\.parallel\.MpiLinks\)"):
+                                        r"\.parallel\.solver_link\.MpiLinks\)"):
         make_driver(SolverSpec("external:true"), None)
 
 
@@ -465,7 +466,7 @@ import numpy as np
 from mpi4py import MPI
 from hpc_refer.envs import SolverFailure, SolverStartError, TeamDriver
 from hpc_refer.envs.external import ExternalEnv
-from hpc_refer.parallel import MpiLinks
+from hpc_refer.parallel.solver_link import MpiLinks
 
 mode, spec = sys.argv[1], sys.argv[2]
 start = time.monotonic()
@@ -792,7 +793,7 @@ PARAM_DRIVER = """
 import json, sys
 import numpy as np
 from hpc_refer.envs.external import ExternalEnv
-from hpc_refer.parallel import MpiLinks
+from hpc_refer.parallel.solver_link import MpiLinks
 
 env = ExternalEnv(sys.argv[1], 0, 1, timeout=60.0, links=MpiLinks(), params={"horizon": 3})
 out = {"names": env.step_metric_names, "states": [env.reset(4).tolist()],

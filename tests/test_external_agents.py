@@ -354,7 +354,7 @@ import json, sys
 import numpy as np
 from hpc_refer.envs import SolverFault, TeamDriver
 from hpc_refer.envs.external import ExternalEnv
-from hpc_refer.parallel import MpiLinks
+from hpc_refer.parallel.solver_link import MpiLinks
 
 env = ExternalEnv(sys.argv[1], 0, 1, timeout=60.0, links=MpiLinks(), params={"horizon": 5})
 driver = TeamDriver(env, None)

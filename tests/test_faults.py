@@ -18,8 +18,8 @@ import torch
 from log_records import own_messages, own_records
 from tolerances import F32
 
-from hpc_refer.actor import Actor
-from hpc_refer.config import ActionBounds, ConfigError, Exploration
+from hpc_refer.algorithms.kit.networks import GaussianPolicyValueNet, flat_state
+from hpc_refer.config.modes import ActionBounds, ConfigError, Exploration
 from hpc_refer.envs import (
     SolverFailure,
     SolverFault,
@@ -33,9 +33,9 @@ from hpc_refer.envs import (
 from hpc_refer.envs.calls import factory_label, start_solver
 from hpc_refer.envs.gym_env import GymEnv, Status
 from hpc_refer.envs.interface import TeamCommand
-from hpc_refer.networks import GaussianPolicyValueNet, flat_state
-from hpc_refer.records import OPEN, TRUNCATED, Chunk, numpy_rng_state
-from hpc_refer.timeouts import CallTimeout, call_with_alarm, deadline_after, poll_until
+from hpc_refer.envs.timeouts import CallTimeout, call_with_alarm, deadline_after, poll_until
+from hpc_refer.loop.actor import Actor
+from hpc_refer.report.records import OPEN, TRUNCATED, Chunk, numpy_rng_state
 
 TIMEOUT = 0.3
 
@@ -674,7 +674,7 @@ def two_rank_team(faults: dict[int, dict[int, str]]):
     serves the team until told to stop and returns (None, script); None on other ranks."""
     from mpi4py import MPI
 
-    from hpc_refer.parallel import MpiTeam
+    from hpc_refer.parallel.world import MpiTeam
 
     world = MPI.COMM_WORLD
     comm = world.Split(0 if world.Get_rank() < 2 else MPI.UNDEFINED, world.Get_rank())
@@ -723,7 +723,7 @@ def test_team_messages_that_never_come_time_out():
     """Team rank 0 polls for a result, an error text and the agreement until its deadline."""
     from mpi4py import MPI
 
-    from hpc_refer.parallel import MpiTeam
+    from hpc_refer.parallel.world import MpiTeam
 
     world = MPI.COMM_WORLD
     comm = world.Split(0 if world.Get_rank() < 2 else MPI.UNDEFINED, world.Get_rank())

@@ -177,7 +177,7 @@ def run(team, split_at=None) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]
 def test_multi_rank_fields_equal_the_single_rank_fields():
     """Default slabs, and slabs cut through the cylinder (the first cut at its centre column,
     so Bouzidi links read the halo): fields equal bit for bit, forces to round-off."""
-    from hpc_refer.parallel import world_team
+    from hpc_refer.parallel.world import world_team
 
     team = world_team()
     cuts = (20, *range(100, 100 + 10 * (team.size - 2), 10))
@@ -211,7 +211,7 @@ def sequenced(team, split_at=None) -> tuple[np.ndarray, ...] | None:
 def test_a_multi_rank_refined_start_equals_the_single_rank_one():
     """continue_from over 2 or 3 ranks (the coarse slabs cut elsewhere than the fine ones):
     the fields after 20 steps equal the one-rank fields bit for bit."""
-    from hpc_refer.parallel import world_team
+    from hpc_refer.parallel.world import world_team
 
     team = world_team()
     fields = sequenced(team, (50, *range(120, 120 + 10 * (team.size - 2), 10)))

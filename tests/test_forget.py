@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from learners import small_learner
 
-from hpc_refer.config import ConfigError, Forget, build_config
-from hpc_refer.records import OPEN, TERMINATED, TRUNCATED, Chunk
-from hpc_refer.replay import ReplayShard
+from hpc_refer.config.modes import ConfigError, Forget
+from hpc_refer.config.resolve import build_config
+from hpc_refer.replay.shard import ReplayShard
+from hpc_refer.report.records import OPEN, TERMINATED, TRUNCATED, Chunk
 
 C_MAX = 2.0
 
@@ -143,7 +144,7 @@ def test_a_bad_rule_names_the_field_and_the_allowed_values():
 def test_the_stored_episodes_of_a_shard_with_holes_skip_the_holes():
     """Rows freed by forgetting a whole episode (flags 0 inside the used range) are no
     episode of a checkpoint: a resized restart deals out exactly the episodes in use."""
-    from hpc_refer.replay import stored_episodes
+    from hpc_refer.replay.shard import stored_episodes
 
     shard = far_shard()
     a = store(shard, 4, 1)

@@ -14,14 +14,14 @@ import torch
 from test_agents import SMALL, run_actor
 from test_restart import assert_resumes_straight
 
-from hpc_refer.actor import Actor
-from hpc_refer.agents_actor import actor_for
-from hpc_refer.config import ActionBounds, ConfigError
+from hpc_refer.algorithms.kit.networks import GaussianPolicyValueNet
+from hpc_refer.config.modes import ActionBounds, ConfigError
 from hpc_refer.envs import SolverSpec, env_dims, env_factory, make_driver, solver_params
 from hpc_refer.envs.history import History, ObservationStack
 from hpc_refer.evaluate import main as evaluate_main
-from hpc_refer.networks import GaussianPolicyValueNet
-from hpc_refer.policy_file import load_policy
+from hpc_refer.loop.actor import Actor
+from hpc_refer.loop.agents_actor import actor_for
+from hpc_refer.loop.policy_file import load_policy
 
 
 def test_the_stack_holds_the_last_states_and_actions_newest_first():

@@ -18,13 +18,13 @@ import torch
 
 import hpc_refer.envs.ks as ks
 from hpc_refer.algorithms.vracer import VRacer
-from hpc_refer.config import build_config, load_toml
+from hpc_refer.config.resolve import build_config, load_toml
 from hpc_refer.envs import SolverSpec, env_dims, episode_metric_names
 from hpc_refer.envs.gym_env import Status
-from hpc_refer.metrics import RunDirectory
-from hpc_refer.parallel import world_rank_size
-from hpc_refer.run import main as run_main
-from hpc_refer.training import train_local
+from hpc_refer.parallel.world import world_rank_size
+from hpc_refer.report.metrics import RunDirectory
+from hpc_refer.run.main import main as run_main
+from hpc_refer.run.roles import train_local
 
 
 def mode(n: int) -> np.ndarray:
@@ -140,7 +140,7 @@ def trajectory(team, seed: int, steps: int) -> tuple[list[np.ndarray], list[floa
 def test_multi_rank_trajectory_equals_the_single_rank_one():
     from mpi4py import MPI
 
-    from hpc_refer.parallel import MpiTeam
+    from hpc_refer.parallel.world import MpiTeam
 
     team = MpiTeam(MPI.COMM_WORLD)
     obs, rewards = trajectory(team, 5, ks.HORIZON)

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 
 import hpc_refer.envs.ks as ks
-from hpc_refer.config import ConfigError
+from hpc_refer.config.modes import ConfigError
 from hpc_refer.envs import solver_params
 from hpc_refer.envs.interface import Status
 from hpc_refer.envs.ks_agents import POINTS_PER_SEGMENT, KuramotoSivashinskyAgents
 from hpc_refer.evaluate import main as evaluate_main
-from hpc_refer.run import main as run_main
+from hpc_refer.run.main import main as run_main
 
 SPEC = "hpc_refer.envs.ks_agents:KuramotoSivashinskyAgents"
 
@@ -158,7 +158,7 @@ def trajectory(team, seed: int, agents: int):
 def test_multi_rank_trajectory_equals_the_single_rank_one():
     from mpi4py import MPI
 
-    from hpc_refer.parallel import MpiTeam
+    from hpc_refer.parallel.world import MpiTeam
 
     team = MpiTeam(MPI.COMM_WORLD)
     obs, rewards, env = trajectory(team, 5, 8)

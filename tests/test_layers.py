@@ -1,9 +1,10 @@
-"""The import layers (issue 23, point 3; DESIGN.md, "Layers"): the records are plain data,
-the solver interface and the built-in solvers load neither torch nor numba nor MPI, and
-nothing below the loop imports :mod:`hpc_refer.parallel` (the team, the reducer and the
+"""The import layers (issue 23, point 3; issue 35, points 1 and 2; DESIGN.md, "Layers"):
+resolving a config and the algorithms' tables load neither torch nor numba, the records are
+plain data, the solver interface and the built-in solvers load neither torch nor numba nor
+MPI, nothing below the loops imports :mod:`hpc_refer.parallel` (the team, the reducer and the
 external-solver links are protocols defined below it; their MPI implementations are passed
-in). Imports are measured in a fresh interpreter; the last test reads the sources (until
-import-linter guards the layers in CI)."""
+in), the packages' faces re-export nothing, and no module imports itself back. Imports are
+measured in a fresh interpreter; import-linter's contracts (``make lint``) state the layers."""
 
 from __future__ import annotations
 
@@ -43,14 +44,74 @@ def test_the_team_protocol_imports_with_the_interface_names():
     assert one_line_with(out, "said: ") == "said: True Team False", out
 
 
+RESOLVE_EVERY_CONFIG = """\
+import argparse, sys
+from hpc_refer.config.cli import add_arguments, config_from_args, parse_command_line
+from hpc_refer.config.presets import PRESETS
+from hpc_refer.config.resolve import algorithm_tables, build_config, load_toml
+from hpc_refer.algorithms.registry import ALGORITHMS
+resolved = 0
+for name in algorithm_tables():
+    for preset in ("", *PRESETS):
+        build_config({"run": {"algorithm": name, "preset": preset}})
+        resolved += 1
+parser = argparse.ArgumentParser()
+add_arguments(parser)
+args = parse_command_line(parser, ["--algorithm", "sac", "--sac.lr", "1e-3", "--env.nu", "0.1"])
+assert config_from_args(args).algorithm.lr == 1e-3
+print("resolved:", resolved, sorted(ALGORITHMS),
+      sorted(m for m in ("torch", "numba", "mpi4py") if m in sys.modules))
+"""
+
+
+def test_resolving_a_config_loads_neither_torch_nor_numba():
+    """Every registered algorithm's config with every preset, and a command line, resolve in a
+    fresh interpreter that then holds neither torch, numba nor mpi4py (the algorithms' tables
+    are light modules; an algorithm's own module is imported where it is built)."""
+    out = run_snippet(RESOLVE_EVERY_CONFIG)
+    line = one_line_with(out, "resolved: ")
+    assert line == "resolved: 12 ['ddpg', 'naf', 'sac', 'vracer'] []", out
+
+
+def test_an_algorithm_class_is_imported_when_it_is_first_asked_for():
+    """The registry's names need no import; its class brings torch (so the test above would
+    see an algorithm module imported by resolving a config)."""
+    out = run_snippet("import sys\n"
+                      "from hpc_refer.algorithms.registry import ALGORITHMS\n"
+                      "before = 'torch' in sys.modules\n"
+                      "cls = ALGORITHMS['ddpg']\n"
+                      "print('torch:', before, 'torch' in sys.modules, cls.__module__)\n")
+    assert one_line_with(out, "torch: ") == "torch: False True hpc_refer.algorithms.ddpg", out
+
+
+FACES = sorted(p for p in PACKAGE.rglob("__init__.py")
+               if p.parent.name not in ("envs", "tables") and "prediction" not in p.parts)
+"""The packages' ``__init__.py`` files that must hold nothing but their docstring (``envs/``
+still holds the solver registry, the prediction suite its own API and ``algorithms/tables/``
+the loop that imports every table; see ARCHITECTURE.md)."""
+
+
+@pytest.mark.parametrize("face", FACES, ids=lambda p: str(p.parent.relative_to(PACKAGE.parent)))
+def test_a_package_face_holds_only_its_docstring(face):
+    """One address per name: a package's ``__init__.py`` re-exports nothing of its modules
+    (the package root's holds ``__version__`` alone)."""
+    body = ast.parse(face.read_text()).body
+    rest = body[1:]
+    if face.parent == PACKAGE:
+        assert [ast.unparse(n).split(" =")[0] for n in rest] == ["__version__"]
+    else:
+        assert isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+        assert rest == [], f"{face} holds {[ast.unparse(n)[:60] for n in rest]}"
+
+
 def test_the_records_are_plain_data():
     """No torch, no numba, and neither the replay nor its sum tree (they import the records:
     the circle records -> replay -> sumtree -> records is gone)."""
-    watched = ("torch", "numba", "hpc_refer.replay", "hpc_refer.sumtree")
-    assert loaded("hpc_refer.records", watched) == []
+    watched = ("torch", "numba", "hpc_refer.replay", "hpc_refer.replay.sumtree")
+    assert loaded("hpc_refer.report.records", watched) == []
 
 
-BELOW_THE_LOOP = ("envs/*.py", "replay*.py", "algorithms/*.py", "records.py", "sumtree.py")
+BELOW_THE_LOOP = ("envs/*.py", "replay/*.py", "algorithms/**/*.py", "report/*.py", "config/*.py")
 """The modules that receive MPI objects and never import them (globs under hpc_refer/)."""
 
 

@@ -12,7 +12,7 @@ import pytest
 from output_lines import lines_with
 
 from hpc_refer.algorithms.vracer import VRacer
-from hpc_refer.layout import LayoutError, Role, compute_layout
+from hpc_refer.config.layout import LayoutError, Role, compute_layout
 
 MPIRUN = shutil.which("mpirun", path=str(Path(sys.executable).parent)) or shutil.which("mpirun")
 MPI_ENV = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",

@@ -16,29 +16,24 @@ import pytest
 import torch
 from learners import ACT, OBS, small_learner
 
-from hpc_refer.actor import Actor
-from hpc_refer.algorithms import ALGORITHMS
 from hpc_refer.algorithms.ddpg import DDPG
-from hpc_refer.algorithms.step import EagerStep
+from hpc_refer.algorithms.kit.collectives import SerialReducer
+from hpc_refer.algorithms.kit.networks import Normalizer, gaussian_kl, gaussian_log_prob
+from hpc_refer.algorithms.kit.refer import beta_update, importance_ratio, kl_penalty
+from hpc_refer.algorithms.kit.step import EagerStep
+from hpc_refer.algorithms.registry import ALGORITHMS
 from hpc_refer.algorithms.vracer import VRacer
-from hpc_refer.collectives import SerialReducer
-from hpc_refer.config import (
-    ActionBounds,
-    ConfigError,
-    KLDirection,
-    ReferConfig,
-    ReferMode,
-    build_config,
-)
+from hpc_refer.config.modes import ActionBounds, ConfigError, KLDirection, ReferMode
+from hpc_refer.config.resolve import build_config
+from hpc_refer.config.tables import ReferConfig
 from hpc_refer.envs import TeamDriver
 from hpc_refer.envs.diffusion import Diffusion1D
-from hpc_refer.learner import Learner
-from hpc_refer.near import NearBounds, is_far
-from hpc_refer.networks import Normalizer, gaussian_kl, gaussian_log_prob
-from hpc_refer.records import TERMINATED, TRUNCATED, Chunk
-from hpc_refer.refer import beta_update, importance_ratio, kl_penalty
-from hpc_refer.replay import HAS_ACTION, TERMINAL
-from hpc_refer.training import make_learner
+from hpc_refer.loop.actor import Actor
+from hpc_refer.loop.learner import Learner
+from hpc_refer.replay.near import NearBounds, is_far
+from hpc_refer.replay.shard import HAS_ACTION, TERMINAL
+from hpc_refer.report.records import TERMINATED, TRUNCATED, Chunk
+from hpc_refer.run.roles import make_learner
 
 ALGOS = sorted(ALGORITHMS)
 make = small_learner
@@ -62,7 +57,7 @@ def fill(learner: Learner, episodes: int = 6, seed: int = 0, reward_std: float =
 
 def recount_far(learner: Learner, c_max: float) -> int:
     """Far-policy transitions of the shard, counted here from its columns (the rule of
-    hpc_refer.near)."""
+    hpc_refer.replay.near)."""
     replay = learner.replay
     used = np.arange(replay.size)
     acts = (replay.flags[used] & HAS_ACTION) != 0
@@ -209,7 +204,7 @@ def test_the_normaliser_is_set_everywhere_and_reaches_the_actors(algorithm):
         np.testing.assert_allclose(n.mean.numpy(), mean, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(n.inv_std.numpy(), 1 / std, rtol=1e-4)
     actor_net = ALGORITHMS[algorithm].behaviour_policy(OBS, ACT, learner.config.algorithm)
-    from hpc_refer.networks import load_flat_state
+    from hpc_refer.algorithms.kit.networks import load_flat_state
 
     load_flat_state(actor_net, learner.policy())
     actor_norm = next(m for m in actor_net.modules() if isinstance(m, Normalizer))
@@ -349,8 +344,8 @@ def test_checkpoint_state_round_trip_and_checksum(algorithm):
 def test_vracer_minibatch_loss_is_eq_10_over_eqs_5_and_9_and_its_error_is_q_ret_minus_v():
     """The loss of a V-RACER step is refer_loss over L_pi + L_V (eqs. 5, 9, 10) of the
     network's outputs, and the error that PER ranks rows by is Q-ret_k - V_w(s_k)."""
+    from hpc_refer.algorithms.kit.refer import near_policy, refer_loss
     from hpc_refer.algorithms.vracer import policy_loss, value_loss
-    from hpc_refer.refer import near_policy, refer_loss
 
     learner = make(VRacer.name, refer={"beta_init": 0.3})
     fill(learner)
@@ -528,7 +523,7 @@ def test_per_learner_batches_keep_the_learners_identical_under_mpi():
     every learner ends each step with the same weights (one averaged gradient)."""
     from mpi4py import MPI
 
-    from hpc_refer.parallel import MpiReducer
+    from hpc_refer.parallel.world import MpiReducer
 
     comm = MPI.COMM_WORLD
     size = comm.Get_size()
@@ -565,7 +560,7 @@ def test_adopt_keeps_the_last_capacity_rows_of_a_longer_episode_and_their_priori
     """An episode longer than the shard keeps its last N rows in every column; under PER each
     sampleable row keeps its priority (rows of priority 0 keep the one ingest gave them) and
     the tree the old running maximum; a shard that holds states refuses to adopt."""
-    from hpc_refer.replay import StoredEpisode
+    from hpc_refer.replay.shard import StoredEpisode
 
     learner = small_learner(sampling=sampling)
     replay = learner.replay

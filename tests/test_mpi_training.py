@@ -14,21 +14,22 @@ import pytest
 import torch
 from mpi4py import MPI
 
-import hpc_refer.local_channel as local_channel
-import hpc_refer.parallel as parallel
-import hpc_refer.training as training
-from hpc_refer.algorithms import ALGORITHMS
+import hpc_refer.loop.local_channel as local_channel
+import hpc_refer.run.roles as training
+from hpc_refer.algorithms.kit.collectives import SerialReducer
+from hpc_refer.algorithms.kit.networks import flat_state
+from hpc_refer.algorithms.registry import ALGORITHMS
 from hpc_refer.algorithms.vracer import VRacer
-from hpc_refer.collectives import SerialReducer
-from hpc_refer.config import build_config
+from hpc_refer.config.layout import Role, compute_layout
+from hpc_refer.config.resolve import build_config
 from hpc_refer.envs import SolverSpec, env_dims, episode_metric_names
-from hpc_refer.layout import Role, compute_layout
-from hpc_refer.learner import Learner
-from hpc_refer.metrics import RunDirectory
-from hpc_refer.networks import flat_state
-from hpc_refer.records import TRUNCATED, Chunk
-from hpc_refer.replay import HAS_ACTION, IN_USE, ReplayShard
-from hpc_refer.training import LearnerResult, make_learner, run_role
+from hpc_refer.loop.learner import Learner
+from hpc_refer.parallel.channels import Fabric
+from hpc_refer.parallel.world import MpiReducer
+from hpc_refer.replay.shard import HAS_ACTION, IN_USE, ReplayShard
+from hpc_refer.report.metrics import RunDirectory
+from hpc_refer.report.records import TRUNCATED, Chunk
+from hpc_refer.run.roles import LearnerResult, make_learner, run_role
 
 COMM = MPI.COMM_WORLD
 W = COMM.Get_size()
@@ -59,7 +60,7 @@ def train_everywhere(config, tmp_path, monkeypatch):
     monkeypatch.setattr(local_channel, "next_message", recording)  # one process
     run_dir = tmp_path / "run"
     layout = compute_layout(W, config.run.learners, config.run.ranks_per_env)
-    fabric = parallel.Fabric(layout)
+    fabric = Fabric(layout)
     run = (RunDirectory(run_dir, config, episode_metric_names(config.run.env))
            if COMM.Get_rank() == 0 else None)
     result = run_role(config, layout, fabric, run)
@@ -240,7 +241,7 @@ def test_two_learners_average_to_the_full_batch_gradient(algorithm, monkeypatch)
     learner_1 = filled(SerialReducer())
     rows = learner_1.replay.sample_rows(32, rng)
     full = gradients(learner_1, rows)
-    learner_2 = filled(parallel.MpiReducer(comm))
+    learner_2 = filled(MpiReducer(comm))
     half = rows[comm.Get_rank() * 16 : (comm.Get_rank() + 1) * 16]
     for g_split, g_full in zip(gradients(learner_2, half), full, strict=True):
         torch.testing.assert_close(g_split, g_full, rtol=1e-5, atol=1e-6)
@@ -259,7 +260,7 @@ def test_two_compiled_learners_take_the_eager_step():
         cfg = build_config({"run": {"compile": mode}, VRacer.name: {"hidden": [16, 16],
                                                                 "batch": 32},
                             "replay": {"size": 512, "learn_start": 64}})
-        out = make_learner(cfg, 3, 2, parallel.MpiReducer(comm))
+        out = make_learner(cfg, 3, 2, MpiReducer(comm))
         store_episodes(out, np.random.default_rng(comm.Get_rank()))
         out.update_start(10**6, 0)
         for _ in range(3):
@@ -281,7 +282,7 @@ def test_diffusion_split_over_a_team_equals_one_rank():
     """The multi-rank test environment really splits its state: every rank holds only its
     cells, and the team's trajectory equals the one-rank trajectory."""
     from hpc_refer.envs.diffusion import N_CELLS, Diffusion1D
-    from hpc_refer.parallel import MpiTeam
+    from hpc_refer.parallel.world import MpiTeam
 
     team_env = Diffusion1D(MpiTeam(COMM))
     alone = Diffusion1D(None)
@@ -309,7 +310,7 @@ def test_a_solver_gathering_its_state_on_another_rank():
 
     from hpc_refer.envs import TeamDriver, serve_team
     from hpc_refer.envs.diffusion import Diffusion1D
-    from hpc_refer.parallel import MpiTeam
+    from hpc_refer.parallel.world import MpiTeam
 
     team = MpiTeam(COMM)
     if team.rank != 0:
@@ -328,7 +329,7 @@ def test_a_solver_gathering_its_state_on_another_rank():
 
 
 def test_a_state_rank_outside_the_team_is_refused():
-    from hpc_refer.config import ConfigError
+    from hpc_refer.config.modes import ConfigError
     from hpc_refer.envs import TeamDriver
     from hpc_refer.envs.diffusion import Diffusion1D
 
@@ -341,7 +342,7 @@ def test_a_state_rank_outside_the_team_is_refused():
 
 def test_episode_metrics_that_clash_with_the_columns_are_refused(tmp_path, monkeypatch, capsys):
     """Refused at start-up with the field and the taken names, before anything is written."""
-    from hpc_refer.run import main as run_main
+    from hpc_refer.run.main import main as run_main
 
     if W > 1:
         pytest.skip("a one-process run")

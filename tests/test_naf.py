@@ -10,17 +10,19 @@ import numpy as np
 import pytest
 import torch
 
-from hpc_refer.algorithms import ALGORITHMS
-from hpc_refer.algorithms.base import ReferTerms
-from hpc_refer.algorithms.naf import NAF, NAFConfig, NAFNet, lower_triangular, naf_q
-from hpc_refer.algorithms.step import EagerStep
-from hpc_refer.config import ReferConfig, build_config
-from hpc_refer.learner import Learner
-from hpc_refer.networks import gaussian_log_prob, load_flat_state
-from hpc_refer.records import TERMINATED, TRUNCATED, Chunk
-from hpc_refer.refer import importance_ratio, kl_penalty
-from hpc_refer.replay import Batch
-from hpc_refer.training import train_local
+from hpc_refer.algorithms.kit.base import ReferTerms
+from hpc_refer.algorithms.kit.networks import gaussian_log_prob, load_flat_state
+from hpc_refer.algorithms.kit.refer import importance_ratio, kl_penalty
+from hpc_refer.algorithms.kit.step import EagerStep
+from hpc_refer.algorithms.naf import NAF, NAFNet, lower_triangular, naf_q
+from hpc_refer.algorithms.registry import ALGORITHMS
+from hpc_refer.algorithms.tables.naf import NAFConfig
+from hpc_refer.config.resolve import build_config
+from hpc_refer.config.tables import ReferConfig
+from hpc_refer.loop.learner import Learner
+from hpc_refer.replay.shard import Batch
+from hpc_refer.report.records import TERMINATED, TRUNCATED, Chunk
+from hpc_refer.run.roles import train_local
 
 OBS, ACT = 3, 2
 GAMMA = 0.9
@@ -346,7 +348,7 @@ def test_without_rule_2_the_gradient_is_plain_q_learning(mode):
 
 def test_default_kl_is_kl_of_mu_to_pi():
     """Eq. 11's direction by default: the KL statistic is KL(mu_k || pi_w(.|s_k))."""
-    from hpc_refer.networks import gaussian_kl
+    from hpc_refer.algorithms.kit.networks import gaussian_kl
 
     algo = make_naf("refer")
     perturb(algo.net, seed=6)

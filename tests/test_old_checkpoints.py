@@ -37,13 +37,13 @@ from pathlib import Path
 import h5py
 import pytest
 
-from hpc_refer import checkpoint, policy_file
 from hpc_refer.algorithms.ddpg import DDPG
 from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.evaluate import main as evaluate_main
-from hpc_refer.report import main as report_main
-from hpc_refer.run import main as run_main
-from hpc_refer.schema import read_intervals
+from hpc_refer.loop import checkpoint, policy_file
+from hpc_refer.report.build import main as report_main
+from hpc_refer.report.schema import read_intervals
+from hpc_refer.run.main import main as run_main
 
 pytestmark = pytest.mark.mpi_skip
 

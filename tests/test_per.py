@@ -9,12 +9,12 @@ import pytest
 import torch
 from learners import ACT, OBS, small_learner
 
-from hpc_refer.algorithms import ALGORITHMS
-from hpc_refer.algorithms.base import ReferTerms
+from hpc_refer.algorithms.kit.base import ReferTerms
+from hpc_refer.algorithms.registry import ALGORITHMS
 from hpc_refer.algorithms.vracer import VRacer
-from hpc_refer.learner import Learner, per_beta_at
-from hpc_refer.records import OPEN, TERMINATED, TRUNCATED, Chunk
-from hpc_refer.replay import HAS_ACTION, PriorityConfig, ReplayShard
+from hpc_refer.loop.learner import Learner, per_beta_at
+from hpc_refer.replay.shard import HAS_ACTION, PriorityConfig, ReplayShard
+from hpc_refer.report.records import OPEN, TERMINATED, TRUNCATED, Chunk
 
 
 def chunk(rng: np.random.Generator, n: int, end, source: int = 0) -> Chunk:

@@ -23,7 +23,7 @@ from pettingzoo import ParallelEnv
 from pettingzoo.test import parallel_api_test
 from pettingzoo.utils import parallel_to_aec
 
-from hpc_refer.config import ConfigError
+from hpc_refer.config.modes import ConfigError
 from hpc_refer.envs import PETTINGZOO_PREFIX, SolverSpec, env_dims, env_factory, is_pettingzoo
 from hpc_refer.envs.interface import SolverFault, Status
 from hpc_refer.envs.pettingzoo_env import PREFIX, PettingZooEnv
@@ -350,7 +350,7 @@ def test_a_pettingzoo_env_runs_on_one_rank():
 def test_a_parallel_env_trains_end_to_end_with_one_episode_per_agent(in_tmp):
     """``--env pettingzoo:...`` through the whole run: each agent's episodes in
     episodes.csv with its index, its length at most ``max_cycles``."""
-    from hpc_refer.run import main as run_main
+    from hpc_refer.run.main import main as run_main
 
     assert run_main(["--env", ID, "--env.n_agents", "2", "--env.max_cycles", "12",
                      "--steps", "600", "--replay.size", "1000", "--replay.learn-start", "200",

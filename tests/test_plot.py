@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from interval_records import interval_record
 
-from hpc_refer.config import Config
-from hpc_refer.plot import PAPER_WINDOW, auto_window, main, plot_runs, run_label
+from hpc_refer.config.resolve import Config
+from hpc_refer.report.curves import PAPER_WINDOW, auto_window, main, plot_runs, run_label
 
 
 def fake_run(path: Path, last_step: int, every: int = 200) -> Path:

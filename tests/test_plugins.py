@@ -50,10 +50,10 @@ def test_the_plugin_is_registered_and_offers_its_flags(tmp_path):
 SCHEDULE = """
 import numpy as np, torch
 import plugin_algorithm
-from hpc_refer.algorithms.base import ReferTerms
-from hpc_refer.config import build_config
-from hpc_refer.algorithms import make_algorithm
-from hpc_refer.learner import make_step
+from hpc_refer.algorithms.kit.base import ReferTerms
+from hpc_refer.config.resolve import build_config
+from hpc_refer.algorithms.registry import make_algorithm
+from hpc_refer.loop.learner import make_step
 from test_compiled_step import OBS, ACT, make_batch
 torch.set_num_threads(1)
 config = build_config({"run": {"plugins": ["plugin_algorithm"], "algorithm": "delayed_ac"},

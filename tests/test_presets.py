@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from hpc_refer.config import ConfigError, build_config, load_toml
-from hpc_refer.presets import PAPER_LEARN_START, PRESETS
-from hpc_refer.run import main, parse_args
+from hpc_refer.config.modes import ConfigError
+from hpc_refer.config.presets import PAPER_LEARN_START, PRESETS
+from hpc_refer.config.resolve import build_config, load_toml
+from hpc_refer.run.main import main, parse_args
 
 
 def test_expensive_is_sac_with_plain_er_learning_from_10k_steps() -> None:

@@ -17,21 +17,22 @@ from test_compiled_step import OBS, make_batch, pair, take_steps
 from test_history import chunks
 from test_restart import assert_resumes_straight
 
-from hpc_refer.actor import Actor
-from hpc_refer.agents_actor import actor_for
-from hpc_refer.algorithms import algorithm_class
-from hpc_refer.algorithms.base import ReferTerms
-from hpc_refer.algorithms.recurrent import RecurrentCell, RecurrentPolicyValueNet
-from hpc_refer.collectives import SerialReducer
-from hpc_refer.config import ActionBounds, Cell, ConfigError, build_config
+from hpc_refer.algorithms.kit.base import ReferTerms
+from hpc_refer.algorithms.kit.collectives import SerialReducer
+from hpc_refer.algorithms.kit.recurrent import RecurrentCell, RecurrentPolicyValueNet
+from hpc_refer.algorithms.registry import algorithm_class
+from hpc_refer.config.modes import ActionBounds, Cell, ConfigError
+from hpc_refer.config.resolve import build_config
 from hpc_refer.envs import SolverSpec, make_driver
 from hpc_refer.evaluate import main as evaluate_main
-from hpc_refer.learner import Learner
-from hpc_refer.records import Chunk, ChunkEnd
-from hpc_refer.replay import ReplayShard
-from hpc_refer.replay_kernels import HAS_ACTION, TERMINAL
-from hpc_refer.replay_sequences import follow
-from hpc_refer.training import make_actor, make_learner
+from hpc_refer.loop.actor import Actor
+from hpc_refer.loop.agents_actor import actor_for
+from hpc_refer.loop.learner import Learner
+from hpc_refer.replay.kernels import HAS_ACTION, TERMINAL
+from hpc_refer.replay.sequences import follow
+from hpc_refer.replay.shard import ReplayShard
+from hpc_refer.report.records import Chunk, ChunkEnd
+from hpc_refer.run.roles import make_actor, make_learner
 
 # --- the cell --------------------------------------------------------------------------
 

@@ -8,10 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from hpc_refer.config import ReferConfig, ReferMode
-from hpc_refer.near import NearBounds, is_far
-from hpc_refer.records import TRUNCATED, Chunk
-from hpc_refer.refer import (
+from hpc_refer.algorithms.kit.refer import (
     ReferState,
     beta_update,
     c_max_at,
@@ -20,7 +17,11 @@ from hpc_refer.refer import (
     near_policy,
     refer_loss,
 )
-from hpc_refer.replay import ReplayShard
+from hpc_refer.config.modes import ReferMode
+from hpc_refer.config.tables import ReferConfig
+from hpc_refer.replay.near import NearBounds, is_far
+from hpc_refer.replay.shard import ReplayShard
+from hpc_refer.report.records import TRUNCATED, Chunk
 
 
 def test_near_policy_is_strict_interval():

@@ -1,7 +1,7 @@
 """The compiled replay paths against a straightforward numpy reference.
 
 ``sample_rows``, ``batch``, ``bootstrap_rows``, ``refresh``, ``recompute_vtbc`` and
-``scaling_sums`` of :class:`~hpc_refer.replay.ReplayShard` run as numba kernels that fuse
+``scaling_sums`` of :class:`~hpc_refer.replay.shard.ReplayShard` run as numba kernels that fuse
 several numpy steps (deduplication, value and rho stores, the far-policy count, the
 newest-first order, eq. 8; the scaling sums in one pass).
 :class:`NumpyShard` below does the same maths one numpy operation at a time, with eq. 8 as a
@@ -40,9 +40,16 @@ from test_replay_properties import (
 )
 from tolerances import F32, F64
 
-from hpc_refer.records import Chunk
-from hpc_refer.replay import HAS_ACTION, TERMINAL, Batch, PriorityConfig, ReplayShard, ScalingSums
-from hpc_refer.replay_kernels import ATOL, RTOL
+from hpc_refer.replay.kernels import ATOL, RTOL
+from hpc_refer.replay.shard import (
+    HAS_ACTION,
+    TERMINAL,
+    Batch,
+    PriorityConfig,
+    ReplayShard,
+    ScalingSums,
+)
+from hpc_refer.report.records import Chunk
 
 
 class NumpyShard(ReplayShard):

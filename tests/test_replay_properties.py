@@ -26,10 +26,10 @@ import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from hpc_refer.config import Forget
-from hpc_refer.records import OPEN, TERMINATED, TRUNCATED, Chunk
-from hpc_refer.replay import HAS_ACTION, IN_USE, TERMINAL, ReplayShard
-from hpc_refer.replay_kernels import ATOL, RTOL
+from hpc_refer.config.modes import Forget
+from hpc_refer.replay.kernels import ATOL, RTOL
+from hpc_refer.replay.shard import HAS_ACTION, IN_USE, TERMINAL, ReplayShard
+from hpc_refer.report.records import OPEN, TERMINATED, TRUNCATED, Chunk
 
 SOURCES = 3
 MAX_ACTIONS = 6

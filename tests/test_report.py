@@ -17,14 +17,14 @@ from interval_records import interval_record
 from output_lines import one_error_line
 
 from hpc_refer.algorithms.ddpg import DDPG
-from hpc_refer.config import build_config
+from hpc_refer.config.resolve import build_config
 from hpc_refer.envs import TeamDriver
 from hpc_refer.envs.ks import HORIZON, KuramotoSivashinsky, N
-from hpc_refer.metrics import RunDirectory, machine_info
-from hpc_refer.records import LoggedEpisode
-from hpc_refer.report import Run, main, render, write_run_report
-from hpc_refer.schema import RHO_EDGES
-from hpc_refer.series import StepSeries
+from hpc_refer.report.build import Run, main, render, write_run_report
+from hpc_refer.report.metrics import RunDirectory, machine_info
+from hpc_refer.report.records import LoggedEpisode
+from hpc_refer.report.schema import RHO_EDGES
+from hpc_refer.report.series import StepSeries
 
 SECTIONS = ("Runs", "Learning curve", "ReF-ER", "Importance weights rho", "Losses",
             "Throughput", "Solver faults", "Episode metrics", "Per-step series", "Flow fields",
@@ -62,7 +62,7 @@ def fake_run(path: Path, seed: int, *, steps: int = 4000, faults: int = 0,
             learner_busy=0.9, beta=step / steps, c_max=5 - step / steps, far_fraction=0.05,
             solver_faults=faults * step // steps, rho_hist=tuple(hist.tolist()),
             stats={"loss_pi": 1.0 / step, "loss_v": 2.0 / step, "kl": 0.01}))
-    logging.getLogger("hpc_refer.actor").warning(
+    logging.getLogger("hpc_refer.loop.actor").warning(
         "env 0 (KuramotoSivashinsky) fault: step: state has shape (7,), expected (8,)")
     run.record_machine(machine_info(3, 1, 2, 1, 1))
     run.set_state("finished")

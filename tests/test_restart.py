@@ -25,8 +25,8 @@ from output_lines import one_error_line
 
 from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.evaluate import main as evaluate_main
-from hpc_refer.plot import plot_runs
-from hpc_refer.run import main as run_main
+from hpc_refer.report.curves import plot_runs
+from hpc_refer.run.main import main as run_main
 
 pytestmark = pytest.mark.mpi_skip
 

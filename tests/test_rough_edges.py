@@ -11,10 +11,11 @@ from mpi_launch import run_snippet
 from output_lines import one_error_line
 
 from hpc_refer.algorithms.vracer import VRacer
-from hpc_refer.config import ConfigError, build_config, load_toml
-from hpc_refer.run import main as run_main
-from hpc_refer.run import parse_args
-from hpc_refer.schema import IntervalRecord
+from hpc_refer.config.modes import ConfigError
+from hpc_refer.config.resolve import build_config, load_toml
+from hpc_refer.report.schema import IntervalRecord
+from hpc_refer.run.main import main as run_main
+from hpc_refer.run.main import parse_args
 
 # --- 1. one rule for integer and float values, from TOML and from flags ---------------------
 
@@ -113,7 +114,7 @@ def test_replay_larger_than_memory_is_one_line_and_writes_nothing(in_tmp, capsys
 
 
 def test_replay_memory_estimate_names_the_sizes(in_tmp, capsys, monkeypatch):
-    import hpc_refer.run as run_module
+    import hpc_refer.run.main as run_module
 
     # Pendulum: obs 3, act 1: 4*3 + 12*1 + 33 + 8 (the int64 episode id) = 65 bytes per state
     monkeypatch.setattr(run_module, "available_memory", lambda: 2**30)
@@ -155,8 +156,8 @@ def _record(step: int, grad: int, rate: float) -> IntervalRecord:
 
 
 def test_eta_uses_the_speed_since_training_started(tmp_path, run_clock):
-    from hpc_refer.config import Config
-    from hpc_refer.metrics import RunDirectory
+    from hpc_refer.config.resolve import Config
+    from hpc_refer.report.metrics import RunDirectory
 
     run = RunDirectory(tmp_path / "r", Config())
     now = [10.0]

@@ -11,8 +11,8 @@ import tomllib
 import numpy as np
 
 from hpc_refer.algorithms.vracer import VRacer
-from hpc_refer.plot import main as plot_main
-from hpc_refer.run import main as run_main
+from hpc_refer.report.curves import main as plot_main
+from hpc_refer.run.main import main as run_main
 
 SMALL = ["--replay.size", "600", "--replay.learn-start", "300", f"--{VRacer.name}.batch", "32",
          f"--{VRacer.name}.hidden", "16,16", "--log-every", "200"]
@@ -71,7 +71,7 @@ def test_plot_command_draws_mean_and_band(in_tmp):
     out = in_tmp / "curves.png"
     assert plot_main([*map(str, runs), "--out", str(out), "--window", "200"]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    from hpc_refer.plot import plot_runs, windowed_returns
+    from hpc_refer.report.curves import plot_runs, windowed_returns
 
     summary = plot_runs(runs, in_tmp / "again.png", window=400)
     (label, curve), = summary.items()

@@ -20,9 +20,10 @@ import pytest
 from mpi_launch import mpi_env, mpirun_exe
 from run_envs import SECONDS_PER_STEP, Ticking, ticking_time
 
-from hpc_refer import checkpoint
 from hpc_refer.algorithms.vracer import VRacer
-from hpc_refer.records import (
+from hpc_refer.loop import checkpoint
+from hpc_refer.report.build import Run, _rank_rates
+from hpc_refer.report.records import (
     TRUNCATED,
     Chunk,
     ChunkHeader,
@@ -33,8 +34,7 @@ from hpc_refer.records import (
     pack_episodes,
     unpack_episodes,
 )
-from hpc_refer.report import Run, _rank_rates
-from hpc_refer.run import main as run_main
+from hpc_refer.run.main import main as run_main
 
 pytestmark = pytest.mark.mpi_skip
 

@@ -20,7 +20,7 @@ from mpi_launch import HERE, mpi_env, mpirun_exe
 from output_lines import one_error_line, one_line_with
 
 from hpc_refer.algorithms.vracer import VRacer
-from hpc_refer.run import main as run_main
+from hpc_refer.run.main import main as run_main
 
 pytestmark = pytest.mark.mpi_skip
 

@@ -23,15 +23,15 @@ import pytest
 from output_lines import one_error_line
 
 from hpc_refer.algorithms.vracer import VRacer
-from hpc_refer.report import main as report_main
-from hpc_refer.run import main as run_main
-from hpc_refer.run_lock import Holder, RunLock, RunLockedError, _start_time, inspect
+from hpc_refer.report.build import main as report_main
+from hpc_refer.report.lock import Holder, RunLock, RunLockedError, _start_time, inspect
+from hpc_refer.run.main import main as run_main
 
 pytestmark = pytest.mark.mpi_skip
 
 SMALL = ["--replay.size", "2000", "--replay.learn-start", "300", f"--{VRacer.name}.batch", "32",
          f"--{VRacer.name}.hidden", "16,16", "--log-every", "200", "--chunk-len", "100"]
-HOLD = ("import sys\nfrom pathlib import Path\nfrom hpc_refer.run_lock import RunLock\n"
+HOLD = ("import sys\nfrom pathlib import Path\nfrom hpc_refer.report.lock import RunLock\n"
         "lock = RunLock.acquire(Path(sys.argv[1]))\nprint('held', flush=True)\n"
         "sys.stdin.read()\n")
 """A second process: hold the lock of RUN_DIR (argv[1]) until its standard input closes."""

@@ -17,7 +17,7 @@ from mpi_launch import HERE, mpi_env, mpirun_exe
 from output_lines import lines_with
 
 from hpc_refer.algorithms.vracer import VRacer
-from hpc_refer.run import main as run_main
+from hpc_refer.run.main import main as run_main
 
 pytestmark = pytest.mark.mpi_skip
 
@@ -30,8 +30,8 @@ precede or follow one on the same line: tests/output_lines.py)."""
 
 SCALED_WATCHDOG = """\
 import sys
-from hpc_refer import supervision
-from hpc_refer.run import main
+from hpc_refer.envs import supervision
+from hpc_refer.run.main import main
 supervision.MARGIN = 0.5  # the watchdog's 5 s, scaled tenfold down as the solver's times are
 sys.exit(main(sys.argv[1:]))
 """

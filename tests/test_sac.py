@@ -14,20 +14,22 @@ import torch
 from torch.distributions import Normal, TransformedDistribution
 from torch.distributions.transforms import TanhTransform
 
-from hpc_refer.algorithms import ALGORITHMS, make_algorithm
-from hpc_refer.algorithms.base import ReferTerms, TensorBatch
+from hpc_refer.algorithms.kit.base import ReferTerms, TensorBatch
+from hpc_refer.algorithms.kit.networks import flat_state, gaussian_log_prob
+from hpc_refer.algorithms.kit.step import EagerStep
+from hpc_refer.algorithms.registry import ALGORITHMS, make_algorithm
 from hpc_refer.algorithms.sac import (
     SAC,
-    SACConfig,
     actor_loss,
     critic_target,
     squashed_log_prob,
     temperature_loss,
 )
-from hpc_refer.algorithms.step import EagerStep
-from hpc_refer.config import ActionBounds, ReferConfig, build_config
-from hpc_refer.networks import flat_state, gaussian_log_prob
-from hpc_refer.replay import Batch
+from hpc_refer.algorithms.tables.sac import SACConfig
+from hpc_refer.config.modes import ActionBounds
+from hpc_refer.config.resolve import build_config
+from hpc_refer.config.tables import ReferConfig
+from hpc_refer.replay.shard import Batch
 
 OBS, ACT = 4, 2
 
@@ -178,7 +180,7 @@ def test_the_compiled_step_draws_the_eager_steps_noise():
     generator inside the graph, ``fallback_random``) moves the weights as the eager one."""
     cfg = build_config({"run": {"algorithm": SAC.name}, SAC.name: {"hidden": [16, 16],
                                                                   "batch": 8}})
-    from hpc_refer.learner import make_step
+    from hpc_refer.loop.learner import make_step
 
     pair = []
     for compiled in (False, True):
@@ -201,7 +203,7 @@ def test_the_compiled_step_draws_the_eager_steps_noise():
 def test_sac_learns_pendulum(in_tmp):
     """Plain SAC (refer.mode er) on Pendulum-v1: 6,000 steps lift the return from about
     -1,200 (random) above -700 (the swing-up found: the last episodes' mean)."""
-    from hpc_refer.run import main
+    from hpc_refer.run.main import main
 
     args = ["--algorithm", SAC.name, "--env", "Pendulum-v1", "--steps", "6000", "--seed", "0",
             "--refer.mode", "er", f"--{SAC.name}.hidden", "64,64", "--replay.size", "10000",
@@ -220,7 +222,7 @@ def test_the_actor_stores_the_pre_squash_sample_and_acts_with_its_tanh(monkeypat
     samples u (unbounded: some beyond [-1, 1] at the initial sigma of about 1), Pendulum got
     2 tanh(u) (its box is [-2, 2])."""
     from hpc_refer.envs import SolverSpec, make_driver
-    from hpc_refer.training import make_actor
+    from hpc_refer.run.roles import make_actor
 
     cfg = build_config({"run": {"algorithm": SAC.name, "action_bounds": "clip",
                                 "chunk_len": 50}, SAC.name: {"hidden": [8]}})
@@ -240,7 +242,7 @@ def test_the_actor_stores_the_pre_squash_sample_and_acts_with_its_tanh(monkeypat
 
 def test_config_bounds_tau_and_alpha_init_with_exact_messages():
     """tau in (0, 1] and alpha_init > 0, each error naming its key, value and allowed range."""
-    from hpc_refer.config import ConfigError
+    from hpc_refer.config.modes import ConfigError
 
     assert SACConfig(tau=1.0).tau == 1.0 and SACConfig(alpha_init=1e-3).alpha_init == 1e-3
     for tau in (0.0, 1.5):
@@ -391,9 +393,8 @@ def test_relu_networks_in_torch_numpy_the_policy_file_and_the_config(tmp_path):
     policy file rebuilds the ReLU actor; any other name is refused naming the allowed."""
     from torch import nn
 
-    from hpc_refer.config import ConfigError
-    from hpc_refer.networks import Activation
-    from hpc_refer.policy_file import load_policy, save_policy
+    from hpc_refer.config.modes import Activation, ConfigError
+    from hpc_refer.loop.policy_file import load_policy, save_policy
 
     algo = make_sac(activation="relu")
     for module in (algo.actor, algo.critic1, algo.target2):

@@ -83,7 +83,7 @@ def test_the_expensive_preset_is_the_benchmarks_sac_er_relu_agent():
     resolve to the same config (but for the preset's name)."""
     import dataclasses
 
-    from hpc_refer.run import parse_args
+    from hpc_refer.run.main import parse_args
 
     agent = parse_args(se.HPC_AGENTS["sac-er-relu"])
     preset = parse_args(["--preset", "expensive"])

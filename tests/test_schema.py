@@ -14,26 +14,27 @@ import pytest
 from mpi_launch import run_snippet
 from output_lines import one_line_with
 
-from hpc_refer.schema import RHO_EDGES, TRAIN_FILE, IntervalRecord, read_intervals
+from hpc_refer.report.schema import RHO_EDGES, TRAIN_FILE, IntervalRecord, read_intervals
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
-HEAVY = ("torch", "numba", "mpi4py", "hpc_refer.learner", "hpc_refer.algorithms")
+HEAVY = ("torch", "numba", "mpi4py", "hpc_refer.loop.learner", "hpc_refer.algorithms")
 """What the report and the plot must not import: the learning stack and MPI."""
 
 
 def test_report_and_plot_import_neither_torch_nor_numba():
     out = run_snippet("import sys\n"
-                      "import hpc_refer.plot, hpc_refer.report, hpc_refer.schema\n"
+                      "import hpc_refer.report.curves, hpc_refer.report, hpc_refer.report.schema\n"
                       f"print('loaded:', sorted(m for m in {HEAVY!r} if m in sys.modules))\n")
     assert one_line_with(out, "loaded: ") == "loaded: []", out
 
 
 def test_the_run_directory_imports_neither_the_environments_nor_the_report():
     """Its creator hands RunDirectory the episode metric names and the report writer."""
-    above = ("hpc_refer.envs", "hpc_refer.report", "hpc_refer.plot", "matplotlib", *HEAVY)
+    above = ("hpc_refer.envs", "hpc_refer.report.build", "hpc_refer.report.curves", "matplotlib",
+             *HEAVY)
     out = run_snippet("import sys\n"
-                      "import hpc_refer.metrics\n"
+                      "import hpc_refer.report.metrics\n"
                       f"print('loaded:', sorted(m for m in {above!r} if m in sys.modules))\n")
     assert one_line_with(out, "loaded: ") == "loaded: []", out
 

@@ -19,10 +19,12 @@ from mpi_launch import mpi_env, mpirun_exe
 
 import hpc_refer.envs.cylinder_jets as cj
 from hpc_refer.algorithms.vracer import VRacer
-from hpc_refer.config import ConfigError, RunConfig, build_config
+from hpc_refer.config.modes import ConfigError
+from hpc_refer.config.resolve import build_config
+from hpc_refer.config.tables import RunConfig
 from hpc_refer.evaluate import main as evaluate_main
-from hpc_refer.report import write_report
-from hpc_refer.run import main as run_main
+from hpc_refer.report.build import write_report
+from hpc_refer.run.main import main as run_main
 
 N = 20
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -16,13 +16,14 @@ from mpi_launch import HERE, mpi_env, mpirun_exe, run_snippet
 from output_lines import one_error_line
 
 from hpc_refer.algorithms.vracer import VRacer
-from hpc_refer.config import ConfigError, build_config
+from hpc_refer.config.layout import SeedRole, role_seed
+from hpc_refer.config.modes import ConfigError
+from hpc_refer.config.resolve import build_config
 from hpc_refer.envs import SolverSpec, TeamDriver, env_dims, make_driver, solver_params
 from hpc_refer.envs.diffusion import HORIZON
-from hpc_refer.layout import SeedRole, role_seed
-from hpc_refer.run import main as run_main
-from hpc_refer.run import parse_args
-from hpc_refer.series import read_series
+from hpc_refer.report.series import read_series
+from hpc_refer.run.main import main as run_main
+from hpc_refer.run.main import parse_args
 
 SHORT = ["--steps", "300", "--replay.learn-start", "200", f"--{VRacer.name}.batch", "64",
          f"--{VRacer.name}.hidden", "16,16", "--log-every", "100"]

@@ -13,8 +13,8 @@ import pytest
 from mpi_launch import mpi_env, mpirun_exe
 
 from hpc_refer.algorithms.vracer import VRacer
-from hpc_refer.learner_loop import grant_steps
-from hpc_refer.schema import log_messages
+from hpc_refer.loop.learner_loop import grant_steps
+from hpc_refer.report.schema import log_messages
 
 pytestmark = pytest.mark.mpi_skip
 

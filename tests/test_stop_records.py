@@ -17,11 +17,11 @@ import pytest
 from mpi_launch import mpi_env, mpirun_exe
 
 from hpc_refer.algorithms.vracer import VRacer
-from hpc_refer.config import Config
-from hpc_refer.metrics import RunDirectory, record_stop
-from hpc_refer.run import main as run_main
-from hpc_refer.run import restart_flags, resume_command
-from hpc_refer.schema import LOG_LINE, RunState, read_state
+from hpc_refer.config.resolve import Config
+from hpc_refer.report.metrics import RunDirectory, record_stop
+from hpc_refer.report.schema import LOG_LINE, RunState, read_state
+from hpc_refer.run.main import main as run_main
+from hpc_refer.run.main import restart_flags, resume_command
 
 pytestmark = pytest.mark.mpi_skip
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpc_refer.sumtree import SumTree
+from hpc_refer.replay.sumtree import SumTree
 
 PRIORITY = st.one_of(
     st.just(0.0),

@@ -14,9 +14,9 @@ from types import SimpleNamespace
 import pytest
 from log_records import own_records
 
-from hpc_refer import supervision
+from hpc_refer.envs import supervision
 from hpc_refer.envs.driver import Busy
-from hpc_refer.supervision import MARGIN, Watchdog, end_stuck_process
+from hpc_refer.envs.supervision import MARGIN, Watchdog, end_stuck_process
 
 
 class Calls:

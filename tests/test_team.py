@@ -10,7 +10,7 @@ import pytest
 def test_slab_exchange_pairs_each_rank_with_its_neighbours():
     from mpi4py import MPI
 
-    from hpc_refer.parallel import MpiTeam
+    from hpc_refer.parallel.world import MpiTeam
 
     team = MpiTeam(MPI.COMM_WORLD)
     shape = (3, 5)

@@ -10,7 +10,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from hpc_refer.algorithms.vracer import VRacer
-from hpc_refer.run import main as run_main
+from hpc_refer.run.main import main as run_main
 
 pytestmark = pytest.mark.mpi_skip
 

@@ -9,14 +9,17 @@ import numpy as np
 import pytest
 import torch
 
-from hpc_refer.algorithms.base import ReferTerms
-from hpc_refer.algorithms.vracer import VRacer, VRacerConfig, policy_loss, value_loss
-from hpc_refer.config import KLDirection, ReferConfig, ReplayConfig, build_config
-from hpc_refer.learner import Learner
-from hpc_refer.networks import Softsign, gaussian_kl, gaussian_log_prob
-from hpc_refer.records import TERMINATED, TRUNCATED, Chunk
-from hpc_refer.refer import importance_ratio, kl_penalty
-from hpc_refer.replay import Batch
+from hpc_refer.algorithms.kit.base import ReferTerms
+from hpc_refer.algorithms.kit.networks import Softsign, gaussian_kl, gaussian_log_prob
+from hpc_refer.algorithms.kit.refer import importance_ratio, kl_penalty
+from hpc_refer.algorithms.tables.vracer import VRacerConfig
+from hpc_refer.algorithms.vracer import VRacer, policy_loss, value_loss
+from hpc_refer.config.modes import KLDirection
+from hpc_refer.config.resolve import build_config
+from hpc_refer.config.tables import ReferConfig, ReplayConfig
+from hpc_refer.loop.learner import Learner
+from hpc_refer.replay.shard import Batch
+from hpc_refer.report.records import TERMINATED, TRUNCATED, Chunk
 
 torch.set_default_dtype(torch.float32)
 

@@ -1,28 +1,9 @@
 """The off-policy algorithms: plug-ins behind one contract
-(:class:`~hpc_refer.algorithms.base.Algorithm`), each in its own module, registered by name
-(:mod:`hpc_refer.algorithms.registry`); ``run.algorithm`` picks one.
+(:class:`~hpc_refer.algorithms.kit.base.Algorithm`), each in its own module with its table in
+:mod:`hpc_refer.algorithms.tables`, registered by name (:mod:`hpc_refer.algorithms.registry`);
+``run.algorithm`` picks one.
 
-Importing this package imports every module in it, so each algorithm module registers
-itself; algorithms of other packages register when ``run.plugins`` imports their modules.
+Importing this package imports nothing else: the tables are registered when a config is
+resolved (light modules), and an algorithm's module, with torch, when the algorithm is first
+asked for (:func:`~hpc_refer.algorithms.registry.algorithm_class`).
 """
-
-from __future__ import annotations
-
-import importlib
-import pkgutil
-
-from hpc_refer.algorithms.base import Algorithm
-from hpc_refer.algorithms.registry import ALGORITHMS, algorithm_class, register
-from hpc_refer.config import Config
-
-for _module in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_module.name}")
-
-
-def make_algorithm(config: Config, obs_dim: int, act_dim: int, seed: int) -> Algorithm:
-    """The algorithm ``config.run.algorithm`` with its table, networks seeded by ``seed``."""
-    cls = algorithm_class(config.run.algorithm)
-    return cls(obs_dim, act_dim, config.algorithm, config.refer, seed)
-
-
-__all__ = ["ALGORITHMS", "Algorithm", "algorithm_class", "make_algorithm", "register"]

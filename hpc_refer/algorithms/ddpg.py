@@ -17,13 +17,13 @@ and with ReF-ER (rho_k = pi_w(a_k|s_k) / mu_k(a_k|s_k), near iff 1/c_max < rho_k
     Rule 2: the actor follows beta g_DPG - (1 - beta) g_D, g_D = grad_w E_k[KL_k] (eqs. 10-11);
             the critic's gradient is not scaled by beta.
 
-So the minibatch loss is :func:`hpc_refer.refer.refer_loss` over (L_mu, KL) plus
+So the minibatch loss is :func:`hpc_refer.algorithms.kit.refer.refer_loss` over (L_mu, KL) plus
 1/B sum_k keep_k w_k L_Q,k, keep_k = 1[k near] under Rule 1 (else 1), w_k the PER weight.
 Without ReF-ER (``refer.mode er``) it is plain DDPG with experience replay (whose actors may
-then use Ornstein-Uhlenbeck noise, see :mod:`hpc_refer.actor`).
+then use Ornstein-Uhlenbeck noise, see :mod:`hpc_refer.loop.actor`).
 
 With ``ddpg.cell = gru | lstm`` the actor carries a recurrent cell
-(:mod:`hpc_refer.algorithms.recurrent`): the minibatch is sequences of W = ``ddpg.bptt`` steps
+(:mod:`hpc_refer.algorithms.kit.recurrent`): the minibatch is sequences of W = ``ddpg.bptt`` steps
 unrolled from their stored carries, the critic reads [s_k, h_k] (h_k the actor's cell output,
 trained by the critic's regression, detached in L_mu), and m_target(s_{k+1}) with h'_{k+1} is
 one step of the target actor's cell from the carry after step k.
@@ -33,28 +33,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from hpc_refer.algorithms.base import Algorithm, Losses, TensorBatch, adam
-from hpc_refer.algorithms.recurrent import RecurrentTrunk
-from hpc_refer.algorithms.registry import register
-from hpc_refer.algorithms.shared import detached_critic, polyak_, squared_td_loss, td_target
-from hpc_refer.config import (
-    AlgorithmConfig,
-    Exploration,
-    RecurrentConfig,
-    ReferConfig,
-    choices,
-    enum_field,
-    option,
-    require,
-)
-from hpc_refer.near import NearBounds
-from hpc_refer.networks import (
+from hpc_refer.algorithms.kit.base import Algorithm, Losses, TensorBatch, adam
+from hpc_refer.algorithms.kit.networks import (
     BehaviourPolicy,
     Normalizer,
     NumpyMLP,
@@ -63,36 +48,19 @@ from hpc_refer.networks import (
     mlp,
     small_output_,
 )
-from hpc_refer.refer import importance_ratio, kl_penalty, near_policy, refer_loss, rule1_mask
-
-
-@dataclass(frozen=True)
-class DDPGConfig(RecurrentConfig):
-    """DDPG (Lillicrap et al. 2016) with ReF-ER: the paper-era settings (spec, section DDPG)."""
-
-    section: ClassVar[str] = "ddpg"
-    lr: float = option(1e-5, "actor Adam learning rate (the critic's is critic_lr_factor x it)")
-    batch: int = option(128, "minibatch size B (global over all learners)")
-    replay_size: int = option(2**19, "the algorithm's replay capacity N (replay.size 0 uses it)")
-    critic_lr_factor: float = option(10.0, "critic learning rate / actor learning rate")
-    critic_l2: float = option(1e-4, "L2 weight decay of the critic")
-    tau: float = option(0.01, "Polyak rate of the target networks: w' <- (1 - tau) w' + tau w")
-    sigma: float = option(0.2, "std of the Gaussian behaviour policy N(m(s), sigma^2)")
-    exploration: Exploration = option(
-        Exploration.GAUSSIAN,
-        "behaviour noise: gaussian (stored as mu, needed by ReF-ER) or ou (Ornstein-Uhlenbeck, "
-        "theta 0.15, plain ER only)",
-        choices(Exploration),
-    )
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        enum_field(self, "exploration", Exploration)
-        require(self.critic_lr_factor > 0, "ddpg.critic_lr_factor", self.critic_lr_factor,
-                 "values > 0")
-        require(self.critic_l2 >= 0, "ddpg.critic_l2", self.critic_l2, "values >= 0")
-        require(0 < self.tau <= 1, "ddpg.tau", self.tau, "0 < tau <= 1")
-        require(self.sigma > 0, "ddpg.sigma", self.sigma, "values > 0")
+from hpc_refer.algorithms.kit.recurrent import RecurrentTrunk
+from hpc_refer.algorithms.kit.refer import (
+    importance_ratio,
+    kl_penalty,
+    near_policy,
+    refer_loss,
+    rule1_mask,
+)
+from hpc_refer.algorithms.kit.shared import detached_critic, polyak_, squared_td_loss, td_target
+from hpc_refer.algorithms.registry import register
+from hpc_refer.algorithms.tables.ddpg import DDPGConfig
+from hpc_refer.config.tables import AlgorithmConfig, ReferConfig
+from hpc_refer.replay.near import NearBounds
 
 
 def actor_loss(q_pi: torch.Tensor) -> torch.Tensor:
@@ -139,7 +107,7 @@ class DeterministicActor(BehaviourPolicy):
 
 class RecurrentDeterministicActor(BehaviourPolicy):
     """The deterministic actor with a recurrent cell: rows [s, c] -> m_w = tanh(outputs) of
-    a :class:`~hpc_refer.algorithms.recurrent.RecurrentTrunk`, behaviour N(m_w, sigma^2 I);
+    a :class:`~hpc_refer.algorithms.kit.recurrent.RecurrentTrunk`, behaviour N(m_w, sigma^2 I);
     the critic reads the cell's output h_t beside s_t (:meth:`DDPG.inputs`)."""
 
     sigma: torch.Tensor
@@ -243,7 +211,7 @@ class DDPG(Algorithm):
     def inputs(self, batch: TensorBatch) -> Inputs:
         """The actor's mean and the critics' inputs of a minibatch: s_k and s_{k+1}
         themselves for a feed-forward actor; with a cell, sequences of W steps unrolled from
-        their stored carries (:mod:`hpc_refer.algorithms.recurrent`), the critic reading
+        their stored carries (:mod:`hpc_refer.algorithms.kit.recurrent`), the critic reading
         [s, h_t] (h_t with its gradient: the critic's regression trains the cell too; the
         actor's loss reads it detached), the target actor's cell one step from the carry
         after step t giving m_target(s_{k+1}) and h'_{t+1}."""

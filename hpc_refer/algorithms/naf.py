@@ -24,18 +24,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 import torch
 
-from hpc_refer.algorithms.base import Algorithm, Losses, TensorBatch, adam
-from hpc_refer.algorithms.registry import register
-from hpc_refer.algorithms.shared import polyak_, squared_td_loss, td_target
-from hpc_refer.config import AlgorithmConfig, ReferConfig, option, require
-from hpc_refer.near import NearBounds
-from hpc_refer.networks import (
+from hpc_refer.algorithms.kit.base import Algorithm, Losses, TensorBatch, adam
+from hpc_refer.algorithms.kit.networks import (
     BehaviourPolicy,
     Normalizer,
     NumpyMLP,
@@ -43,22 +37,12 @@ from hpc_refer.networks import (
     mlp,
     small_output_,
 )
-from hpc_refer.refer import importance_ratio, kl_penalty, near_policy, rule1_mask
-
-
-@dataclass(frozen=True)
-class NAFConfig(AlgorithmConfig):
-    """NAF (Gu et al. 2016) with ReF-ER: the paper-era settings (spec, section NAF)."""
-
-    section: ClassVar[str] = "naf"
-    replay_size: int = option(2**19, "the algorithm's replay capacity N (replay.size 0 uses it)")
-    tau: float = option(0.01, "Polyak rate of the target network: w' <- (1 - tau) w' + tau w")
-    sigma: float = option(0.2, "std of the Gaussian behaviour policy N(m(s), sigma^2)")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        require(0 < self.tau <= 1, "naf.tau", self.tau, "0 < tau <= 1")
-        require(self.sigma > 0, "naf.sigma", self.sigma, "values > 0")
+from hpc_refer.algorithms.kit.refer import importance_ratio, kl_penalty, near_policy, rule1_mask
+from hpc_refer.algorithms.kit.shared import polyak_, squared_td_loss, td_target
+from hpc_refer.algorithms.registry import register
+from hpc_refer.algorithms.tables.naf import NAFConfig
+from hpc_refer.config.tables import AlgorithmConfig, ReferConfig
+from hpc_refer.replay.near import NearBounds
 
 
 def lower_triangular(entries: torch.Tensor, act_dim: int) -> torch.Tensor:

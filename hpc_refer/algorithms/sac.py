@@ -23,13 +23,13 @@ sec. 5). Per sample k, with fresh samples u' ~ pi(.|s_{k+1}), u~ = m_w + sigma_w
 
 ReF-ER: Rule 1 removes far-policy samples' gradient from the actor's and the critics' terms
 (their mask keep_k), Rule 2 weights the actor's by beta and adds (1 - beta) KL_k
-(:func:`hpc_refer.refer.refer_loss`); the critics' regression is not weighted by beta (as
-DDPG's), nor is the temperature's dual step. ``refer.mode = er`` is plain SAC. The noise eps
-comes from torch's generator inside the loss (checkpointed with the learner; the compiled step
+(:func:`hpc_refer.algorithms.kit.refer.refer_loss`); the critics' regression is not weighted by
+beta (as DDPG's), nor is the temperature's dual step. ``refer.mode = er`` is plain SAC. The noise
+eps comes from torch's generator inside the loss (checkpointed with the learner; the compiled step
 draws it the eager way, so both steps see the same numbers).
 
 With ``sac.cell = gru | lstm`` the actor carries a recurrent cell
-(:mod:`hpc_refer.algorithms.recurrent`): the minibatch is sequences of W = ``sac.bptt`` steps
+(:mod:`hpc_refer.algorithms.kit.recurrent`): the minibatch is sequences of W = ``sac.bptt`` steps
 unrolled from their stored carries, the critics read [s_k, h_k] (h_k the actor's cell output,
 trained by the critics' regression, detached in L_pi) and s_{k+1}'s Gaussian and h_{k+1} are one
 cell step from the carry after step k.
@@ -40,29 +40,14 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import torch
 from torch import nn
 
-from hpc_refer.algorithms.base import Algorithm, Losses, TensorBatch, adam
-from hpc_refer.algorithms.recurrent import RecurrentTrunk
-from hpc_refer.algorithms.registry import register
-from hpc_refer.algorithms.shared import detached_critic, polyak_, squared_td_loss, td_target
-from hpc_refer.config import (
-    AlgorithmConfig,
-    RecurrentConfig,
-    ReferConfig,
-    choices,
-    enum_field,
-    option,
-    require,
-)
-from hpc_refer.near import NearBounds
-from hpc_refer.networks import (
-    Activation,
+from hpc_refer.algorithms.kit.base import Algorithm, Losses, TensorBatch, adam
+from hpc_refer.algorithms.kit.networks import (
     BehaviourPolicy,
     Normalizer,
     NumpyMLP,
@@ -71,38 +56,23 @@ from hpc_refer.networks import (
     mlp,
     small_output_,
 )
-from hpc_refer.refer import importance_ratio, kl_penalty, near_policy, refer_loss, rule1_mask
+from hpc_refer.algorithms.kit.recurrent import RecurrentTrunk
+from hpc_refer.algorithms.kit.refer import (
+    importance_ratio,
+    kl_penalty,
+    near_policy,
+    refer_loss,
+    rule1_mask,
+)
+from hpc_refer.algorithms.kit.shared import detached_critic, polyak_, squared_td_loss, td_target
+from hpc_refer.algorithms.registry import register
+from hpc_refer.algorithms.tables.sac import SACConfig
+from hpc_refer.config.modes import Activation
+from hpc_refer.config.tables import AlgorithmConfig, ReferConfig
+from hpc_refer.replay.near import NearBounds
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 """The clip of log sigma_w(s) (as Haarnoja et al.'s code)."""
-
-
-@dataclass(frozen=True)
-class SACConfig(RecurrentConfig):
-    """SAC with ReF-ER (Haarnoja et al. 2018b's settings: 256 x 256, Adam 3e-4, B = 256,
-    gamma 0.99, tau 0.005, the temperature tuned toward -dim A)."""
-
-    section: ClassVar[str] = "sac"
-    squashes: ClassVar[bool] = True
-    hidden: tuple[int, ...] = option((256, 256), "hidden layer widths")
-    activation: Activation = option(
-        Activation.SOFTSIGN, "hidden layers' nonlinearity of the actor and the critics: "
-        "softsign (the paper's networks) or relu (Haarnoja et al.'s)", choices(Activation))
-    lr: float = option(3e-4, "Adam learning rate of the actor, the critics and the temperature")
-    batch: int = option(256, "minibatch size B (global over all learners)")
-    gamma: float = option(0.99, "discount factor")
-    replay_size: int = option(2**20, "the algorithm's replay capacity N (replay.size 0 uses it)")
-    tau: float = option(0.005, "Polyak rate of the target critics: w' <- (1 - tau) w' + tau w")
-    alpha_init: float = option(1.0, "initial temperature alpha")
-    target_entropy: float = option(
-        -1.0, "target entropy H of the temperature's update, per action dimension (H = this x "
-        "act_dim; -1: Haarnoja et al.'s -dim A)")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        enum_field(self, "activation", Activation)
-        require(0 < self.tau <= 1, "sac.tau", self.tau, "0 < tau <= 1")
-        require(self.alpha_init > 0, "sac.alpha_init", self.alpha_init, "values > 0")
 
 
 def squashed_log_prob(u: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
@@ -171,7 +141,7 @@ def numpy_squashed_gaussian(out: np.ndarray, act_dim: int) -> tuple[np.ndarray, 
 
 class RecurrentSquashedActor(BehaviourPolicy):
     """The squashed-Gaussian actor with a recurrent cell: rows [s, c] -> (m_w, sigma_w)
-    through :class:`~hpc_refer.algorithms.recurrent.RecurrentTrunk`; the critics read the
+    through :class:`~hpc_refer.algorithms.kit.recurrent.RecurrentTrunk`; the critics read the
     cell's output h_t beside s_t (:meth:`SAC.inputs`)."""
 
     def __init__(self, obs_dim: int, act_dim: int, config: SACConfig) -> None:
@@ -306,7 +276,7 @@ class SAC(Algorithm):
     def inputs(self, batch: TensorBatch) -> Inputs:
         """The actor's Gaussians and the critics' inputs of a minibatch: s_k and s_{k+1}
         themselves for a feed-forward actor; with a cell, sequences of W steps unrolled from
-        their stored carries (:mod:`hpc_refer.algorithms.recurrent`), the critics reading
+        their stored carries (:mod:`hpc_refer.algorithms.kit.recurrent`), the critics reading
         [s, h_t] (h_t with its gradient: the critics' regression trains the cell too; the
         actor's loss reads it detached) and the successor's Gaussian and h_{t+1} one cell
         step from the carry after step t."""

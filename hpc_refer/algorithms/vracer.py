@@ -11,50 +11,30 @@ successor) it minimises, per sample,
 where Q-ret_k = r_{k+1} + gamma V-tbc_{k+1} and V-tbc_k = V_w(s_k) + min(1, rho_k)
 (Q-ret_k - V_w(s_k)) (eqs. 7-8), so grad L_V,k = - min(1, rho_k)(Q-ret_k - V_w) grad V_w.
 ReF-ER combines L_k = L_pi,k + L_V,k with the penalty KL_k (eq. 11) through
-:func:`hpc_refer.refer.refer_loss`. After each step the sampled rows get the network's V_w and
-rho and their episodes' V-tbc are recomputed backward (eq. 8), see :mod:`hpc_refer.replay`.
+:func:`hpc_refer.algorithms.kit.refer.refer_loss`. After each step the sampled rows get the
+network's V_w and rho and their episodes' V-tbc are recomputed backward (eq. 8), see
+:mod:`hpc_refer.replay.shard`.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-from typing import ClassVar
-
 import numpy as np
 import torch
 
-from hpc_refer.algorithms.base import Algorithm, Losses, TensorBatch, adam
-from hpc_refer.algorithms.recurrent import RecurrentPolicyValueNet
-from hpc_refer.algorithms.registry import register
-from hpc_refer.config import (
-    AlgorithmConfig,
-    Cell,
-    RecurrentConfig,
-    ReferConfig,
-    option,
-    require,
-)
-from hpc_refer.near import NearBounds
-from hpc_refer.networks import (
+from hpc_refer.algorithms.kit.base import Algorithm, Losses, TensorBatch, adam
+from hpc_refer.algorithms.kit.networks import (
     BehaviourPolicy,
     GaussianPolicyValueNet,
     NumpyMLP,
     gaussian_log_prob,
 )
-from hpc_refer.refer import importance_ratio, kl_penalty, near_policy, refer_loss
-
-
-@dataclass(frozen=True)
-class VRacerConfig(RecurrentConfig):
-    """V-RACER network and optimiser (paper defaults, Sec. 5 and App. A)."""
-
-    section: ClassVar[str] = "vracer"
-    sigma_init: float = option(math.sqrt(0.2), "initial policy standard deviation")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        require(self.sigma_init > 0, "vracer.sigma_init", self.sigma_init, "values > 0")
+from hpc_refer.algorithms.kit.recurrent import RecurrentPolicyValueNet
+from hpc_refer.algorithms.kit.refer import importance_ratio, kl_penalty, near_policy, refer_loss
+from hpc_refer.algorithms.registry import register
+from hpc_refer.algorithms.tables.vracer import VRacerConfig
+from hpc_refer.config.modes import Cell
+from hpc_refer.config.tables import AlgorithmConfig, ReferConfig
+from hpc_refer.replay.near import NearBounds
 
 
 def policy_loss(
@@ -80,14 +60,14 @@ def value_loss(rho: torch.Tensor, q_ret: torch.Tensor, value: torch.Tensor) -> t
 def network(obs_dim: int, act_dim: int, config: VRacerConfig
             ) -> GaussianPolicyValueNet | RecurrentPolicyValueNet:
     """V-RACER's network: feed-forward, or with the recurrent cell of ``config.cell``
-    (:mod:`hpc_refer.algorithms.recurrent`)."""
+    (:mod:`hpc_refer.algorithms.kit.recurrent`)."""
     if config.cell is Cell.NONE:
         return GaussianPolicyValueNet(obs_dim, act_dim, config.hidden, config.sigma_init)
     return RecurrentPolicyValueNet(obs_dim, act_dim, config.hidden, config.sigma_init,
                                    config.cell, config.cell_width)
 
 
-@register(default=True)
+@register
 class VRacer(Algorithm):
     """V-RACER: one network for V_w, m_w and sigma_w, Adam, and its ReF-ER gradient step.
 
@@ -146,7 +126,7 @@ class VRacer(Algorithm):
         return value.numpy(), gaussian_log_prob(torch.from_numpy(act), mean, std).numpy()
 
     def values(self, obs: np.ndarray) -> np.ndarray:
-        """V_w(s) in numpy (:class:`~hpc_refer.networks.NumpyMLP` on views of the
+        """V_w(s) in numpy (:class:`~hpc_refer.algorithms.kit.networks.NumpyMLP` on views of the
         parameters): a step refreshes a few bootstrap states, where a torch call's overhead
         (about 50 us) is several times the arithmetic. The views are rebuilt if the
         parameters moved to new storage (a deep copy of the algorithm)."""

@@ -28,7 +28,7 @@ of later answers are ignored, but checked to be finite: repeat its last state). 
 simulation's episode ends when every agent has finished; the next call is ``reset``.
 ``episode_values()`` and ``episode_field()`` belong to the simulation. One policy is shared by
 all agents of all environments; each agent's trajectory is an episode of its own in the
-replay (:mod:`hpc_refer.agents_actor`), and ``episodes.csv`` names its ``agent``. The answers
+replay (:mod:`hpc_refer.loop.agents_actor`), and ``episodes.csv`` names its ``agent``. The answers
 are checked as one agent's are, naming the field and the agent (``statuses[2] = 7 is
 unknown``); a count that is not an integer >= 1 is a start-up error, one that changes in a
 rebuild fails the environment. A PettingZoo ``ParallelEnv`` of homogeneous agents is such a
@@ -55,7 +55,7 @@ Step metrics. A solver may name values it reports after every step (drag and lif
 class attribute ``step_metrics`` and return them from ``step_values()``, called on the state
 rank right after each ``step`` (not collectively); they travel with the step's answer and the
 actor records them (every ``run.series_stride`` steps) to ``RUN_DIR/series/env-<k>.h5``
-(:mod:`hpc_refer.series`). External solvers declare theirs in their handshake, and a solver
+(:mod:`hpc_refer.report.series`). External solvers declare theirs in their handshake, and a solver
 on the Python client (:mod:`hpc_refer.client`) its episode metrics too, whose values come
 with the state that ends each episode.
 
@@ -97,7 +97,7 @@ with one line naming the environment, the solver class and the exception, e.g.
 cannot start)``; the traceback travels with it (its ``details``) for the run's log.
 
 The team is a :class:`~hpc_refer.envs.interface.Team` (a protocol: what a solver may call);
-hpc_refer's entry points build its MPI implementation (:class:`hpc_refer.parallel.MpiTeam`)
+hpc_refer's entry points build its MPI implementation (:class:`hpc_refer.parallel.world.MpiTeam`)
 and pass it in, as they pass an external solver's :class:`~hpc_refer.envs.launch.Links`
 to :func:`make_driver`: nothing in this package imports :mod:`hpc_refer.parallel`.
 
@@ -138,7 +138,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from hpc_refer.config import Config, ConfigError
+from hpc_refer.config.layout import SeedRole, role_seed
+from hpc_refer.config.modes import ConfigError
+from hpc_refer.config.resolve import Config
 from hpc_refer.envs.calls import start_solver
 from hpc_refer.envs.checks import check_step, metric_names
 from hpc_refer.envs.driver import TeamDriver, serve_team
@@ -153,8 +155,7 @@ from hpc_refer.envs.interface import (
     Team,
 )
 from hpc_refer.envs.launch import Links, check_apps, check_port_dir, is_external, parse_spec
-from hpc_refer.layout import SeedRole, role_seed
-from hpc_refer.schema import EPISODE_FIELDS
+from hpc_refer.report.schema import EPISODE_FIELDS
 
 __all__ = [
     "BUILTIN",
@@ -398,7 +399,7 @@ def make_driver(spec: SolverSpec, team: Team | None, *, index: int = 0, envs: in
     if is_external(spec.env_id):
         if links is None:
             raise TypeError(f"make_driver of run.env = {spec.env_id!r} needs the links to "
-                            f"external solvers (hpc_refer.parallel.MpiLinks)")
+                            f"external solvers (hpc_refer.parallel.solver_link.MpiLinks)")
         env = ExternalEnv(spec.env_id, index, envs, timeout, links=links, params=spec.params,
                           run_dir=spec.run_dir, seed=role_seed(spec.seed, SeedRole.SOLVER, index))
         return TeamDriver(env, team, index=index, timeout=timeout, **outputs)
@@ -419,7 +420,7 @@ def episode_metric_names(env_id: str) -> tuple[str, ...]:
 
 def episode_columns(env_id: str) -> tuple[str, ...]:
     """The columns of ``episodes.csv`` (and ``eval.csv``): the fixed ones
-    (:data:`~hpc_refer.schema.EPISODE_FIELDS`), then the solver's episode metrics; a metric
+    (:data:`~hpc_refer.report.schema.EPISODE_FIELDS`), then the solver's episode metrics; a metric
     that takes a fixed column's name is a ConfigError."""
     names = episode_metric_names(env_id)
     clash = sorted(set(names) & set(EPISODE_FIELDS))
@@ -498,7 +499,7 @@ def check_env(spec: SolverSpec, apps: int) -> None:
     """Start-up validation of ``spec`` on every rank, before any environment exists:
     :func:`env_dims`, and for an external solver the launch in an mpirun of ``apps`` apps
     (:func:`~hpc_refer.envs.launch.check_apps`; the caller counts them,
-    :func:`hpc_refer.parallel.app_count`) and the port directory of
+    :func:`hpc_refer.parallel.world.app_count`) and the port directory of
     ``external:--connect DIR``."""
     env_dims(spec)
     if is_external(spec.env_id):

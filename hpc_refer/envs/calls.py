@@ -1,6 +1,6 @@
 """One rank's part of a solver call, as an answer a team can agree on: the solver's code
 (a reset, a step, a construction) run under its deadline (SIGALRM, see
-:func:`~hpc_refer.timeouts.call_with_alarm`), its answer checked
+:func:`~hpc_refer.envs.timeouts.call_with_alarm`), its answer checked
 (:mod:`hpc_refer.envs.checks`), and every exception of the solver's code turned into an
 ERROR answer with its text and traceback; the first construction of a solver
 (:func:`start_solver`) and how a faulty one is rebuilt (:func:`rebuild_factory`,
@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from hpc_refer.config import ConfigError
+from hpc_refer.config.modes import ConfigError
 from hpc_refer.envs.checks import (
     INTERFACE,
     InterfaceError,
@@ -30,7 +30,7 @@ from hpc_refer.envs.checks import (
 )
 from hpc_refer.envs.external import ExternalEnv
 from hpc_refer.envs.interface import EnvironmentFinished, SolverFault, SolverStartError, Team
-from hpc_refer.timeouts import CallTimeout, call_with_alarm, deadline_after
+from hpc_refer.envs.timeouts import CallTimeout, call_with_alarm, deadline_after
 
 LOG = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ def guarded(work: Callable[[], Any], deadline: float | None) -> Answer:
     result, FINISHED for :class:`EnvironmentFinished`, ERROR for an exception (the text of a
     :class:`SolverFault`, an :class:`InterfaceError`'s prefixed by :data:`INTERFACE`; any
     other exception named with its type and traceback). :class:`CallTimeout` (the
-    ``deadline`` passed, see :func:`~hpc_refer.timeouts.call_with_alarm`) propagates."""
+    ``deadline`` passed, see :func:`~hpc_refer.envs.timeouts.call_with_alarm`) propagates."""
     try:
         return Answer(Outcome.OK, call_with_alarm(work, deadline))
     except EnvironmentFinished:
@@ -133,7 +133,7 @@ def start_solver(factory: Callable[[Any], Any], team: Team | None, label: str,
                  timeout: float) -> Any:
     """The first construction of a solver: ``factory(team)`` within ``timeout`` seconds
     (``run.env_build_timeout``, 0: no limit; SIGALRM as for calls, see
-    :func:`~hpc_refer.timeouts.call_with_alarm`). A constructor that raises or does not return
+    :func:`~hpc_refer.envs.timeouts.call_with_alarm`). A constructor that raises or does not return
     in time is a :class:`SolverStartError` naming ``label`` (e.g. ``env 0 (MySolver)``), the
     team rank (in a team of K > 1) and the exception, its traceback as ``details``: a solver
     that cannot be built stops the run at once, from the rank where it failed."""

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from hpc_refer.config import ConfigError
+from hpc_refer.config.modes import ConfigError
 from hpc_refer.envs.interface import SolverFault, Status, Team
 
 METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

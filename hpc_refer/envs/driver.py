@@ -60,15 +60,15 @@ from hpc_refer.envs.interface import (
     Team,
     TeamCommand,
 )
-from hpc_refer.records import StateTree
-from hpc_refer.series import StepSeries
-from hpc_refer.timeouts import CallTimeout, deadline_after
+from hpc_refer.envs.timeouts import CallTimeout, deadline_after
+from hpc_refer.report.records import StateTree
+from hpc_refer.report.series import StepSeries
 
 LOG = logging.getLogger(__name__)
 
 class Busy(NamedTuple):
     """The solver call that a :class:`TeamDriver` is in (read by the watchdog thread,
-    :class:`~hpc_refer.supervision.Watchdog`)."""
+    :class:`~hpc_refer.envs.supervision.Watchdog`)."""
 
     call: str
     """``reset``, ``step`` or ``rebuild`` (closing a faulty solver and constructing it anew:
@@ -89,7 +89,7 @@ class TeamDriver:
     ``run.env_build_timeout`` (0: no limit), ``field_dir`` where :meth:`end_episode` saves the
     solver's ``episode_field()`` (None: not saved), ``series_dir`` where the values of the
     solver's ``step_metrics`` are recorded every ``series_stride`` steps
-    (:class:`~hpc_refer.series.StepSeries`; None: not recorded), ``snapshot_dir`` where
+    (:class:`~hpc_refer.report.series.StepSeries`; None: not recorded), ``snapshot_dir`` where
     :meth:`end_episode` writes the solver's ``snapshot()`` at the end of the episodes n
     (counted from 1) for which ``snapshot_due(n)`` is true (``run.snapshot``; None: never).
     ``history`` (``env.history``, :mod:`hpc_refer.envs.history`): the states returned are
@@ -117,7 +117,7 @@ class TeamDriver:
     ``snapshot_dir/env-<index>-episode-<n>.h5`` (one float64 dataset per name; attributes
     ``episode``, ``env``, ``solver``, ``image`` (the first array's name, the one drawn), and
     ``extent``, ``circles`` when the solver gives them) and the first array as a PNG of the
-    same stem (:func:`~hpc_refer.snapshot_plot.snapshot_png`).
+    same stem (:func:`~hpc_refer.report.snapshots.snapshot_png`).
 
     The first reset and step probe the interface: an answer of the wrong form then (a state
     of another shape or dtype, a reward that is not a real scalar, an unknown status, step
@@ -208,7 +208,7 @@ class TeamDriver:
 
         Raises :class:`SolverFault` on an invalid answer, an exception of the solver, or
         (an in-process solver: one rank, or a gymnasium env) no answer within ``timeout``
-        seconds, which SIGALRM interrupts (see :func:`~hpc_refer.timeouts.call_with_alarm`:
+        seconds, which SIGALRM interrupts (see :func:`~hpc_refer.envs.timeouts.call_with_alarm`:
         code stuck in compiled code without returning to Python cannot be interrupted). A
         team of K > 1 ranks whose rank does not answer in time (team rank 0's own part is
         interrupted the same way; the others are awaited by polling) is out of step and
@@ -464,7 +464,9 @@ class TeamDriver:
                 if circles:
                     h5.attrs["circles"] = np.asarray(circles, np.float64).reshape(-1, 3)
             tmp.replace(stem.with_suffix(".h5"))
-            from hpc_refer.snapshot_plot import snapshot_png  # matplotlib only where one is drawn
+            from hpc_refer.report.snapshots import (
+                snapshot_png,  # matplotlib only where one is drawn
+            )
 
             snapshot_png(stem.with_suffix(".png"), name, np.asarray(first, np.float64),
                          f"{solver}, env {self.index}, end of episode {episode}", extent,

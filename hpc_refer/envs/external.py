@@ -26,14 +26,14 @@ All need ``--ranks-per-env 1``: an environment's ranks are the solver's, not hpc
 
 This module makes no MPI call: the actor's end of the connection is a :class:`Link`, made by
 the :class:`Links` that hpc_refer's entry points create in :mod:`hpc_refer.parallel`
-(:class:`~hpc_refer.parallel.MpiLinks`, whose links are
-:class:`~hpc_refer.parallel.SolverLink`) and pass in, and the number of apps in the mpirun
-is given to :func:`check_apps` by the caller.
+(:class:`~hpc_refer.parallel.solver_link.MpiLinks`, whose links are
+:class:`~hpc_refer.parallel.solver_link.SolverLink`) and pass in, and the number of apps in the
+mpirun is given to :func:`check_apps` by the caller.
 
 The wire protocol (version 3, and version 2 without agents; tags, layouts) is in
 :mod:`hpc_refer.client` (the solver side in Python) and
-:class:`hpc_refer.parallel.SolverLink`. At start-up the solver declares its sizes and bounds
-(HELLO, BOUNDS) and the names of its per-step series and, optionally, of its per-episode
+:class:`hpc_refer.parallel.solver_link.SolverLink`. At start-up the solver declares its sizes and
+bounds (HELLO, BOUNDS) and the names of its per-step series and, optionally, of its per-episode
 values (METRICS, possibly none: :attr:`ExternalEnv.step_metric_names` and
 :attr:`ExternalEnv.episode_metrics`, the extra columns of episodes.csv); the actor answers
 with PARAMS, the run's solver parameters and ``env_index``, ``run_dir``, ``seed`` as
@@ -105,11 +105,11 @@ from hpc_refer.client import (
     params_text,
     parse_metric_names,
 )
-from hpc_refer.config import ConfigError
+from hpc_refer.config.modes import ConfigError
 from hpc_refer.envs.interface import SolverFailure, SolverFault, SolverStartError, Status
 from hpc_refer.envs.launch import MPMD, SPAWN, Link, Links, check_apps, parse_spec, port_file
-from hpc_refer.schema import EPISODE_FIELDS
-from hpc_refer.timeouts import deadline_after
+from hpc_refer.envs.timeouts import deadline_after
+from hpc_refer.report.schema import EPISODE_FIELDS
 
 RESERVED_PARAMS = ("env_index", "run_dir", "seed")
 """The PARAMS keys hpc_refer sets itself (a solver parameter may not take these names)."""
@@ -124,7 +124,7 @@ class ExternalEnv:
     """Environment ``index`` of ``envs``, run by an external solver group (actor side).
 
     ``links`` makes the connection to the group (:class:`Links`; over MPI
-    :class:`hpc_refer.parallel.MpiLinks`) as ``env_id`` says (see :func:`parse_spec` and
+    :class:`hpc_refer.parallel.solver_link.MpiLinks`) as ``env_id`` says (see :func:`parse_spec` and
     :func:`check_apps`); ``timeout``: seconds to wait for each answer (0: no limit);
     ``params``: the run's solver parameters, sent in PARAMS with ``env_index`` (=
     ``index``), ``run_dir`` and ``seed`` (this environment's seed) added; a parameter named

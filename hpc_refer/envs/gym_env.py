@@ -31,9 +31,9 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 
-from hpc_refer.config import ConfigError
+from hpc_refer.config.modes import ConfigError
 from hpc_refer.envs.interface import Status
-from hpc_refer.records import numpy_rng_state, set_numpy_rng_state
+from hpc_refer.report.records import numpy_rng_state, set_numpy_rng_state
 
 
 def check_env_id(env_id: str) -> None:

@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from hpc_refer.config import ConfigError
-from hpc_refer.records import StateTree
+from hpc_refer.config.modes import ConfigError
+from hpc_refer.report.records import StateTree
 
 HISTORY_KEYS = ("history", "history_actions")
 """The ``[env]`` keys that hpc_refer reads itself (never passed to the solver)."""

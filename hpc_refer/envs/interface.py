@@ -5,7 +5,7 @@
 
 :class:`Team` is what a solver's constructor receives (None in a run of one process): a
 protocol, the calls a solver and the team driver may make. Its MPI implementation is
-:class:`hpc_refer.parallel.MpiTeam`, built by hpc_refer's entry points and passed in, so a
+:class:`hpc_refer.parallel.world.MpiTeam`, built by hpc_refer's entry points and passed in, so a
 solver never imports :mod:`hpc_refer.parallel` (nor, through it, mpi4py).
 
 ``Status`` is what ``step`` returns with the state and reward (one per agent, as an integer
@@ -84,7 +84,7 @@ class TeamCommand(IntEnum):
 
 class Team(Protocol):
     """An environment team as a solver receives it: the K ranks that make every call of the
-    solver together (:class:`hpc_refer.parallel.MpiTeam` over an MPI communicator).
+    solver together (:class:`hpc_refer.parallel.world.MpiTeam` over an MPI communicator).
 
     Rank 0 of the team is the actor. A solver uses ``rank``, ``size``, the collective
     helpers (:meth:`sum`, :meth:`sum_array`, :meth:`gather_rows`, :meth:`halo`,

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hpc_refer.config import ConfigError
+from hpc_refer.config.modes import ConfigError
 from hpc_refer.envs.interface import Team
 from hpc_refer.envs.ks import ACT_COST, DT_CONTROL, LENGTH, N_ACT, N_SENS, KSSolver, N
 

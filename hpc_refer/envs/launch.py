@@ -3,7 +3,7 @@
 connect), its checks at start-up (the apps of the mpirun, the port directory), and the
 protocols of the links to a solver group that hpc_refer's entry points pass in
 (:class:`Links`, :class:`Link`; their MPI implementation is
-:class:`hpc_refer.parallel.MpiLinks`). No MPI call here.
+:class:`hpc_refer.parallel.solver_link.MpiLinks`). No MPI call here.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from hpc_refer.config import ConfigError
+from hpc_refer.config.modes import ConfigError
 
 PREFIX = "external"
 USAGE = ("allowed are 'external' (solver in the same mpirun: mpirun -n N python -m "
@@ -45,7 +45,7 @@ class Launch(NamedTuple):
 
 class Link(Protocol):
     """The actor's end of the wire protocol with one solver group (over MPI:
-    :class:`hpc_refer.parallel.SolverLink`, whose docstring has the messages' table)."""
+    :class:`hpc_refer.parallel.solver_link.SolverLink`, whose docstring has the messages' table)."""
 
     @property
     def peer(self) -> int:
@@ -80,7 +80,7 @@ class Link(Protocol):
 class Links(Protocol):
     """How an actor reaches the solver group of its environment ``index`` (of ``envs``): one
     constructor per launch form. hpc_refer's entry points create the MPI one
-    (:class:`hpc_refer.parallel.MpiLinks`) and pass it in."""
+    (:class:`hpc_refer.parallel.solver_link.MpiLinks`) and pass it in."""
 
     def app_count(self) -> int:
         """Number of apps in this mpirun (2 when a solver app runs beside hpc_refer)."""

@@ -59,7 +59,7 @@ import gymnasium as gym
 import numpy as np
 from pettingzoo import AECEnv, ParallelEnv
 
-from hpc_refer.config import ConfigError
+from hpc_refer.config.modes import ConfigError
 from hpc_refer.envs.interface import SolverFault, Status
 
 PREFIX = "pettingzoo:"

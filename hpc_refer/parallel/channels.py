@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from hpc_refer.collectives import Reducer, SerialReducer
+from hpc_refer.algorithms.kit.collectives import Reducer, SerialReducer
 from hpc_refer.parallel.world import (
     TAG_CHECKPOINT,
     TAG_CUT,
@@ -26,7 +26,7 @@ from hpc_refer.parallel.world import (
     _app_comm,
     _mpi,
 )
-from hpc_refer.records import (
+from hpc_refer.report.records import (
     Chunk,
     ChunkHeader,
     EpisodeRecord,
@@ -54,7 +54,7 @@ class Fabric:
 
     Notes
     -----
-    Built collectively by every rank from the same :class:`~hpc_refer.layout.Layout`:
+    Built collectively by every rank from the same :class:`~hpc_refer.config.layout.Layout`:
     ``world`` is hpc_refer's communicator (COMM_WORLD, or hpc_refer's app under MPMD),
     ``learners`` a communicator over the L learner ranks (None elsewhere) and ``team`` one
     over the K ranks of this rank's environment team (None on learners).
@@ -96,10 +96,10 @@ class Fabric:
 class ActorChannel:
     """The actor's side of the actor <-> learner messages (buffer-based).
 
-    Actor to learner: a :class:`~hpc_refer.records.ChunkHeader` (float64) then one float32
+    Actor to learner: a :class:`~hpc_refer.report.records.ChunkHeader` (float64) then one float32
     payload with the chunk's columns (obs, act, rew, mu_mean, mu_std); TAG_DONE (empty) when
     the actor's environment ended its work early; TAG_SAVED (empty) once its checkpoint part
-    is written; TAG_EVAL_RESULT (float64, :func:`~hpc_refer.records.pack_episodes`) after an
+    is written; TAG_EVAL_RESULT (float64, :func:`~hpc_refer.report.records.pack_episodes`) after an
     evaluation round; TAG_FAILED (the failure's text, utf-8 bytes) when its environment
     failed for good, TAG_STUCK (likewise, from its watchdog thread) when it hangs in a
     solver call. Learner to actor: TAG_PARAMS (the float32 parameters, then the step budget

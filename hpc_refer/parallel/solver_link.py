@@ -20,8 +20,8 @@ from hpc_refer.client import (  # the external-solver wire protocol (see SolverL
 from hpc_refer.client import TAG_PARAMS as TAG_SOLVER_PARAMS
 from hpc_refer.client import TAG_STOP as TAG_SOLVER_STOP
 from hpc_refer.envs.interface import SolverStartError
+from hpc_refer.envs.timeouts import poll_until
 from hpc_refer.parallel.world import _appnums, _mpi, app_count
-from hpc_refer.timeouts import poll_until
 
 ROOT_SPAWN_VARIABLES = ("PRTE_ALLOW_RUN_AS_ROOT", "PRTE_ALLOW_RUN_AS_ROOT_CONFIRM")
 """What Open MPI 5's runtime needs in the environment to spawn processes as root (the
@@ -170,7 +170,7 @@ class SolverLink:
 
         HELLO arrives as int32, METRICS as uint8 (its UTF-8 bytes), every other tag as
         float64 (never truncated: the buffer has the size the message has). Waits by
-        polling (``Iprobe``, see :func:`~hpc_refer.timeouts.poll_until`) until the
+        polling (``Iprobe``, see :func:`~hpc_refer.envs.timeouts.poll_until`) until the
         :func:`time.monotonic` ``deadline`` (None: no limit), then raises TimeoutError.
         Before the peer is known (MPMD) only a HELLO from any rank is taken.
         """

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from hpc_refer.envs.interface import TeamCommand
-from hpc_refer.timeouts import poll_until
+from hpc_refer.envs.timeouts import poll_until
 
 
 @cache
@@ -128,8 +128,8 @@ TAG_HEADER, TAG_DATA, TAG_PARAMS, TAG_STOP, TAG_DONE, TAG_TEAM = 11, 12, 13, 14,
 TAG_CUT, TAG_CHECKPOINT, TAG_SAVED, TAG_EVAL, TAG_EVAL_RESULT, TAG_FAILED, TAG_STUCK = range(
     17, 24)
 """Tags of the actor <-> learner messages; a chunk's header is a
-:class:`~hpc_refer.records.ChunkHeader` (float64, variable length: the episode's metric values
-follow its fixed part)."""
+:class:`~hpc_refer.report.records.ChunkHeader` (float64, variable length: the episode's metric
+values follow its fixed part)."""
 
 
 _ABANDONED: list[Any] = []

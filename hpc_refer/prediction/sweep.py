@@ -131,10 +131,10 @@ class Collective:
     @classmethod
     def world(cls) -> Collective:
         """COMM_WORLD through :mod:`hpc_refer.parallel` (the only module importing mpi4py)."""
-        from hpc_refer import parallel
+        from hpc_refer.parallel import world
 
-        rank, size = parallel.world_rank_size()
-        return cls(rank, size, parallel.gather_object, parallel.bcast_object)
+        rank, size = world.world_rank_size()
+        return cls(rank, size, world.gather_object, world.bcast_object)
 
     def my_runs(self, runs: int) -> np.ndarray:
         """The run indices of this rank: a contiguous block of range(runs)."""

@@ -36,14 +36,14 @@ def test_mpi_sweep_equals_serial() -> None:
 
 @pytest.mark.mpi(min_size=2)
 def test_mpi_cli_writes_one_file(tmp_path: Path) -> None:
-    from hpc_refer import parallel
+    from hpc_refer.parallel import world
     from hpc_refer.prediction import results
     from hpc_refer.prediction.__main__ import main
 
-    out = Path(parallel.bcast_object(str(tmp_path / "r.h5")))
+    out = Path(world.bcast_object(str(tmp_path / "r.h5")))
     assert main(["sweep", "--out", str(out), "--algorithms", "td", "--runs", "4", "--steps",
                  "200", "--alpha-exponents", "2:4", "--quiet"]) == 0
-    parallel.barrier()
+    world.barrier()
     stored = results.read(out)
-    assert stored.ranks == parallel.world_rank_size()[1]
+    assert stored.ranks == world.world_rank_size()[1]
     assert stored.algorithms["td"].auc.shape == (2, 1, 3, 4)

@@ -1,0 +1,253 @@
+"""Networks (torch): input normalisation, MLP trunks and the Gaussian policy head.
+
+Also the diagonal-Gaussian formulas every algorithm with a parameterised policy needs:
+log-probabilities and the Kullback-Leibler divergence.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from hpc_refer.config.modes import Activation
+
+LOG_2PI = math.log(2.0 * math.pi)
+
+
+def gaussian_log_prob(a: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """log N(a | mean, diag(std^2)), summed over the last (action) axis.
+
+    log pi(a|s) = - sum_i [ (a_i - m_i)^2 / (2 sigma_i^2) + log sigma_i + log(2 pi) / 2 ]
+    """
+    z = (a - mean) / std
+    return -(0.5 * z.pow(2) + torch.log(std) + 0.5 * LOG_2PI).sum(-1)
+
+
+def gaussian_kl(
+    mean_p: torch.Tensor, std_p: torch.Tensor, mean_q: torch.Tensor, std_q: torch.Tensor
+) -> torch.Tensor:
+    """KL(p || q) of two diagonal Gaussians, summed over the last axis.
+
+    KL(p || q) = sum_i [ log(sigma_q,i / sigma_p,i)
+                         + (sigma_p,i^2 + (m_p,i - m_q,i)^2) / (2 sigma_q,i^2) - 1/2 ]
+    """
+    var_q = std_q.pow(2)
+    return (
+        torch.log(std_q / std_p) + (std_p.pow(2) + (mean_p - mean_q).pow(2)) / (2.0 * var_q) - 0.5
+    ).sum(-1)
+
+
+def _inverse_softplus(y: float) -> float:
+    return y + math.log(-math.expm1(-y))
+
+
+class Normalizer(nn.Module):
+    """Affine input scaling x -> (x - mean) / std with statistics set from the replay memory."""
+
+    mean: torch.Tensor
+    inv_std: torch.Tensor
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(dim))
+        self.register_buffer("inv_std", torch.ones(dim))
+
+    def set_stats(self, mean: np.ndarray, std: np.ndarray) -> None:
+        """Use these statistics from now on (std floored at 1e-6). Statistics of a wider row
+        are cut to this normaliser's leading columns (a recurrent network's rows carry the
+        cell's state after the state, :mod:`hpc_refer.algorithms.kit.recurrent`, which is not
+        normalised)."""
+        d = self.mean.numel()
+        self.mean.copy_(torch.as_tensor(mean[:d], dtype=torch.float32))
+        self.inv_std.copy_(1.0 / torch.as_tensor(np.maximum(std[:d], 1e-6),
+                                                 dtype=torch.float32))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean) * self.inv_std
+
+
+class _SoftsignFunction(torch.autograd.Function):
+    """softsign(x) = x / (1 + |x|), d softsign / dx = 1 / (1 + |x|)^2.
+
+    Same values as ``nn.Softsign`` with a short backward (autograd through abs, add and div
+    takes about six passes over the activations, a third of an eager V-RACER step on one
+    core). Written with ``setup_context`` so that ``torch.func`` transforms and
+    ``torch.compile`` trace it (the compiled learner step).
+    """
+
+    @staticmethod
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return x / (x.abs() + 1.0)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[torch.Tensor], output: torch.Tensor) -> None:
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        d = x.abs() + 1.0
+        return grad / (d * d)
+
+
+class Softsign(nn.Module):
+    """The softsign activation of the paper's networks (see :class:`_SoftsignFunction`)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _SoftsignFunction.apply(x)
+
+
+def mlp(sizes: list[int], activation: Activation = Activation.SOFTSIGN) -> nn.Sequential:
+    """Fully connected layers with ``activation`` between them (none after the last)."""
+    layers: list[nn.Module] = []
+    for i, (n_in, n_out) in enumerate(itertools.pairwise(sizes)):
+        layers.append(nn.Linear(n_in, n_out))
+        if i < len(sizes) - 2:
+            layers.append(Softsign() if activation is Activation.SOFTSIGN else nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+class NumpyMLP:
+    """The forward pass of a normalised :func:`mlp` in numpy, for one state at a time.
+
+    Actors evaluate the policy once per environment step on a single state, where torch's
+    per-call overhead (dispatch, autograd bookkeeping, tensor wrapping: tens of microseconds)
+    exceeds the arithmetic of a 2 x 128 network several times over. The weights are numpy
+    *views* of the module's parameters and buffers, so they follow every in-place update
+    (:func:`load_flat_state`, :meth:`Normalizer.set_stats`) without being rebuilt. Computes
+    x_0 = (s - mean) inv_std, x_{k+1} = f(W_k x_k + b_k) with the trunk's activation f
+    (softsign or relu, read from its modules), the last layer linear: the module's values to
+    float32 round-off.
+    """
+
+    def __init__(self, trunk: nn.Sequential, normalizer: Normalizer | None) -> None:
+        """``normalizer`` None: the inputs are taken as they come (already scaled)."""
+        linears = [m for m in trunk if isinstance(m, nn.Linear)]
+        self.relu = any(isinstance(m, nn.ReLU) for m in trunk)
+        self.weights = [lin.weight.detach().numpy().T for lin in linears]
+        self.biases = [lin.bias.detach().numpy() for lin in linears]
+        self.scaling = None if normalizer is None else (normalizer.mean.numpy(),
+                                                        normalizer.inv_std.numpy())
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        x = obs if self.scaling is None else (obs - self.scaling[0]) * self.scaling[1]
+        last = len(self.weights) - 1
+        for k, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+            x = x @ w + b
+            if k < last:
+                x = np.maximum(x, 0.0) if self.relu else x / (1.0 + np.abs(x))
+        return x
+
+
+class QNetwork(nn.Module):
+    """Q_w(s, a) = mlp([normalise(s), a]) (one output): the critic of DDPG, SAC and TD3-like
+    algorithms."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...],
+                 activation: Activation = Activation.SOFTSIGN) -> None:
+        super().__init__()
+        self.normalizer = Normalizer(obs_dim)
+        self.trunk = mlp([obs_dim + act_dim, *hidden, 1], activation)
+
+    def forward(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
+        """Q [B]."""
+        return self.trunk(torch.cat([self.normalizer(obs), act], dim=-1))[..., 0]
+
+
+class BehaviourPolicy(nn.Module):
+    """A module actors sample from: ``policy(s)`` -> (mean [B, A], std [A] or [B, A]) of the
+    Gaussian behaviour mu(.|s), and the same for one state in numpy
+    (:meth:`numpy_policy`, what actors call). Its parameters and buffers travel to the actors
+    as one flat vector (:func:`flat_state`)."""
+
+    carry_dim: int = 0
+    """Values of the recurrent state stored after the state in each row (0: feed-forward;
+    a recurrent policy also has ``numpy_step``, :mod:`hpc_refer.algorithms.kit.recurrent`)."""
+
+    def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def numpy_step(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """A function row -> (mean, std, carry'): :meth:`numpy_policy` of a recurrent policy
+        that also returns the carry after the step (recurrent policies only)."""
+        raise NotImplementedError(f"{type(self).__name__} is not recurrent")
+
+    def numpy_policy(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """A function state [obs_dim] -> (mean [A], std [A]) equal to :meth:`policy` to
+        float32 round-off, on numpy views of the parameters (see :class:`NumpyMLP`); built
+        once, it follows every later load of parameters. A batch of states [n, obs_dim]
+        (the agents of one simulation) gives means [n, A] in one call (std [A] or [n, A]).
+        A recurrent policy's is its :meth:`numpy_step` without the carry."""
+        step = self.numpy_step()
+        return lambda obs: step(obs)[:2]
+
+
+def small_output_(trunk: nn.Sequential, scale: float = 0.1) -> None:
+    """Start the last layer of ``trunk`` small: its weights times ``scale`` and a zero bias,
+    so that every output (a policy mean, a value) starts near 0 (the reference code's
+    start)."""
+    last = trunk[-1]
+    assert isinstance(last, nn.Linear)
+    with torch.no_grad():
+        last.weight.mul_(scale)
+        last.bias.zero_()
+
+
+class GaussianPolicyValueNet(BehaviourPolicy):
+    """V-RACER's single network: s -> (V_w(s), m_w(s), sigma_w).
+
+    One MLP trunk outputs the state value and the policy mean; the standard deviation is a
+    state-independent learned vector sigma = softplus(p), initialised to ``sigma_init`` (as in
+    the reference code). The output layer starts small so that m_w(s) ~ 0 and V_w(s) ~ 0.
+    """
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], sigma_init: float):
+        super().__init__()
+        self.act_dim = act_dim
+        self.normalizer = Normalizer(obs_dim)
+        self.trunk = mlp([obs_dim, *hidden, 1 + act_dim])
+        small_output_(self.trunk)
+        self.sigma_param = nn.Parameter(torch.full((act_dim,), _inverse_softplus(sigma_init)))
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Return V [B], mean [B, dA] and std [dA]."""
+        out = self.trunk(self.normalizer(obs))
+        return out[..., 0], out[..., 1:], nn.functional.softplus(self.sigma_param)
+
+    def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The behaviour an actor samples from: mean [B, dA] and std [dA]."""
+        _, mean, std = self(obs)
+        return mean, std
+
+    def numpy_policy(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """(m_w(s), softplus(p)) in numpy (see :meth:`BehaviourPolicy.numpy_policy`)."""
+        forward = NumpyMLP(self.trunk, self.normalizer)
+        p = self.sigma_param.detach().numpy()
+
+        def policy(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            return forward(obs)[..., 1:], np.logaddexp(np.float32(0.0), p)
+
+        return policy
+
+
+def flat_state(net: nn.Module) -> np.ndarray:
+    """All parameters and buffers of ``net`` in one float32 vector (state_dict order)."""
+    return torch.cat([t.detach().reshape(-1) for t in net.state_dict().values()]).numpy()
+
+
+def load_flat_state(net: nn.Module, flat: np.ndarray) -> None:
+    """Inverse of :func:`flat_state`: copy ``flat`` into the parameters and buffers of ``net``."""
+    src = torch.as_tensor(flat)
+    offset = 0
+    with torch.no_grad():
+        for t in net.state_dict().values():
+            t.copy_(src[offset : offset + t.numel()].view_as(t))
+            offset += t.numel()
+    if offset != src.numel():
+        raise ValueError(f"parameter vector has {src.numel()} values, the network {offset}")

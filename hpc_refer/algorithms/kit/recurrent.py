@@ -1,0 +1,231 @@
+"""Recurrent networks for partially observed tasks: a GRU or LSTM cell over the states, its
+carry stored with every state, and truncated backpropagation through time over W steps.
+
+The cell (``cell = gru | lstm``, width H; equations as ``torch.nn.GRUCell`` and
+``torch.nn.LSTMCell``, written out so that the numpy actors and the compiled step trace the
+same maths)::
+
+    GRU   r = sigma(W_r x + U_r h + b_r)      z = sigma(W_z x + U_z h + b_z)
+          n = tanh(W_n x + b_n + r * (U_n h + b'_n))        h' = (1 - z) * n + z * h
+    LSTM  [i, f, g, o] = W x + U h + b        c' = sigma(f) c + sigma(i) tanh(g)
+          h' = sigma(o) tanh(c')
+
+with x the normalised state. The carry c_t is h (GRU, H values) or [h, c] (LSTM, 2H).
+
+Stored state (R2D2, Kapturowski et al. 2019). An actor runs the cell on every state it sees
+and stores with state s_t the carry it entered the step with, c_{t-1} (zero at an episode's
+start), as extra columns of the state's row: ``[s_t, c_{t-1}]``. Every path that moves
+states (the chunks, the MPI messages, the replay's columns, checkpoints, the re-sharding of a
+restart on other learners) carries it unchanged, and a row alone determines the actor's
+computation at that step. The learner uses it twice:
+
+* one row at a time (ingest, the bootstrap values V_w(s_T), the refresh of rho after a
+  step): the cell is applied once from the stored carry;
+* in the gradient step: sequences of W consecutive steps of one episode, unrolled from the
+  stored carry of their first row (no burn-in), the gradient flowing back through all W
+  steps. The loss, rho and the KL are per step (the algorithm's equations, unchanged), and
+  V-tbc stays the replay's (eq. 8).
+
+The stored carry was made by the policy that acted, so it is stale by the updates since; the
+unroll makes the carries of the sequence's later steps the learner's own. The alternative,
+a burn-in from the episode's start, costs up to an episode of forward steps per sequence
+(about 100 per flow episode here, against W = 16); a carry costs H floats per stored state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from hpc_refer.algorithms.kit.networks import (
+    BehaviourPolicy,
+    Normalizer,
+    NumpyMLP,
+    _inverse_softplus,
+    mlp,
+    small_output_,
+)
+from hpc_refer.config.modes import Activation, Cell
+
+
+class RecurrentCell(nn.Module):
+    """A GRU or LSTM cell (see the module docstring): ``forward(x, carry)`` -> (h', carry')."""
+
+    def __init__(self, cell: Cell, in_dim: int, width: int) -> None:
+        super().__init__()
+        if cell is Cell.NONE:
+            raise ValueError("a RecurrentCell needs cell gru or lstm")
+        self.lstm = cell is Cell.LSTM
+        self.width = width
+        gates = 4 if self.lstm else 3
+        self.ih = nn.Linear(in_dim, gates * width)
+        self.hh = nn.Linear(width, gates * width)
+        bound = 1.0 / width ** 0.5  # torch's GRUCell / LSTMCell initialisation
+        with torch.no_grad():
+            for p in self.parameters():
+                p.uniform_(-bound, bound)
+
+    @property
+    def carry_dim(self) -> int:
+        return (2 if self.lstm else 1) * self.width
+
+    def forward(self, x: torch.Tensor, carry: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step: the output h' [..., H] and the new carry [..., carry_dim]."""
+        w = self.width
+        h = carry[..., :w]
+        gx, gh = self.ih(x), self.hh(h)
+        if self.lstm:
+            g = gx + gh
+            c = torch.sigmoid(g[..., w:2 * w]) * carry[..., w:] + torch.sigmoid(
+                g[..., :w]) * torch.tanh(g[..., 2 * w:3 * w])
+            h_new = torch.sigmoid(g[..., 3 * w:]) * torch.tanh(c)
+            return h_new, torch.cat([h_new, c], dim=-1)
+        r = torch.sigmoid(gx[..., :w] + gh[..., :w])
+        z = torch.sigmoid(gx[..., w:2 * w] + gh[..., w:2 * w])
+        n = torch.tanh(gx[..., 2 * w:] + r * gh[..., 2 * w:])
+        h_new = (1.0 - z) * n + z * h
+        return h_new, h_new
+
+    def unroll(self, x: torch.Tensor, carry: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The outputs [n, T, H] and carries after each step [n, T, carry_dim] of sequences
+        x [n, T, d] from the carries [n, carry_dim] of their first step."""
+        outs, carries = [], []
+        for t in range(x.shape[1]):
+            h, carry = self(x[:, t], carry)
+            outs.append(h)
+            carries.append(carry)
+        return torch.stack(outs, dim=1), torch.stack(carries, dim=1)
+
+    def numpy_cell(self) -> Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """:meth:`forward` in numpy on views of the parameters (they follow every load)."""
+        w = self.width
+        wi, bi = self.ih.weight.detach().numpy().T, self.ih.bias.detach().numpy()
+        wh, bh = self.hh.weight.detach().numpy().T, self.hh.bias.detach().numpy()
+
+        def sigmoid(v: np.ndarray) -> np.ndarray:
+            return 0.5 * (1.0 + np.tanh(0.5 * v))
+
+        def step(x: np.ndarray, carry: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            h = carry[..., :w]
+            gx, gh = x @ wi + bi, h @ wh + bh
+            if self.lstm:
+                g = gx + gh
+                c = sigmoid(g[..., w:2 * w]) * carry[..., w:] + sigmoid(g[..., :w]) * np.tanh(
+                    g[..., 2 * w:3 * w])
+                h_new = sigmoid(g[..., 3 * w:]) * np.tanh(c)
+                return h_new, np.concatenate([h_new, c], axis=-1)
+            r = sigmoid(gx[..., :w] + gh[..., :w])
+            z = sigmoid(gx[..., w:2 * w] + gh[..., w:2 * w])
+            n = np.tanh(gx[..., 2 * w:] + r * gh[..., 2 * w:])
+            h_new = (1.0 - z) * n + z * h
+            return h_new, h_new
+
+        return step
+
+
+class RecurrentTrunk(nn.Module):
+    """Rows [s, c] -> outputs through h' = cell(x, c), x = normalise(s), and an MLP over
+    [x, h']: one step per row from its stored carry (:meth:`rows`), or sequences of W rows
+    unrolled from their first row's carry (:meth:`sequences`). Every recurrent network here
+    is one of these with its own reading of the outputs."""
+
+    def __init__(self, obs_dim: int, out_dim: int, hidden: tuple[int, ...], cell: Cell,
+                 width: int, activation: Activation = Activation.SOFTSIGN) -> None:
+        super().__init__()
+        self.obs_dim = obs_dim
+        self.normalizer = Normalizer(obs_dim)
+        self.cell = RecurrentCell(cell, obs_dim, width)
+        self.trunk = mlp([obs_dim + width, *hidden, out_dim], activation)
+        small_output_(self.trunk)
+
+    @property
+    def carry_dim(self) -> int:
+        return self.cell.carry_dim
+
+    def rows(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(outputs, h', carry') of rows [B, obs_dim + carry_dim], each from its own carry."""
+        x = self.normalizer(rows[..., :self.obs_dim])
+        h, carry = self.cell(x, rows[..., self.obs_dim:])
+        return self.trunk(torch.cat([x, h], dim=-1)), h, carry
+
+    def sequences(self, rows: torch.Tensor, length: int
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(outputs, h', carry') of rows [n W, D] that are n sequences of ``length`` = W
+        consecutive steps, unrolled from each sequence's first stored carry; flattened back
+        to [n W, ...] in the same order."""
+        seq = rows.reshape(-1, length, rows.shape[-1])
+        x = self.normalizer(seq[..., :self.obs_dim])
+        h, carry = self.cell.unroll(x, seq[:, 0, self.obs_dim:])
+        out = self.trunk(torch.cat([x, h], dim=-1))
+        return (out.reshape(rows.shape[0], -1), h.reshape(rows.shape[0], -1),
+                carry.reshape(rows.shape[0], -1))
+
+    def after(self, states: torch.Tensor, carry: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(outputs, h') at the successor states [B, >= obs_dim] (only their first obs_dim
+        columns are read) of steps whose carries after the step are ``carry`` [B, C]: one
+        cell step (at a successor inside the sequence, the unroll's own next output)."""
+        out, h, _ = self.rows(torch.cat([states[..., :self.obs_dim], carry], dim=-1))
+        return out, h
+
+    def numpy_step(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """rows -> (outputs, carry') in numpy, on views of the parameters."""
+        cell = self.cell.numpy_cell()
+        trunk = NumpyMLP(self.trunk, None)
+        mean, inv_std = self.normalizer.mean.numpy(), self.normalizer.inv_std.numpy()
+        d = self.obs_dim
+
+        def step(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            x = (rows[..., :d] - mean) * inv_std
+            h, carry = cell(x, rows[..., d:])
+            return trunk(np.concatenate([x, h], axis=-1)), carry
+
+        return step
+
+
+class RecurrentPolicyValueNet(BehaviourPolicy):
+    """V-RACER's network with a cell: row [s, c] -> (V_w, m_w, sigma_w), the trunk's outputs
+    [V, m] (:class:`RecurrentTrunk`) and sigma = softplus(p) as in the feed-forward net.
+
+    ``forward(rows)`` takes each row's stored carry (one step per row);
+    :meth:`sequences` unrolls sequences of W rows from the carry of their first row."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], sigma_init: float,
+                 cell: Cell, width: int) -> None:
+        super().__init__()
+        self.act_dim = act_dim
+        self.body = RecurrentTrunk(obs_dim, 1 + act_dim, hidden, cell, width)
+        self.carry_dim = self.body.carry_dim
+        self.sigma_param = nn.Parameter(torch.full((act_dim,), _inverse_softplus(sigma_init)))
+
+    def _read(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return out[..., 0], out[..., 1:], nn.functional.softplus(self.sigma_param)
+
+    def forward(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """V [B], mean [B, A], std [A] of rows [B, obs_dim + carry_dim], each from its own
+        stored carry."""
+        return self._read(self.body.rows(rows)[0])
+
+    def sequences(self, rows: torch.Tensor, length: int
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """V, mean, std of rows [n W, D] that are n sequences of ``length`` = W steps
+        (:meth:`RecurrentTrunk.sequences`)."""
+        return self._read(self.body.sequences(rows, length)[0])
+
+    def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        _, mean, std = self(obs)
+        return mean, std
+
+    def numpy_step(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """rows [..., obs_dim + carry_dim] -> (mean, std, carry'): the actor's step."""
+        step = self.body.numpy_step()
+        p = self.sigma_param.detach().numpy()
+
+        def policy(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            out, carry = step(rows)
+            return out[..., 1:], np.logaddexp(np.float32(0.0), p), carry
+
+        return policy

@@ -1,0 +1,33 @@
+"""NAF's table ``[naf]``: light (the configuration's modules only, no torch), so that a
+config is resolved without loading the algorithm; the algorithm is
+:mod:`hpc_refer.algorithms.naf`, which this table names (``implementation``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from hpc_refer.config.modes import require
+from hpc_refer.config.resolve import register_table
+from hpc_refer.config.tables import AlgorithmConfig
+from hpc_refer.config.values import option
+
+
+@dataclass(frozen=True)
+class NAFConfig(AlgorithmConfig):
+    """NAF (Gu et al. 2016) with ReF-ER: the paper-era settings (spec, section NAF)."""
+
+    section: ClassVar[str] = "naf"
+    implementation: ClassVar[str] = "hpc_refer.algorithms.naf"
+    replay_size: int = option(2**19, "the algorithm's replay capacity N (replay.size 0 uses it)")
+    tau: float = option(0.01, "Polyak rate of the target network: w' <- (1 - tau) w' + tau w")
+    sigma: float = option(0.2, "std of the Gaussian behaviour policy N(m(s), sigma^2)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(0 < self.tau <= 1, "naf.tau", self.tau, "0 < tau <= 1")
+        require(self.sigma > 0, "naf.sigma", self.sigma, "values > 0")
+
+
+register_table(NAFConfig)

@@ -1,0 +1,74 @@
+"""Policy files: the behaviour policy alone, for evaluation or deployment
+(``RUN_DIR/policy.h5``, written by learner 0 at every checkpoint and at the end; read by
+``python -m hpc_refer.evaluate``). A state tree in the HDF5 layout of
+:mod:`hpc_refer.loop.checkpoint` whose root attribute ``kind`` is ``"policy"``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from hpc_refer.algorithms.kit.base import Algorithm
+from hpc_refer.algorithms.kit.networks import BehaviourPolicy
+from hpc_refer.algorithms.registry import ALGORITHMS
+from hpc_refer.config.modes import ConfigError
+from hpc_refer.config.resolve import build_config
+from hpc_refer.loop.checkpoint import STATE_GROUP, CheckpointError, read_tree, write_tree
+
+
+def save_policy(path: Path, algo: Algorithm, config_dict: dict[str, Any], env_step: int,
+                grad_step: int) -> None:
+    """Write the behaviour policy alone (for evaluation or deployment), atomically.
+
+    The tree: ``algorithm`` (name), ``obs_dim``, ``act_dim``, ``hidden`` (int64 array),
+    ``config`` (the resolved config as JSON), ``env_step`` and ``grad_step`` (the run's
+    environment and gradient steps when the policy was saved) and ``policy/<tensor>``: the
+    behaviour module's parameters and buffers, the input normalisation included. Root
+    attribute ``kind`` = ``"policy"``.
+    """
+    state = algo.checkpoint_state()
+    tree = {"algorithm": algo.name, "obs_dim": algo.obs_dim, "act_dim": algo.act_dim,
+            "hidden": np.asarray(algo.config.hidden, np.int64),
+            "config": json.dumps(config_dict), "env_step": env_step, "grad_step": grad_step,
+            "policy": state["modules"][state["behaviour"]]}
+    write_tree(path, tree, {"kind": "policy"})
+
+
+class PolicyFile(NamedTuple):
+    """What a policy file holds: the behaviour module, the config dict it was saved with,
+    and the run's environment and gradient steps at the save (None in files written before
+    the steps were recorded)."""
+
+    policy: BehaviourPolicy
+    config: dict[str, Any]
+    env_step: int | None
+    grad_step: int | None
+
+
+def load_policy(path: Path) -> PolicyFile:
+    """A policy file's behaviour module (built from its algorithm and config, with its
+    tensors loaded), config and steps; CheckpointError naming the file if it is not a policy
+    file or its tensors do not fit."""
+    tree = read_tree(path)
+    if "policy" not in tree:
+        raise CheckpointError(f"{path}: not a policy file (no /{STATE_GROUP}/policy group)")
+    name = tree["algorithm"]
+    config_dict = json.loads(tree["config"])
+    try:
+        config = build_config(config_dict)  # imports the run's plugins
+    except ConfigError as err:
+        raise CheckpointError(f"{path}: its config is not valid here ({err})") from None
+    if name not in ALGORITHMS or config.run.algorithm != name:
+        raise CheckpointError(f"{path}: unknown algorithm {name!r}")
+    policy = ALGORITHMS[name].behaviour_policy(int(tree["obs_dim"]), int(tree["act_dim"]),
+                                               config.algorithm)
+    try:
+        policy.load_state_dict({k: torch.from_numpy(v) for k, v in tree["policy"].items()})
+    except RuntimeError as err:
+        raise CheckpointError(f"{path}: the policy's tensors do not fit its network "
+                              f"({err})") from None
+    return PolicyFile(policy, config_dict, tree.get("env_step"), tree.get("grad_step"))

@@ -1,0 +1,266 @@
+"""The entry points of the rank roles (see :mod:`hpc_refer.config.layout`), one for every launch:
+:func:`run_role` sends a rank to the learner loop
+(:class:`~hpc_refer.loop.learner_loop.LearnerLoop`, which also runs a whole training in one
+process with one actor over :class:`~hpc_refer.loop.local_channel.LocalChannel`:
+:func:`train_local`), to an actor's loop (:func:`actor_main`: send each chunk, wait for new
+parameters or stop) or to a solver rank's (:func:`solver_main`); and the factories of learners
+and actors from the config.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hpc_refer.algorithms.kit.collectives import Reducer, SerialReducer
+from hpc_refer.algorithms.kit.networks import BehaviourPolicy, flat_state
+from hpc_refer.algorithms.registry import algorithm_class, make_algorithm
+from hpc_refer.config.layout import Layout, Role, SeedRole, role_seed
+from hpc_refer.config.resolve import Config
+from hpc_refer.envs import (
+    SolverFailure,
+    SolverSpec,
+    SolverStartError,
+    TeamDriver,
+    env_dims,
+    env_factory,
+    is_external,
+    make_driver,
+    serve_team,
+)
+from hpc_refer.envs.supervision import Watchdog, end_stuck_process
+from hpc_refer.loop.actor import Actor
+from hpc_refer.loop.actor_checkpoint import restore_actor, write_actor_part
+from hpc_refer.loop.agents_actor import actor_for
+from hpc_refer.loop.checkpoint import Resume
+from hpc_refer.loop.learner import Learner
+from hpc_refer.loop.learner_checkpoint import restore_learner
+from hpc_refer.loop.learner_loop import LearnerLoop, LearnerResult
+from hpc_refer.loop.local_channel import LocalChannel, next_message
+from hpc_refer.parallel.channels import ActorChannel, Fabric, LearnerChannel, Reply
+from hpc_refer.parallel.solver_link import MpiLinks
+from hpc_refer.parallel.world import MpiTeam
+from hpc_refer.report.metrics import RunDirectory
+
+LOG = logging.getLogger(__name__)
+
+
+Declared = tuple[int, int, tuple[str, ...]]
+"""What an external solver declares in its handshake that the learners need: obs_dim,
+act_dim and its episode metric names (the extra columns of episodes.csv)."""
+
+
+def _agreed_solver(fabric: Fabric, mine: Declared | None) -> Declared:
+    """(obs_dim, act_dim, episode metric names) declared by every actor's external solver
+    (collective; learners pass None)."""
+    declared = {d for d in fabric.allgather(mine) if d is not None}
+    if len(declared) != 1:
+        raise RuntimeError(f"the external solvers declare different (obs_dim, act_dim, "
+                           f"episode metrics): {sorted(declared)}; every environment must "
+                           f"declare the same sizes and episode metrics")
+    return declared.pop()
+
+
+def _declare_episode_metrics(run: RunDirectory | None, names: tuple[str, ...]) -> None:
+    """Give the run directory the episode metric names an external solver declared (before
+    any episode is written); a restart whose episodes.csv has other columns is a
+    start-up error (one line)."""
+    if run is None:
+        return
+    try:
+        run.declare_episode_metrics(names)
+    except ValueError as err:
+        raise SolverStartError(str(err)) from None
+
+
+def make_learner(config: Config, obs_dim: int, act_dim: int, reducer: Reducer) -> Learner:
+    """The learner of learner rank ``reducer.rank``: networks seeded alike on every learner,
+    minibatch sampling seeded per learner."""
+    algo = make_algorithm(config, obs_dim, act_dim, role_seed(config.run.seed, SeedRole.NETWORKS))
+    return Learner(algo, config, role_seed(config.run.seed, SeedRole.SAMPLING, reducer.rank),
+                   reducer)
+
+
+def make_actor(config: Config, env: TeamDriver, index: int, source: int) -> Actor:
+    """The actor of environment ``index`` with a fresh copy of the behaviour policy (one of
+    several agents' simulation for a solver that declares them, see
+    :mod:`hpc_refer.loop.agents_actor`)."""
+    cls = algorithm_class(config.run.algorithm)
+    net: BehaviourPolicy = cls.behaviour_policy(env.obs_dim, env.act_dim, config.algorithm)
+    return actor_for(env, net, config.action_bounds,
+                     role_seed(config.run.seed, SeedRole.ACTOR, index), config.run.chunk_len,
+                     source=source, exploration=config.algorithm.exploration,
+                     max_failures=config.run.max_env_failures)
+
+
+def outputs_of(config: Config, run_dir: Path | None) -> dict[str, Any]:
+    """Where actors save their solvers' episode fields (``RUN_DIR/fields``), step series
+    (``RUN_DIR/series``) and snapshots (``RUN_DIR/snapshots``, the episodes of
+    ``run.snapshot``), and the series' stride: :func:`~hpc_refer.envs.make_driver`'s
+    keywords (nothing saved without a run directory)."""
+    return {"field_dir": run_dir / "fields" if run_dir is not None else None,
+            "series_dir": run_dir / "series" if run_dir is not None else None,
+            "series_stride": config.run.series_stride,
+            "snapshot_dir": run_dir / "snapshots" if run_dir is not None else None,
+            "snapshot_due": config.run.snapshot_due if config.run.snapshot else None}
+
+
+def train_local(config: Config, run: RunDirectory | None, run_dir: Path | None = None,
+                resume: Resume | None = None) -> LearnerResult:
+    """One process: one learner and one actor, the learner loop over a :class:`LocalChannel`."""
+    env = make_driver(SolverSpec.of(config, run_dir), None, timeout=config.run.env_step_timeout,
+                      links=MpiLinks(), **outputs_of(config, run_dir))
+    watchdog = Watchdog(env, config.run.env_step_timeout,
+                        lambda text: end_stuck_process(text, run))
+    try:
+        if is_external(config.run.env):
+            _declare_episode_metrics(run, env.metric_names)
+        learner = make_learner(config, env.obs_dim, env.act_dim, SerialReducer())
+        actor = make_actor(config, env, 0, 0)
+        channel = LocalChannel(actor, config, 0, run_dir)
+        loop = LearnerLoop(config, learner, channel, [0], 1, run, run_dir, eval_actor=0,
+                           meta={"learners": 1, "envs": 1, "config": config.to_dict(),
+                                 "obs_dim": env.obs_dim, "act_dim": env.act_dim})
+        if resume is not None:
+            _resumed(restore_learner(learner, loop, resume, layout_same=resume.envs == 1),
+                     resume, learner)
+            restore_actor(actor, resume, 0)
+        return loop.loop()
+    finally:
+        watchdog.close()
+        env.close()
+
+
+def learner_main(config: Config, layout: Layout, fabric: Fabric, run: RunDirectory | None,
+                 run_dir: Path | None = None, resume: Resume | None = None) -> LearnerResult:
+    """A learner rank: serve its actors, train with the other learners, log (rank 0)."""
+    dims = env_dims(SolverSpec.of(config, run_dir))
+    if dims is not None:
+        obs_dim, act_dim = dims
+    else:  # an external solver: what it declared comes from the actors
+        obs_dim, act_dim, names = _agreed_solver(fabric, None)
+        _declare_episode_metrics(run, names)
+    learner = make_learner(config, obs_dim, act_dim, fabric.reducer())
+    channel = LearnerChannel(fabric.world, learner.algo.row_dim, act_dim)
+    actors = layout.actors_of(fabric.rank)
+    eval_actor = layout.actor_rank(0) if layout.learner_of(0) == fabric.rank else None
+    meta = {"learners": layout.learners, "envs": layout.envs, "config": config.to_dict(),
+            "obs_dim": obs_dim, "act_dim": act_dim}
+    loop = LearnerLoop(config, learner, channel, actors, layout.envs, run, run_dir,
+                       eval_actor, meta)
+    if resume is not None:
+        same = (resume.learners, resume.envs) == (layout.learners, layout.envs)
+        _resumed(restore_learner(learner, loop, resume, layout_same=same), resume, learner)
+    return loop.loop()
+
+
+def _resumed(stored: int, resume: Resume, learner: Learner) -> None:
+    LOG.info("resumed %d stored transitions of %d learner(s) on %d learner(s) from %s",
+             stored, resume.learners, learner.reducer.size, resume.path)
+
+
+@dataclass
+class ActorResult:
+    """What an actor rank ends with (tests inspect it)."""
+
+    sent: int = 0
+    """Transitions sent to the learner."""
+    episodes: int = 0
+    finished_early: bool = False
+    faults: int = 0
+    """Solver faults (episodes ended by invalid solver messages), the actor's count at the
+    end."""
+    failure: str = ""
+    """Why the environment failed for good, if it did."""
+
+
+def actor_main(config: Config, layout: Layout, fabric: Fabric, run_dir: Path | None = None,
+               resume: Resume | None = None) -> ActorResult:
+    """An actor rank: run its team's environment with a policy copy; chunks to its learner;
+    checkpoint parts and evaluation rounds when its learner asks."""
+    assert fabric.team is not None
+    team = MpiTeam(fabric.team)
+    index = layout.team(fabric.rank)
+    env = make_driver(SolverSpec.of(config, run_dir), team, index=index, envs=layout.envs,
+                      timeout=config.run.env_step_timeout, links=MpiLinks(),
+                      **outputs_of(config, run_dir))
+    if is_external(config.run.env):
+        _agreed_solver(fabric, (env.obs_dim, env.act_dim, env.metric_names))
+    actor = make_actor(config, env, index, fabric.rank)
+    if resume is not None:
+        restore_actor(actor, resume, index)
+    channel = ActorChannel(fabric.world, layout.learner_of(index), flat_state(actor.net).size)
+    watchdog = Watchdog(env, config.run.env_step_timeout,
+                        lambda text: channel.send_failed(text, stuck=True))
+    result = ActorResult()
+    try:
+        while (reply := channel.recv_reply()) is not Reply.STOP:
+            if reply is Reply.CHECKPOINT:
+                assert run_dir is not None
+                write_actor_part(run_dir, channel.step, index, actor, config)
+                channel.send_saved()
+                continue
+            actor.load(channel.params)
+            if result.failure:
+                channel.send_failed(result.failure)
+                continue
+            try:
+                if reply is Reply.EVAL:
+                    channel.send_evals(actor.evaluate(channel.episodes))
+                    continue
+                actor.grant(channel.budget)
+                message = next_message(actor, channel.cut_requested)
+            except SolverFailure as failure:
+                result.failure = str(failure)
+                channel.send_failed(result.failure)
+                continue
+            if message is None:
+                channel.send_done()
+                result.finished_early = True
+                return result
+            chunk, episode = message
+            channel.send_chunk(chunk, episode, actor.faults, actor.between_episodes)
+            result.sent += chunk.act.shape[0]
+            result.episodes += episode is not None
+        return result
+    finally:
+        result.faults = actor.faults
+        watchdog.close()
+        env.close()
+
+
+def solver_main(config: Config, layout: Layout, fabric: Fabric,
+                run_dir: Path | None = None) -> None:
+    """A solver rank of a multi-rank environment team: follow the actor's calls."""
+    assert fabric.team is not None
+    team = MpiTeam(fabric.team)
+    serve_team(env_factory(SolverSpec.of(config, run_dir), layout.team(fabric.rank)), team)
+
+
+def run_role(config: Config, layout: Layout, fabric: Fabric | None,
+             run: RunDirectory | None, run_dir: Path | None = None,
+             resume: Resume | None = None) -> LearnerResult | ActorResult | None:
+    """Run this rank's role to the end; returns what a learner or actor rank ends with.
+
+    A world of one rank (``fabric`` may then be None) trains in this process. ``run_dir``
+    (on every rank; None: no checkpoints) receives the checkpoints; ``resume`` is the
+    checkpoint to continue from."""
+    role = layout.role(fabric.rank if fabric is not None else 0)
+    if role is Role.SINGLE:
+        return train_local(config, run, run_dir, resume)
+    assert fabric is not None
+    if role is Role.LEARNER:
+        return learner_main(config, layout, fabric, run, run_dir, resume)
+    if role is Role.ACTOR:
+        return actor_main(config, layout, fabric, run_dir, resume)
+    solver_main(config, layout, fabric, run_dir)
+    return None
+
+
+def set_threads(config: Config) -> None:
+    """One (or ``run.threads``) torch thread per rank."""
+    torch.set_num_threads(config.run.threads)
