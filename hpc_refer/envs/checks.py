@@ -7,6 +7,7 @@ of a step result that a team's state rank sends to team rank 0. Used by
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -100,10 +101,13 @@ def check_state(obs: Any, obs_dim: int, agents: int = 1) -> np.ndarray:
                              + (" (n_agents, obs_dim)" if agents > 1 else ""))
     if raw.dtype.kind not in "biuf":
         raise InterfaceError(f"state has dtype {raw.dtype}, expected real numbers")
-    with np.errstate(over="ignore"):
-        state = raw.astype(np.float32)
-    bad = np.flatnonzero(~np.isfinite(state))
-    if bad.size:
+    if raw.dtype == np.float32:
+        state = raw.copy()  # (the solver may reuse its array)
+    else:
+        with np.errstate(over="ignore"):  # beyond float32's range: inf, refused below
+            state = raw.astype(np.float32)
+    if not np.isfinite(state).all():
+        bad = np.flatnonzero(~np.isfinite(state))
         where = np.unravel_index(bad[0], raw.shape)
         index = ", ".join(str(int(i)) for i in where)
         raise SolverFault(f"state[{index}] = {raw[where]} is not finite in float32 "
@@ -119,6 +123,10 @@ def check_step(answer: Any, obs_dim: int) -> tuple[np.ndarray, float, Status]:
                              f"reward, status)")
     obs, reward, status = answer
     state = check_state(obs, obs_dim)
+    if isinstance(reward, float):  # a Python float or numpy float64: the common answer
+        if not math.isfinite(reward):
+            raise SolverFault(f"reward = {float(reward)} is not finite")
+        return state, float(reward), _status(status)
     r = np.asarray(reward)
     if r.ndim:
         raise InterfaceError(f"reward has shape {r.shape}, expected a scalar")
@@ -126,8 +134,13 @@ def check_step(answer: Any, obs_dim: int) -> tuple[np.ndarray, float, Status]:
         raise InterfaceError(f"reward = {reward!r} is not a real number")
     if not np.isfinite(r):
         raise SolverFault(f"reward = {float(r)} is not finite")
+    return state, float(r), _status(status)
+
+
+def _status(status: Any) -> Status:
+    """A solver's status as :class:`Status`; InterfaceError for another value."""
     try:
-        return state, float(r), Status(status)
+        return Status(status)
     except (ValueError, TypeError):
         raise InterfaceError(f"status = {status!r} is unknown (0 continue, 1 terminal, "
                              f"2 truncated)") from None

@@ -133,6 +133,7 @@ class Actor:
         self.max_failures = max_failures
         self.rng = np.random.default_rng(seed)
         self._bounded, self._center, self._half = action_box(env.low, env.high)
+        self._box = bool(self._bounded.all())
         self._squash = action_bounds is ActionBounds.TANH
         self._ou = exploration is Exploration.OU
         self._noise = np.zeros(env.act_dim)
@@ -164,7 +165,10 @@ class Actor:
 
     def to_env(self, u: np.ndarray) -> np.ndarray:
         """Map a Gaussian sample u to the environment's action box."""
-        squashed = np.tanh(u) if self._squash else np.clip(u, -1.0, 1.0)
+        # (np.minimum of np.maximum: np.clip's Python wrapper costs more than the two ufuncs)
+        squashed = np.tanh(u) if self._squash else np.minimum(np.maximum(u, -1.0), 1.0)
+        if self._box:
+            return self._center + self._half * squashed
         return np.where(self._bounded, self._center + self._half * squashed, u)
 
     def _policy(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -176,7 +180,7 @@ class Actor:
             carry = None
         else:
             mean, std, carry = self._numpy_step(obs)
-        return mean, np.broadcast_to(std, mean.shape), carry
+        return mean, std if std.shape == mean.shape else np.broadcast_to(std, mean.shape), carry
 
     def _row(self, state: np.ndarray, carry: np.ndarray | None) -> np.ndarray:
         """The stored row of ``state``: the state itself, or [state, carry] for a recurrent
