@@ -440,6 +440,28 @@ def test_alarm_interrupts_restores_the_handler_and_is_not_swallowed():
         signal.signal(signal.SIGALRM, previous)
 
 
+def test_from_the_default_disposition_the_alarm_handler_stays_for_the_next_call(monkeypatch):
+    """Where SIGALRM had its default disposition, hpc_refer's handler stays installed (an
+    actor's step does not pay for installing it again) and still interrupts; the timer is
+    never left armed."""
+    previous = signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    try:
+        assert call_with_alarm(lambda: 1, deadline_after(5)) == 1
+        ours = signal.getsignal(signal.SIGALRM)
+        assert ours not in (signal.SIG_DFL, None)
+        installs = []
+        real = signal.signal
+        monkeypatch.setattr(signal, "signal", lambda *a: installs.append(a) or real(*a))
+        assert call_with_alarm(lambda: 2, deadline_after(5)) == 2
+        assert installs == [] and signal.getsignal(signal.SIGALRM) is ours
+        assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+        with pytest.raises(CallTimeout):
+            call_with_alarm(lambda: time.sleep(10), deadline_after(0.2))
+        assert signal.getsignal(signal.SIGALRM) is ours
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+
+
 def test_poll_until_waits_for_the_answer_or_the_deadline():
     start = time.monotonic()
     assert not poll_until(lambda: False, deadline_after(0.2))

@@ -139,9 +139,15 @@ class NumpyMLP:
         x = obs if self.scaling is None else (obs - self.scaling[0]) * self.scaling[1]
         last = len(self.weights) - 1
         for k, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
-            x = x @ w + b
+            x = x @ w  # a new array: the updates below are in place (the same numbers, with
+            x += b     # fewer temporaries: an actor's step calls this once per solver step)
             if k < last:
-                x = np.maximum(x, 0.0) if self.relu else x / (1.0 + np.abs(x))
+                if self.relu:
+                    np.maximum(x, 0.0, out=x)
+                else:
+                    denominator = np.abs(x)
+                    denominator += 1.0
+                    x /= denominator
         return x
 
 
