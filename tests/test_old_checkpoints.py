@@ -1,23 +1,27 @@
-"""Run directories written by an older hpc_refer still resume and evaluate (issue 23).
+"""Run directories written by an older hpc_refer still resume and evaluate (issues 23, 35).
 
-The fixtures in ``tests/fixtures/`` are two tiny one-process run directories in the format of
-checkpoint schema version 1, written by ``python -m hpc_refer.run`` at commit
-2299f677357ec998662003ddf48f7e825744db4c (``tests/fixtures/make_schema1.py`` holds the exact
-commands, ``tests/fixtures/PROVENANCE.txt`` the versions and every file's SHA-256):
+The fixtures in ``tests/fixtures/`` are tiny one-process run directories written by
+``python -m hpc_refer.run`` at an old commit, in the format of checkpoint schema version 1
+(commit 2299f677357ec998662003ddf48f7e825744db4c, ``make_schema1.py``, ``PROVENANCE.txt``) and
+2 (commit 6df8affa0907e77fbf6d633322e158a98057b11c, ``make_schema2.py``,
+``PROVENANCE-schema2.txt``); ``freeze.py`` says how they were made and kept:
 
 - ``schema1``: V-RACER with ReF-ER on Pendulum-v1 (hidden 16,16, an evaluation round, so
   ``eval.csv`` and the loop's pending evaluations are in it);
 - ``schema1_ddpg``: DDPG on Pendulum-v1 with its extra fields away from the defaults (OU
-  exploration with ``refer.mode er``, ``critic_lr_factor`` 5).
+  exploration with ``refer.mode er``, ``critic_lr_factor`` 5);
+- ``schema2``: V-RACER with prioritized replay (the sum tree) and an evaluation round;
+- ``schema2_agents``: V-RACER on the two-agent KS task (lanes, outbox, per-agent open tails);
+- ``schema2_recurrent``: SAC with a GRU policy (carries in the rows, recurrent networks).
 
-Each holds ``config.toml``, its newest complete checkpoint (step 600: a full, wrapped replay
-ring of 512 rows and 300 gradient steps), ``policy.h5`` and the metric files whose lengths
-the manifest records; nothing else.
+Each holds ``config.toml``, its newest complete checkpoint (a full, wrapped replay ring of 512
+rows; the schema-2 ones in the middle of an episode), ``policy.h5`` and the metric files whose
+lengths the manifest records; nothing else.
 
 **Never regenerate them with a later version**: they are the old format by definition, and
-these tests prove that today's code still reads what that commit wrote. If a change breaks
-them, the change must come with a documented migration that converts such directories (and
-these tests must then run it), not with new fixtures.
+these tests prove that today's code still reads what those commits wrote, through the
+migration chain of :mod:`hpc_refer.report.formats` (each upgrade is also tested on them
+alone, in ``test_checkpoint_formats.py``).
 
 Every test works on a copy in ``tmp_path`` named like the fixture: a restart compares
 ``run.run_dir`` (relative, the fixture's name) with the checkpoint's, so the copy resumes from
@@ -26,18 +30,21 @@ the directory above it under the same name.
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import math
 import re
 import shutil
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 import h5py
 import pytest
 
 from hpc_refer.algorithms.ddpg import DDPG
+from hpc_refer.algorithms.sac import SAC
 from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.evaluate import main as evaluate_main
 from hpc_refer.loop import checkpoint, policy_file
@@ -48,26 +55,48 @@ from hpc_refer.run.main import main as run_main
 pytestmark = pytest.mark.mpi_skip
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-SCHEMA = 1
-"""The schema version the fixtures were written in (not checkpoint.SCHEMA_VERSION, which a
-later version raises)."""
-STEP = 600
-"""The step of each fixture's (only) checkpoint; also where its run ended."""
 MORE = 900
 """Where the resumed runs go."""
 REPLAY_COLUMNS = ("obs", "act", "rew", "mu_mean", "mu_std", "log_mu", "value", "rho", "vtbc",
                   "prev", "next", "flags")
-"""The datasets of a replay shard in schema 1 (``/state/learner/replay``), one row each."""
+"""The datasets of a replay shard in schema 1 (``/state/learner/replay``), one row each;
+schema 2 adds ``episode``."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """A fixture: the schema it was written in (not checkpoint.SCHEMA_VERSION, which a later
+    version raises), the step of its (only) checkpoint, where its run ended, its algorithm,
+    environment, obs width of the stored rows, episode length, and config values that must
+    survive (dotted keys)."""
+
+    schema: int
+    step: int
+    algorithm: str
+    env: str
+    row_dim: int
+    length: int
+    expected: dict[str, object]
+
 
 CASES = {
-    "schema1": (VRacer.name, {f"{VRacer.name}.hidden": [16, 16], f"{VRacer.name}.batch": 32,
-                           "refer.mode": "refer", "run.eval_every": 300}),
-    "schema1_ddpg": (DDPG.name, {f"{DDPG.name}.hidden": [16, 16], f"{DDPG.name}.batch": 32,
-                              f"{DDPG.name}.exploration": "ou",
-                              f"{DDPG.name}.critic_lr_factor": 5.0,
-                              "refer.mode": "er"}),
+    "schema1": Case(1, 600, VRacer.name, "Pendulum-v1", 3, 200,
+                    {f"{VRacer.name}.hidden": [16, 16], f"{VRacer.name}.batch": 32,
+                     "refer.mode": "refer", "run.eval_every": 300}),
+    "schema1_ddpg": Case(1, 600, DDPG.name, "Pendulum-v1", 3, 200,
+                         {f"{DDPG.name}.hidden": [16, 16], f"{DDPG.name}.batch": 32,
+                          f"{DDPG.name}.exploration": "ou",
+                          f"{DDPG.name}.critic_lr_factor": 5.0, "refer.mode": "er"}),
+    "schema2": Case(2, 650, VRacer.name, "Pendulum-v1", 3, 200,
+                    {f"{VRacer.name}.hidden": [16, 16], "replay.sampling": "per",
+                     "run.eval_every": 325}),
+    "schema2_agents": Case(2, 650, VRacer.name, "KSAgents", 6, 100,
+                           {f"{VRacer.name}.hidden": [16, 16], "env.agents": 2}),
+    "schema2_recurrent": Case(2, 650, SAC.name, "Pendulum-v1", 3 + 8, 200,
+                              {f"{SAC.name}.hidden": [16, 16], f"{SAC.name}.cell": "gru",
+                               f"{SAC.name}.cell_width": 8, f"{SAC.name}.bptt": 4}),
 }
-"""Fixture name -> (algorithm, config values that must survive, dotted keys)."""
+"""Fixture name -> what it holds."""
 
 
 def copy_fixture(name: str, where: Path) -> Path:
@@ -82,52 +111,64 @@ def config_value(config: dict, dotted: str) -> object:
 
 
 def check_config(config: dict, name: str) -> None:
-    algorithm, expected = CASES[name]
-    assert config["run"]["env"] == "Pendulum-v1"
-    assert config["run"]["algorithm"] == algorithm
-    for key, value in expected.items():
+    case = CASES[name]
+    assert config["run"]["env"] == case.env
+    assert config["run"]["algorithm"] == case.algorithm
+    for key, value in case.expected.items():
         assert config_value(config, key) == value, key
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_old_checkpoint_reads_as_schema_1(name, tmp_path):
+def test_old_checkpoint_reads_as_written(name, tmp_path):
+    """The fixture's files are of its schema and hold what that schema held (read as raw
+    trees, before any upgrade)."""
+    case = CASES[name]
     run_dir = copy_fixture(name, tmp_path)
     ckpt = checkpoint.latest(run_dir)
-    assert ckpt is not None and ckpt.name == f"step-{STEP:012d}"
+    assert ckpt is not None and ckpt.name == f"step-{case.step:012d}"
     manifest = checkpoint.verify(ckpt)  # every part's size and SHA-256
-    assert manifest["schema_version"] == SCHEMA
-    assert manifest["env_step"] == manifest["meta"]["env_step"] == STEP
+    assert manifest["schema_version"] == case.schema
+    assert manifest["env_step"] == manifest["meta"]["env_step"] == case.step
     assert sorted(e["name"] for e in manifest["files"]) == ["actor-0.h5", "learner-0.h5"]
     check_config(manifest["meta"]["config"], name)
     check_config(tomllib.loads((run_dir / "config.toml").read_text()), name)
-    algorithm = CASES[name][0]
     for part in ("learner-0.h5", "actor-0.h5"):
         with h5py.File(ckpt / part, "r") as f:
-            assert int(f.attrs["schema_version"]) == SCHEMA, part
+            assert int(f.attrs["schema_version"]) == case.schema, part
     with h5py.File(ckpt / "learner-0.h5", "r") as f:
-        assert f.attrs["env_id"].decode() == "Pendulum-v1"
-        assert f.attrs["algorithm"].decode() == algorithm
+        assert f.attrs["env_id"].decode() == case.env
+        assert f.attrs["algorithm"].decode() == case.algorithm
     learner = checkpoint.read_tree(ckpt / "learner-0.h5")
     replay = learner["learner"]["replay"]
-    missing = [c for c in REPLAY_COLUMNS if c not in replay]
+    columns = REPLAY_COLUMNS + (("episode",) if case.schema >= 2 else ())
+    missing = [c for c in columns if c not in replay]
     assert not missing, f"{ckpt / 'learner-0.h5'}: replay datasets {missing} missing"
-    assert all(len(replay[c]) == replay["capacity"] for c in REPLAY_COLUMNS)
+    assert all(len(replay[c]) == replay["capacity"] for c in columns)
     assert replay["size"] == replay["capacity"] == 512 and replay["head"] > 0
-    assert learner["learner"]["grad_steps"] > 0
-    assert learner["learner"]["algorithm"]["name"] == algorithm
-    assert learner["loop"]["env_steps"] == STEP
+    assert replay["obs"].shape[1] == case.row_dim
+    assert ("agent" in replay["open"]) == (case.schema >= 2)
+    assert ("grad_steps" in learner["learner"]) == (case.schema == 1)
+    assert learner["learner"]["algorithm"]["name"] == case.algorithm
+    assert learner["loop"]["env_steps"] == case.step
+    assert ("agent" in learner["loop"]["episodes"]) == (case.schema >= 2)
+    assert all("tree_version" not in t for t in (learner["learner"], replay, learner["loop"]))
     actor = checkpoint.read_tree(ckpt / "actor-0.h5")
     assert actor["policy"].size > 0 and "rng" in actor["actor"]
+    assert ("history" in actor["actor"]) == (case.schema >= 2)
+    assert ("lanes" in actor["actor"]) == (name == "schema2_agents")
+    if case.schema >= 2:  # checkpointed in the middle of an episode
+        assert actor["actor"]["obs"] is not None
     policy = policy_file.load_policy(run_dir / "policy.h5")
-    assert policy.env_step == STEP and policy.grad_step > 0
+    assert policy.env_step == case.step and policy.grad_step > 0
     check_config(policy.config, name)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_old_run_directory_resumes(name, in_tmp, capsys):
+    case = CASES[name]
     run_dir = copy_fixture(name, in_tmp)
     code = run_main(["--restart", name, "--steps", str(MORE)])
-    assert code == 0, f"--restart of the schema-1 fixture {name} failed:\n" \
+    assert code == 0, f"--restart of the schema-{case.schema} fixture {name} failed:\n" \
                       f"{capsys.readouterr().err}"
     records = [json.loads(line) for line in (run_dir / "train.jsonl").read_text().splitlines()]
     steps = [r["env_step"] for r in records]
@@ -137,15 +178,22 @@ def test_old_run_directory_resumes(name, in_tmp, capsys):
     assert ckpt is not None and ckpt.name == f"step-{MORE:012d}"
     manifest = checkpoint.verify(ckpt)
     assert manifest["meta"]["grad_step"] > 300
-    assert (run_dir / "checkpoints" / f"step-{STEP:012d}").is_dir()  # kept (keep = 2)
+    assert (run_dir / "checkpoints" / f"step-{case.step:012d}").is_dir()  # kept (keep = 2)
     log = (run_dir / "log.txt").read_text()
     stored = re.search(r"resumed (\d+) stored transitions of 1 learner", log)
     assert stored is not None and int(stored.group(1)) > 0, log
     assert (run_dir / "state.txt").read_text().strip() == "finished"
     check_config(tomllib.loads((run_dir / "config.toml").read_text()), name)
     check_config(manifest["meta"]["config"], name)
-    # the old lines (no "compiled") and the resumed run's read as one list, and are reported
-    assert "compiled" not in records[0] and records[-1]["compiled"] is False  # --compile off
+    # the episode in progress continued: every episode has its full length (an interrupted
+    # one would be closed short)
+    with (run_dir / "episodes.csv").open() as f:
+        lengths = [int(row["length"]) for row in csv.DictReader(f)]
+    assert lengths and set(lengths) == {case.length}, lengths
+    # the old lines and the resumed run's read as one list, and are reported
+    assert records[-1]["compiled"] is False  # --compile off
+    if case.schema == 1:
+        assert "compiled" not in records[0]
     assert [r.env_step for r in read_intervals(run_dir / "train.jsonl")] == steps
     assert report_main([name]) == 0
     assert "<h2>Losses</h2><figure" in (run_dir / "report.html").read_text()
@@ -153,22 +201,25 @@ def test_old_run_directory_resumes(name, in_tmp, capsys):
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_old_policy_evaluates(name, in_tmp, capsys):
+    case = CASES[name]
     run_dir = copy_fixture(name, in_tmp)
     code = evaluate_main([name, "--episodes", "1"])
     out, err = capsys.readouterr()
-    assert code == 0, f"evaluate of the schema-1 fixture {name} failed:\n{err}"
+    assert code == 0, f"evaluate of the schema-{case.schema} fixture {name} failed:\n{err}"
     assert "mean return" in out
     stats = json.loads((run_dir / "evaluation.json").read_text())
-    assert stats["episodes"] == 1 and stats["env"] == "Pendulum-v1"
-    assert math.isfinite(stats["return_mean"]) and stats["length_mean"] == 200
-    assert stats["env_step"] == STEP
+    assert stats["env"] == case.env
+    assert math.isfinite(stats["return_mean"]) and stats["length_mean"] == case.length
+    assert stats["env_step"] == case.step
 
 
 def test_fixtures_are_as_written():
     """Every fixture file still has the SHA-256 that PROVENANCE.txt recorded when it was
     written: the fixtures are never edited or regenerated (a migration converts copies)."""
     recorded = {}
-    for line in (FIXTURES / "PROVENANCE.txt").read_text().splitlines():
+    lines = [line for provenance in ("PROVENANCE.txt", "PROVENANCE-schema2.txt")
+             for line in (FIXTURES / provenance).read_text().splitlines()]
+    for line in lines:
         match = re.fullmatch(r"\s+(\S+)\s+\d+ bytes\s+sha256 ([0-9a-f]{64})", line)
         if match:
             recorded[match.group(1)] = match.group(2)
