@@ -35,6 +35,7 @@ from hpc_refer.loop.checkpoint import CheckpointError
 from hpc_refer.loop.learner import Learner
 from hpc_refer.replay.shard import HAS_ACTION, IN_USE, TERMINAL
 from hpc_refer.replay.sumtree import SumTree
+from hpc_refer.replay.tree import split_episodes
 from hpc_refer.report.records import OPEN, TERMINATED, TRUNCATED, Chunk, ChunkEnd
 
 OBS, ACT = 3, 2
@@ -248,7 +249,7 @@ def test_a_learner_file_is_readable_with_plain_h5py_by_the_documented_names(tmp_
     path = tmp_path / "learner-0.h5"
     checkpoint.write_tree(path, {"learner": learner.checkpoint_state()}, {"kind": "learner"})
     with h5py.File(path, "r") as f:
-        assert f.attrs["schema_version"] == checkpoint.SCHEMA_VERSION == 2
+        assert f.attrs["schema_version"] == checkpoint.SCHEMA_VERSION == 3
         assert f.attrs["hpc_refer_version"].decode() == __version__
         assert f.attrs["kind"].decode() == "learner"
         state = f["state/learner"]
@@ -270,16 +271,19 @@ def test_a_learner_file_is_readable_with_plain_h5py_by_the_documented_names(tmp_
         assert np.array_equal(w, learner.algo.modules["net"].state_dict()["trunk.0.weight"])
         assert algo["modules/net/normalizer.mean"].shape == (OBS,)
         assert algo["optimizers/adam/param_groups/0"].attrs["lr"] == pytest.approx(1e-4)
+        # each owner's tree carries the version of its format (hpc_refer.report.formats)
+        assert state.attrs["tree_version"] == 2 and replay.attrs["tree_version"] == 2
+        assert algo.attrs["tree_version"] == 1
 
 
 def test_a_newer_schema_is_refused_naming_both_versions(tmp_path):
     path = tmp_path / "t.h5"
     checkpoint.write_tree(path, {"x": 1}, {})
     with h5py.File(path, "a") as f:
-        f.attrs["schema_version"] = 3
+        f.attrs["schema_version"] = 4
         f.attrs["hpc_refer_version"] = "9.9"
-    with pytest.raises(CheckpointError, match=r"schema_version 3 \(written by hpc_refer 9.9\)"
-                       r" is newer than schema_version 2"):
+    with pytest.raises(CheckpointError, match=r"schema_version 4 \(written by hpc_refer 9.9\)"
+                       r" is newer than schema_version 3"):
         checkpoint.read_tree(path)
 
 
@@ -334,7 +338,7 @@ def test_verify_names_a_missing_truncated_or_changed_file(tmp_path):
     ckpt = checkpoint.publish(tmp_path, 5, {"learners": 1}, keep=2)
     manifest = checkpoint.verify(ckpt)
     assert manifest["env_step"] == 5 and manifest["meta"] == {"learners": 1}
-    assert manifest["schema_version"] == 2 and manifest["hpc_refer_version"] == __version__
+    assert manifest["schema_version"] == 3 and manifest["hpc_refer_version"] == __version__
     assert [f["name"] for f in manifest["files"]] == ["actor-0.h5", "learner-0.h5", "run.h5"]
     data = (ckpt / "run.h5").read_bytes()
     (ckpt / "run.h5").write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
@@ -348,8 +352,9 @@ def test_verify_names_a_missing_truncated_or_changed_file(tmp_path):
     assert f"{ckpt / 'learner-0.h5'}: size 1 bytes, the manifest says" in message
     assert f"{ckpt / 'actor-0.h5'}: listed in the manifest but missing" in message
     assert "run.h5: sha256 differs" in message
-    (ckpt / "manifest.json").write_text(json.dumps({**manifest, "schema_version": 3}))
-    with pytest.raises(CheckpointError, match="schema_version 3"):
+    newer = checkpoint.SCHEMA_VERSION + 1
+    (ckpt / "manifest.json").write_text(json.dumps({**manifest, "schema_version": newer}))
+    with pytest.raises(CheckpointError, match=f"schema_version {newer} "):
         checkpoint.verify(ckpt)
     (ckpt / "manifest.json").unlink()
     with pytest.raises(CheckpointError, match=r"no manifest\.json"):
@@ -542,7 +547,7 @@ def test_two_learners_to_one_and_back_keep_every_transition_and_link(tmp_path, a
     trees = [checkpoint.read_tree(p)["learner"] for p in paths]
 
     one = make(algorithm, seed=3, sampling=sampling)
-    [share] = checkpoint.split_episodes([t["replay"] for t in trees], 1)
+    [share] = split_episodes([t["replay"] for t in trees], 1)
     one.restore_resized(trees[0], share)
     assert one.algo.checksum() == old[0].algo.checksum()
     assert transitions(one) == before
@@ -557,7 +562,7 @@ def test_two_learners_to_one_and_back_keep_every_transition_and_link(tmp_path, a
     path = tmp_path / "one.h5"
     checkpoint.write_tree(path, {"learner": one.checkpoint_state()}, {})
     tree = checkpoint.read_tree(path)["learner"]
-    shares = checkpoint.split_episodes([tree["replay"]], 2, capacity=128)
+    shares = split_episodes([tree["replay"]], 2, capacity=128)
     two = [make(algorithm, seed=4, learners=2, sampling=sampling) for _ in range(2)]
     for learner, share in zip(two, shares, strict=True):
         learner.restore_resized(tree, share)
@@ -607,14 +612,14 @@ def test_split_episodes_balances_rows_and_orders_by_age():
     a = make(learners=1, size=512)
     fill(a, seed=21, n=40, sources=(0, 1, 2, 3))
     tree = a.replay.checkpoint_state()
-    shares = checkpoint.split_episodes([tree], 3)
+    shares = split_episodes([tree], 3)
     sizes = [sum(len(e.chunk.obs) for e in s) for s in shares]
     assert sum(sizes) == a.replay.size
     assert max(sizes) - min(sizes) <= max(len(e.chunk.obs) for s in shares for e in s)
     ends = Counter(e.chunk.end for s in shares for e in s)
     assert ends[OPEN] == 4 and ends[TERMINATED] > 0 and ends[TRUNCATED] > 0
     with pytest.raises(ValueError, match="n_learners"):
-        checkpoint.split_episodes([tree], 0)
+        split_episodes([tree], 0)
 
 
 # --- policy files --------------------------------------------------------------------------

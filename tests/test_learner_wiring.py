@@ -560,7 +560,7 @@ def test_adopt_keeps_the_last_capacity_rows_of_a_longer_episode_and_their_priori
     """An episode longer than the shard keeps its last N rows in every column; under PER each
     sampleable row keeps its priority (rows of priority 0 keep the one ingest gave them) and
     the tree the old running maximum; a shard that holds states refuses to adopt."""
-    from hpc_refer.replay.shard import StoredEpisode
+    from hpc_refer.replay.tree import StoredEpisode
 
     learner = small_learner(sampling=sampling)
     replay = learner.replay

@@ -44,11 +44,17 @@ import h5py
 import pytest
 
 from hpc_refer.algorithms.ddpg import DDPG
+from hpc_refer.algorithms.kit.base import Algorithm
 from hpc_refer.algorithms.sac import SAC
 from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.evaluate import main as evaluate_main
 from hpc_refer.loop import checkpoint, policy_file
+from hpc_refer.loop.actor import ACTOR_FORMAT
+from hpc_refer.loop.learner import LEARNER_FORMAT
+from hpc_refer.loop.learner_loop import LOOP_FORMAT
+from hpc_refer.replay.tree import REPLAY_FORMAT
 from hpc_refer.report.build import main as report_main
+from hpc_refer.report.formats import VERSION_KEY
 from hpc_refer.report.schema import read_intervals
 from hpc_refer.run.main import main as run_main
 
@@ -151,7 +157,7 @@ def test_old_checkpoint_reads_as_written(name, tmp_path):
     assert learner["learner"]["algorithm"]["name"] == case.algorithm
     assert learner["loop"]["env_steps"] == case.step
     assert ("agent" in learner["loop"]["episodes"]) == (case.schema >= 2)
-    assert all("tree_version" not in t for t in (learner["learner"], replay, learner["loop"]))
+    assert all(VERSION_KEY not in t for t in (learner["learner"], replay, learner["loop"]))
     actor = checkpoint.read_tree(ckpt / "actor-0.h5")
     assert actor["policy"].size > 0 and "rng" in actor["actor"]
     assert ("history" in actor["actor"]) == (case.schema >= 2)
@@ -178,6 +184,15 @@ def test_old_run_directory_resumes(name, in_tmp, capsys):
     assert ckpt is not None and ckpt.name == f"step-{MORE:012d}"
     manifest = checkpoint.verify(ckpt)
     assert manifest["meta"]["grad_step"] > 300
+    # what the resumed run writes is today's format: every owner's tree stamped
+    assert manifest["schema_version"] == checkpoint.SCHEMA_VERSION
+    learner = checkpoint.read_tree(ckpt / "learner-0.h5")
+    actor = checkpoint.read_tree(ckpt / "actor-0.h5")["actor"]
+    for fmt, tree in ((LEARNER_FORMAT, learner["learner"]), (LOOP_FORMAT, learner["loop"]),
+                      (REPLAY_FORMAT, learner["learner"]["replay"]),
+                      (Algorithm.state_format, learner["learner"]["algorithm"]),
+                      (ACTOR_FORMAT, actor)):
+        assert tree[VERSION_KEY] == fmt.version, fmt.owner
     assert (run_dir / "checkpoints" / f"step-{case.step:012d}").is_dir()  # kept (keep = 2)
     log = (run_dir / "log.txt").read_text()
     stored = re.search(r"resumed (\d+) stored transitions of 1 learner", log)

@@ -226,7 +226,7 @@ def test_stored_episodes_of_a_wrapped_ring_come_back_oldest_first_as_their_chunk
     """After the ring wrapped (FIFO cut the oldest episode's first rows), every stored
     episode is found from its first remaining row, in ring age order, and gives back its
     chunk: columns, and an end of TERMINATED, TRUNCATED or OPEN from its last row."""
-    from hpc_refer.replay.shard import episode_chunk, stored_episodes
+    from hpc_refer.replay.tree import episode_chunk, stored_episodes
 
     shard = ReplayShard(10, 1, 1, 0.9)
     episodes = [_episode(4, TERMINATED, 0.0), _episode(3, TRUNCATED, 10.0),
@@ -248,7 +248,7 @@ def test_stored_episodes_of_a_wrapped_ring_come_back_oldest_first_as_their_chunk
 
 def test_an_episode_that_fills_the_shard_is_not_a_cycle():
     """One episode of exactly N rows is one episode; links that loop are refused."""
-    from hpc_refer.replay.shard import stored_episodes
+    from hpc_refer.replay.tree import stored_episodes
 
     shard = ReplayShard(6, 1, 1, 0.9)
     shard.add(_episode(6, TERMINATED, 0.0), 2.0)

@@ -54,6 +54,7 @@ from hpc_refer.envs import TeamDriver
 from hpc_refer.envs.external import SolverFailure, SolverFault
 from hpc_refer.envs.interface import Status
 from hpc_refer.report.clock import CLOCK
+from hpc_refer.report.formats import TreeFormat
 from hpc_refer.report.records import (
     Chunk,
     ChunkEnd,
@@ -64,6 +65,18 @@ from hpc_refer.report.records import (
 )
 
 OU_THETA = 0.15
+
+
+def history_and_series(tree: StateTree) -> StateTree:
+    """Version 1 -> 2 of the actor's tree: the stack of past states ``history`` and the step
+    series' rows ``series`` where the tree has none (written before either existed: None,
+    as an actor without them stores)."""
+    return {"history": None, "series": None, **tree}
+
+
+ACTOR_FORMAT = TreeFormat("actor", (history_and_series,))
+"""The actor's tree (:meth:`Actor.checkpoint_state`, with the lanes, active agents and outbox
+of :class:`~hpc_refer.loop.agents_actor.AgentsActor`), version 2."""
 
 LOG = logging.getLogger(__name__)
 
@@ -346,7 +359,7 @@ class Actor:
         (``env.history``; None without one) and the rows of its step series (None without
         one). The policy copy is not part
         of it (the caller saves the parameters it loads)."""
-        return {
+        return ACTOR_FORMAT.stamp({
             "rng": numpy_rng_state(self.rng),
             "noise": self._noise.copy(),
             "obs": None if self._obs is None else self._obs.copy(),
@@ -361,14 +374,16 @@ class Actor:
             "env": self.env.checkpoint_state(),
             "history": None if self.env.stack is None else self.env.stack.state(),
             "series": self.env.series_state(),
-        }
+        })
 
     def restore_state(self, tree: StateTree) -> None:
         """Continue from :meth:`checkpoint_state` (on a fresh actor of the same environment
         kind). The episode in progress continues when the environment takes the saved
         state; otherwise it is interrupted: the next :meth:`step` returns its closing
         truncated chunk at its last state (what a solver fault sends, without counting
-        one), so the learner's open tail is closed and never joined to the next episode."""
+        one), so the learner's open tail is closed and never joined to the next episode. A
+        tree of any version of :data:`ACTOR_FORMAT` (upgraded first)."""
+        tree = ACTOR_FORMAT.upgrade(tree)
         set_numpy_rng_state(self.rng, tree["rng"])
         self._noise = np.array(tree["noise"], np.float64)
         self._obs = None if tree["obs"] is None else np.array(tree["obs"], np.float32)
@@ -379,7 +394,7 @@ class Actor:
         self._seed = None if tree["seed"] is None else int(tree["seed"])
         self.faults = int(tree["faults"])
         self._faults_in_a_row = int(tree["faults_in_a_row"])
-        if tree.get("series") is not None:
+        if tree["series"] is not None:
             self.env.restore_series(tree["series"])
         restored = tree["env"] is not None and self.env.restore_state(tree["env"])
         if restored and self.env.stack is not None:

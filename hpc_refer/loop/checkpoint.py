@@ -47,16 +47,40 @@ import h5py
 import numpy as np
 
 from hpc_refer import __version__
-from hpc_refer.replay.shard import StoredEpisode, episode_chunk, stored_episodes
+from hpc_refer.report.formats import TreeFormat
 
 if TYPE_CHECKING:
     from hpc_refer.report.records import StateTree
 
-SCHEMA_VERSION = 2
+def config_of_the_chosen_algorithm(manifest: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 -> 2 of the manifest: nothing to convert. Schema 2 kept only the chosen
+    algorithm's table in ``meta.config`` (build_config reads a config with every table as
+    well) and dropped the learner part's ``grad_steps``, an upgrade of the learner's tree
+    (:data:`~hpc_refer.loop.learner.LEARNER_FORMAT`)."""
+    return dict(manifest)
+
+
+def clock_and_tree_versions(manifest: dict[str, Any]) -> dict[str, Any]:
+    """Schema 2 -> 3 of the manifest: ``meta.wall_s``, the run's clock at the checkpoint,
+    where it is absent (written before the clock was stored: 0, the resumed run's clock
+    restarts, as it then did). Schema 3 also stamps each owner's tree in the parts with its
+    version (:mod:`hpc_refer.report.formats`); a tree without one is version 1."""
+    meta = manifest["meta"]
+    return {**manifest, "meta": meta if "wall_s" in meta else {**meta, "wall_s": 0.0}}
+
+
+MANIFEST_FORMAT = TreeFormat("checkpoint manifest",
+                             (config_of_the_chosen_algorithm, clock_and_tree_versions),
+                             key="schema_version")
+"""The manifest's format, whose version is the checkpoint schema (ARCHITECTURE.md,
+"Checkpoint schema"): 1 the first; 2 without the learner part's ``grad_steps`` (a duplicate of
+``refer/t``) and with only the chosen algorithm's table in the config; 3 with ``meta.wall_s``
+and each owner's tree stamped with its version, for the agent lanes and carries that joined
+the trees in schema 2 without a bump."""
+
+SCHEMA_VERSION = MANIFEST_FORMAT.version
 """Version of the file layout and of the manifest; a reader refuses newer ones and reads
-every older one (ARCHITECTURE.md, "Checkpoint schema": version 2 dropped the learner part's
-``grad_steps``, which duplicated ``refer/t``, and keeps only the chosen algorithm's table in
-the config of the manifest; a version-1 checkpoint restarts as it is)."""
+every older one, through the manifest's and each tree's upgrades."""
 
 STATE_GROUP = "state"
 """The group of a file that holds the state tree."""
@@ -400,58 +424,6 @@ def check_compatible(saved: dict[str, Any], current: dict[str, Any],
                               "may not change on a restart:\n  " + "\n  ".join(differ))
 
 
-# --- another number of learners ------------------------------------------------------------
-
-
-def split_episodes(replay_trees: list[StateTree], n_learners: int,
-                   capacity: int | None = None) -> list[list[StoredEpisode]]:
-    """Deal the stored episodes of the shard checkpoints ``replay_trees`` (any number) out
-    to ``n_learners`` learners; each learner stores its list with
-    :meth:`~hpc_refer.loop.learner.Learner.adopt`.
-
-    Balance: the longest episodes first, each to the learner with the fewest rows so far
-    (greedy: without ``capacity`` no learner gets more than the mean plus one episode).
-    Episodes move whole, so their links stay within one shard, except where ``capacity``
-    (the rows of a new shard) requires a split: an episode larger than the room left on the
-    least-loaded learner gives it its oldest rows, and the rest goes on to the next one.
-    The first part then ends on a transition whose successor is in another shard (it stays
-    stored and counted, but unsampleable); each split fills a shard, so there are at most
-    ``n_learners - 1`` of them. So every stored row and transition is kept whenever the
-    shards together have room for them. PER priorities travel with their rows.
-
-    Each learner's list is in the order of age of its pieces' first rows in their old ring
-    (as a fraction of its size), oldest first, so that FIFO forgetting drops the oldest
-    first should a shard be too small.
-    """
-    if n_learners < 1:
-        raise ValueError(f"n_learners must be >= 1, got {n_learners}")
-    found = [(shard, rows) for shard, tree in enumerate(replay_trees)
-             for rows in stored_episodes(tree)]
-    loads = [0] * n_learners
-    shares: list[list[tuple[float, int, np.ndarray]]] = [[] for _ in range(n_learners)]
-    for shard, rows in sorted(found, key=lambda x: -x[1].size):
-        tree = replay_trees[shard]
-        head, ring, size = int(tree["head"]), int(tree["capacity"]), int(tree["size"])
-        while rows.size:
-            target = loads.index(min(loads))
-            room = rows.size if capacity is None else capacity - loads[target]
-            take = rows.size if room >= rows.size or room <= 0 else room
-            piece, rows = rows[:take], rows[take:]
-            shares[target].append(((int(piece[0]) - head) % ring / size, shard, piece))
-            loads[target] += take
-    out = []
-    for share in shares:
-        episodes = []
-        for _, shard, rows in sorted(share, key=lambda x: x[:2]):
-            tree = replay_trees[shard]
-            p = tree.get("priorities")
-            episodes.append(StoredEpisode(episode_chunk(tree, rows),
-                                          None if p is None else p["leaves"][rows],
-                                          0.0 if p is None else float(p["max_priority"])))
-        out.append(episodes)
-    return out
-
-
 # --- the parts of a run's checkpoint -------------------------------------------------------
 
 
@@ -462,10 +434,17 @@ def part_attrs(env_id: str, algorithm: str) -> dict[str, Any]:
 
 @dataclass
 class Resume:
-    """Where a run continues from: a verified checkpoint and its manifest."""
+    """Where a run continues from: a verified checkpoint and its manifest (in the current
+    format: :meth:`of`)."""
 
     path: Path
     manifest: dict[str, Any]
+
+    @classmethod
+    def of(cls, path: Path) -> Resume:
+        """The checkpoint directory ``path``, verified (:func:`verify`), with its manifest
+        upgraded to the current schema (:data:`MANIFEST_FORMAT`)."""
+        return cls(path, MANIFEST_FORMAT.upgrade(verify(path)))
 
     @property
     def learners(self) -> int:
@@ -479,8 +458,9 @@ class Resume:
     def elapsed(self) -> float:
         """Seconds of the run at the checkpoint (``meta.wall_s``, the run's clock,
         :mod:`hpc_refer.report.clock`), from which the resumed run's clock continues; 0 for a
-        checkpoint written before it was stored (its clock restarts, as it then did)."""
-        return float(self.manifest["meta"].get("wall_s", 0.0))
+        checkpoint written before it was stored (its clock restarts, as it then did: the
+        manifest's upgrade, :func:`clock_and_tree_versions`)."""
+        return float(self.manifest["meta"]["wall_s"])
 
     def part(self, name: str) -> StateTree | None:
         """A part of the checkpoint, None when it has none of that name."""

@@ -23,7 +23,7 @@ Checkpoints: :meth:`Learner.checkpoint_state` gathers the state of every owner (
 replay shard, ReF-ER) with the counters and both random generators; :meth:`restore_state`
 continues bit for bit. After a change of the number of learners, each learner restores
 everything but its shard and sampling generator and refills its empty shard with the
-episodes :func:`~hpc_refer.loop.checkpoint.split_episodes` gives it (:meth:`restore_resized`).
+episodes :func:`~hpc_refer.replay.tree.split_episodes` gives it (:meth:`restore_resized`).
 """
 
 from __future__ import annotations
@@ -48,10 +48,22 @@ from hpc_refer.replay.shard import (
     PriorityConfig,
     ReplayShard,
     ScalingSums,
-    StoredEpisode,
 )
+from hpc_refer.replay.tree import StoredEpisode
+from hpc_refer.report.formats import TreeFormat
 from hpc_refer.report.records import OPEN, Chunk, StateTree, numpy_rng_state, set_numpy_rng_state
 from hpc_refer.report.schema import RHO_EDGES
+
+
+def without_grad_steps(tree: StateTree) -> StateTree:
+    """Version 1 -> 2 of the learner's tree: schema 1's ``grad_steps`` goes (it duplicated
+    ReF-ER's ``refer/t``, the step count restored)."""
+    return {k: v for k, v in tree.items() if k != "grad_steps"}
+
+
+LEARNER_FORMAT = TreeFormat("learner", (without_grad_steps,))
+"""The learner's tree (:meth:`Learner.checkpoint_state`), version 2; its algorithm's and its
+replay shard's trees have formats of their own."""
 
 ADOPTED_SOURCE = -1
 """The source under which :meth:`Learner.adopt` stores episodes (no actor uses it)."""
@@ -252,17 +264,20 @@ class Learner:
     def checkpoint_state(self) -> StateTree:
         """Everything a restart needs: the algorithm's, the replay shard's and ReF-ER's
         state, the counters, the sampling generator (JSON) and torch's generator (uint8)."""
-        return {"algorithm": self.algo.checkpoint_state(),
-                "replay": self.replay.checkpoint_state(),
-                "refer": self.refer.checkpoint_state(),
-                "start_env_steps": self.start_env_steps,
-                "local_batch": self.local_batch, "rng": numpy_rng_state(self.rng),
-                "torch_rng": torch_rng_state()}
+        return LEARNER_FORMAT.stamp({
+            "algorithm": self.algo.checkpoint_state(),
+            "replay": self.replay.checkpoint_state(),
+            "refer": self.refer.checkpoint_state(),
+            "start_env_steps": self.start_env_steps,
+            "local_batch": self.local_batch, "rng": numpy_rng_state(self.rng),
+            "torch_rng": torch_rng_state()})
 
     def restore_state(self, tree: StateTree, replay: bool = True) -> None:
         """Inverse of :meth:`checkpoint_state`. With ``replay=False`` (another number of
         learners than the checkpoint's) the shard, its minibatch size and the sampling
-        generator stay as built for this rank; :meth:`adopt` fills the shard."""
+        generator stay as built for this rank; :meth:`adopt` fills the shard. A tree of any
+        version of :data:`LEARNER_FORMAT` (upgraded first)."""
+        tree = LEARNER_FORMAT.upgrade(tree)
         self.algo.restore_state(tree["algorithm"])
         self.refer.restore_state(tree["refer"])
         start = tree["start_env_steps"]
@@ -284,7 +299,7 @@ class Learner:
         """Store ``episodes`` in this empty shard, in the given order (oldest first).
 
         Every learner calls it, with its share from
-        :func:`~hpc_refer.loop.checkpoint.split_episodes`. Each episode is stored as one chunk
+        :func:`~hpc_refer.replay.tree.split_episodes`. Each episode is stored as one chunk
         (its last ``capacity`` rows at most), so log mu, V, rho and V-tbc come from this
         learner's networks, as at ingest. An episode whose next chunk had not arrived (or the
         first part of an episode split over two shards) keeps its stored rows, but no chunk

@@ -6,7 +6,7 @@ the algorithm's networks and optimizers, the replay shard, ReF-ER's state, the g
 under ``learner`` and the loop's (its actors, schedules and unlogged episodes) under
 ``loop``. A restart with the learner count of the checkpoint restores each learner from its
 own part; with another count, every learner takes learner 0's networks and loop state and
-its share of the episodes of every old shard (:func:`~hpc_refer.loop.checkpoint.split_episodes`),
+its share of the episodes of every old shard (:func:`~hpc_refer.replay.tree.split_episodes`),
 and learner 0 the episodes no old learner had logged yet.
 """
 
@@ -19,6 +19,7 @@ from hpc_refer.config.resolve import Config
 from hpc_refer.loop import checkpoint
 from hpc_refer.loop.checkpoint import Resume
 from hpc_refer.loop.learner import Learner
+from hpc_refer.replay.tree import split_episodes
 from hpc_refer.report.records import StateTree
 
 
@@ -58,7 +59,7 @@ def restore_learner(learner: Learner, loop: LoopState, resume: Resume,
         loop.restore_state(tree["loop"], layout_same, [tree["loop"]])
     else:
         trees = [_part(resume, r) for r in range(resume.learners)]
-        share = checkpoint.split_episodes([t["learner"]["replay"] for t in trees], size,
+        share = split_episodes([t["learner"]["replay"] for t in trees], size,
                                           learner.replay.capacity)[rank]
         learner.restore_resized(trees[0]["learner"], share)
         loop.restore_state(trees[0]["loop"], False,

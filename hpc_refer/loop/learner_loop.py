@@ -82,11 +82,31 @@ from hpc_refer.loop.learner import Learner
 from hpc_refer.loop.learner_checkpoint import write_learner_part
 from hpc_refer.loop.policy_file import save_policy
 from hpc_refer.report.clock import CLOCK
+from hpc_refer.report.formats import TreeFormat
 from hpc_refer.report.metrics import RunDirectory
 from hpc_refer.report.records import Incoming, LoggedEpisode, MessageKind, StateTree
 from hpc_refer.report.schema import POLICY_FILE
 
 LOG = logging.getLogger(__name__)
+
+
+def episode_times_and_agents(tree: StateTree) -> StateTree:
+    """Version 1 -> 2 of the loop's tree: each unlogged episode (``episodes``, ``evals``)
+    gets its end time ``wall_s`` where it has none (written before episodes carried it: nan)
+    and its ``agent`` where it has none (written before several agents: agent 0)."""
+    out = dict(tree)
+    for key in ("episodes", "evals"):
+        episodes = dict(tree[key])
+        count = len(episodes["env_step"])
+        episodes.setdefault("wall_s", np.full(count, np.nan))
+        episodes.setdefault("agent", np.zeros(count, np.int64))
+        out[key] = episodes
+    return out
+
+
+LOOP_FORMAT = TreeFormat("learner loop", (episode_times_and_agents,))
+"""The learner loop's tree (:meth:`LearnerLoop.checkpoint_state`: its counters, schedule,
+actor sets, unlogged episodes and interval sums), version 2."""
 
 
 class LoopCounters(NamedTuple):
@@ -443,15 +463,19 @@ class LearnerLoop:
     def checkpoint_state(self) -> StateTree:
         """The loop's own state (this learner's): counts, schedules, its actors' sets,
         unlogged episodes and the interval's sums."""
-        return {"env_steps": self.env_steps, "received": self.received,
-                "faults": self.faults, **self.schedule.checkpoint_state(),
-                **self.book.checkpoint_state(), **self.report.checkpoint_state()}
+        return LOOP_FORMAT.stamp({
+            "env_steps": self.env_steps, "received": self.received, "faults": self.faults,
+            **self.schedule.checkpoint_state(), **self.book.checkpoint_state(),
+            **self.report.checkpoint_state()})
 
     def restore_state(self, tree: StateTree, same_actors: bool,
                       unlogged: list[StateTree]) -> None:
         """Continue from :meth:`checkpoint_state`; the actors' sets only when this learner
         serves the same actors as the one that wrote it (else all of them wait); the
-        episodes not logged yet of the loop trees ``unlogged``."""
+        episodes not logged yet of the loop trees ``unlogged``. Trees of any version of
+        :data:`LOOP_FORMAT` (upgraded first)."""
+        tree = LOOP_FORMAT.upgrade(tree)
+        unlogged = [LOOP_FORMAT.upgrade(t) for t in unlogged]
         self.resumed = True
         self.env_steps, self.received = tree["env_steps"], tree["received"]
         self.faults = tree["faults"]

@@ -46,10 +46,9 @@ Checkpoints
 :meth:`ReplayShard.checkpoint_state` hands over the first ``size`` rows of every column (rows
 0 .. size-1 are the rows in use: the ring fills them in order and, once it has wrapped, size
 is the capacity), the ring counters, the open tails and the PER tree; :meth:`restore_state`
-makes a shard of the same capacity continue bit for bit. With another number of learners,
-:func:`hpc_refer.loop.checkpoint.split_episodes` deals the stored episodes of the old shards
-(:func:`stored_episodes`, :func:`episode_chunk`) out to the new ones, and
-:meth:`~hpc_refer.loop.learner.Learner.adopt` stores them again, one chunk per episode.
+makes a shard of the same capacity continue bit for bit. The tree's format and its upgrades,
+and the dealing of its episodes out to another number of learners, are
+:mod:`hpc_refer.replay.tree`'s.
 """
 
 from __future__ import annotations
@@ -72,7 +71,8 @@ from hpc_refer.replay.kernels import (
 )
 from hpc_refer.replay.near import NearBounds, is_far
 from hpc_refer.replay.sumtree import SumTree
-from hpc_refer.report.records import OPEN, TERMINATED, TRUNCATED, Chunk, StateTree
+from hpc_refer.replay.tree import REPLAY_FORMAT
+from hpc_refer.report.records import OPEN, TERMINATED, Chunk, StateTree
 
 COLUMNS = ("obs", "act", "rew", "mu_mean", "mu_std", "log_mu", "value", "rho", "vtbc", "prev",
            "next", "flags", "episode")
@@ -219,11 +219,14 @@ class ReplayShard:
         )
         if self.tree is not None:
             tree["priorities"] = self.tree.checkpoint_state()
-        return tree
+        return REPLAY_FORMAT.stamp(tree)
 
     def restore_state(self, tree: StateTree) -> None:
-        """Inverse of :meth:`checkpoint_state`, into a shard of the same capacity, state and
-        action sizes, V-tbc setting and sampling (ValueError naming what differs)."""
+        """Inverse of :meth:`checkpoint_state` (a tree of any version of
+        :data:`~hpc_refer.replay.tree.REPLAY_FORMAT`, upgraded first), into a shard of the same
+        capacity, state and action sizes, V-tbc setting and sampling (ValueError naming what
+        differs)."""
+        tree = REPLAY_FORMAT.upgrade(tree)
         per = self.tree is not None
         saved = {"capacity": int(tree["capacity"]), "retrace": bool(tree["retrace"]),
                  "obs_dim": tree["obs"].shape[1], "act_dim": tree["act"].shape[1],
@@ -236,10 +239,9 @@ class ReplayShard:
             raise ValueError("replay shard does not match the checkpoint: " + "; ".join(differ))
         n = int(tree["size"])
         for name in COLUMNS:
-            if name in tree:
-                column = getattr(self, name)
-                column[:n] = tree[name]
-                column[n:] = _UNUSED_FILL.get(name, 0)
+            column = getattr(self, name)
+            column[:n] = tree[name]
+            column[n:] = _UNUSED_FILL.get(name, 0)
         self._stamp[:] = 0
         self._mark = 0
         self.head, self.size = int(tree["head"]), n
@@ -247,19 +249,12 @@ class ReplayShard:
         self.n_removed, self._written = int(tree["n_removed"]), int(tree["written"])
         self.reward_scale = float(tree["reward_scale"])
         tails = tree["open"]
-        agents = tails.get("agent", np.zeros(len(tails["source"]), np.int64))  # before agents
         self._open = {(int(k), int(a)): (int(r), int(w))
-                      for k, a, r, w in zip(tails["source"], agents, tails["row"],
+                      for k, a, r, w in zip(tails["source"], tails["agent"], tails["row"],
                                             tails["written"], strict=True)}
         if self.tree is not None:
             self.tree.restore_state(tree["priorities"])
-        if "episode" in tree:
-            self._next_episode = int(tree["next_episode"])
-        else:  # a schema-1 shard: the episodes from the links, oldest first
-            self.episode[:] = -1
-            for k, rows in enumerate(stored_episodes(tree)):
-                self.episode[rows] = k
-            self._next_episode = int(self.episode.max()) + 1
+        self._next_episode = int(tree["next_episode"])
 
     def forget_open_tails(self) -> None:
         """No chunk will continue the open episodes any more (their actors went elsewhere):
@@ -532,57 +527,3 @@ class ReplayShard:
         n_obs, s_sum, s_sq, n_rew, r_sum, r_sq = state_reward_sums(self.obs, self.rew,
                                                                    self.flags, self.size)
         return ScalingSums(n_obs, n_rew, s_sum, s_sq, r_sum, r_sq)
-
-
-class StoredEpisode(NamedTuple):
-    """One episode of a shard checkpoint, on its way to another shard (see
-    :func:`hpc_refer.loop.checkpoint.split_episodes` and
-    :meth:`~hpc_refer.loop.learner.Learner.adopt`)."""
-
-    chunk: Chunk
-    """Its stored rows as one chunk (:func:`episode_chunk`)."""
-    priorities: np.ndarray | None
-    """PER: the priority of each of its rows (0: not sampleable); None from a uniform shard."""
-    max_priority: float
-    """PER: the running maximum of its shard's tree (0.0 from a uniform shard)."""
-
-
-def stored_episodes(tree: StateTree) -> list[np.ndarray]:
-    """The rows of every episode stored in a shard checkpoint, each in link order, the
-    episodes ordered by the ring age of their first row (oldest first).
-
-    An episode starts at a row without predecessor (its start, or its first row not yet
-    forgotten) and follows ``next`` to its last stored row.
-    """
-    n, head, capacity = int(tree["size"]), int(tree["head"]), int(tree["capacity"])
-    prev, nxt = tree["prev"], tree["next"]
-    starts = np.flatnonzero((prev[:n] < 0) & (tree["flags"][:n] != 0))
-    starts = starts[np.argsort((starts - head) % capacity, kind="stable")]
-    episodes = []
-    for s in starts:
-        rows = [int(s)]
-        while nxt[rows[-1]] >= 0:
-            rows.append(int(nxt[rows[-1]]))
-            if len(rows) > n:
-                raise ValueError("replay checkpoint: the next links of its rows form a cycle")
-        episodes.append(np.array(rows, np.int64))
-    return episodes
-
-
-def episode_chunk(tree: StateTree, rows: np.ndarray) -> Chunk:
-    """The stored ``rows`` of one episode (link order) of a shard checkpoint, as one chunk
-    (of source 0: whoever stores it sets its own).
-
-    Its end is TERMINATED after a terminal transition, TRUNCATED when the last row is a
-    final state s_T (no action), and OPEN when the episode's next chunk had not arrived.
-    """
-    last = tree["flags"][rows[-1]]
-    if last & TERMINAL:
-        end, m = TERMINATED, rows.size
-    elif last & HAS_ACTION:
-        end, m = OPEN, rows.size
-    else:
-        end, m = TRUNCATED, rows.size - 1
-    acts = rows[:m]
-    return Chunk(tree["obs"][rows], tree["act"][acts], tree["rew"][acts], tree["mu_mean"][acts],
-                 tree["mu_std"][acts], end)

@@ -252,13 +252,10 @@ def episodes_tree(episodes: list[LoggedEpisode]) -> StateTree:
 
 
 def episodes_from(tree: StateTree) -> list[LoggedEpisode]:
-    """Inverse of :func:`episodes_tree`; a tree written before episodes carried their end
-    time (no ``wall_s``) gives nan, one written before agents (no ``agent``) agent 0."""
-    count = len(tree["env_step"])
-    walls = tree.get("wall_s", np.full(count, math.nan))
-    agents = tree.get("agent", np.zeros(count, np.int64))
+    """Inverse of :func:`episodes_tree` (older trees are upgraded by their owner, the learner
+    loop's format)."""
     return [LoggedEpisode(int(s), int(a), float(r), int(n), tuple(float(x) for x in v),
                           float(w), int(g))
             for s, a, r, n, v, w, g in zip(tree["env_step"], tree["actor"], tree["ret"],
-                                           tree["length"], tree["values"], walls, agents,
-                                           strict=True)]
+                                           tree["length"], tree["values"], tree["wall_s"],
+                                           tree["agent"], strict=True)]

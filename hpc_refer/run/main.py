@@ -289,7 +289,8 @@ def load_resume(config: Config, run_dir: Path) -> Resume:
     if path is None:
         raise checkpoint.CheckpointError(f"--restart {run_dir}: no complete checkpoint in "
                                          f"{run_dir / 'checkpoints'}")
-    manifest = checkpoint.verify(path)
+    resume = Resume.of(path)
+    manifest = resume.manifest
     saved = build_config(manifest["meta"]["config"])  # in today's layout (new keys' defaults)
     checkpoint.check_compatible(saved.to_dict(), config.to_dict(), set(RESTART_MAY_CHANGE))
     meta = manifest["meta"]
@@ -302,7 +303,7 @@ def load_resume(config: Config, run_dir: Path) -> Resume:
     if config.run.steps <= step:
         raise ConfigError(f"run.steps = {config.run.steps} is not beyond the checkpoint's step "
                           f"{step}: raise --steps to train further")
-    return Resume(path, manifest)
+    return resume
 
 
 def write_run_report(run_dir: Path) -> Path:

@@ -55,6 +55,7 @@ from hpc_refer.algorithms.kit.networks import (
 from hpc_refer.config.tables import AlgorithmConfig, ReferConfig
 from hpc_refer.replay.near import NearBounds
 from hpc_refer.replay.shard import Batch
+from hpc_refer.report.formats import TreeFormat
 
 if TYPE_CHECKING:
     from hpc_refer.report.records import StateTree
@@ -139,11 +140,13 @@ class OptimizerSpec(NamedTuple):
     """It steps at the gradient steps t with t % every == 0 (1: every step)."""
 
 
-def adam(params: Iterable[nn.Parameter], lr: float, weight_decay: float = 0.0) -> OptimizerSpec:
+def adam(params: Iterable[nn.Parameter], lr: float, weight_decay: float = 0.0,
+         every: int = 1) -> OptimizerSpec:
     """Adam over ``params`` at the initial rate ``lr`` (torch's fused CPU kernel, one group: the
-    form the compiled step takes over), as an optimizer the step applies every time."""
+    form the compiled step takes over), as an optimizer the step applies at the gradient steps
+    t with t % ``every`` == 0 (1: every time; TD3's delayed actor: 2)."""
     opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, foreach=False, fused=True)
-    return OptimizerSpec(opt, lr)
+    return OptimizerSpec(opt, lr, every)
 
 
 def module_state(module: nn.Module) -> dict[str, np.ndarray]:
@@ -229,6 +232,10 @@ class Algorithm(ABC):
     """The algorithm's config table (``section`` = ``name``)."""
     retrace: ClassVar[bool] = False
     """Whether the learner keeps V-tbc and Q-ret (eq. 8) for this algorithm."""
+    state_format: ClassVar[TreeFormat] = TreeFormat("algorithm")
+    """The format of the algorithm's checkpoint tree (:mod:`hpc_refer.report.formats`):
+    version 1, the tree of :meth:`checkpoint_state`; an algorithm that changes what it stores
+    declares its own, with the upgrades from this one."""
 
     def __init__(self, obs_dim: int, act_dim: int, config: AlgorithmConfig,
                  refer: ReferConfig, seed: int) -> None:
@@ -301,16 +308,17 @@ class Algorithm(ABC):
         target networks included, with its normaliser buffers; float32 arrays) and
         ``optimizers/<name>`` (:func:`optimizer_tree`)."""
         behaviour = next(k for k, m in self.modules.items() if m is self.behaviour)
-        return {"name": self.name, "obs_dim": self.obs_dim, "act_dim": self.act_dim,
-                "behaviour": behaviour,
-                "modules": {k: module_state(m) for k, m in self.modules.items()},
-                "optimizers": {k: optimizer_tree(o.optimizer)
-                               for k, o in self.optimizers.items()}}
+        return self.state_format.stamp({
+            "name": self.name, "obs_dim": self.obs_dim, "act_dim": self.act_dim,
+            "behaviour": behaviour,
+            "modules": {k: module_state(m) for k, m in self.modules.items()},
+            "optimizers": {k: optimizer_tree(o.optimizer) for k, o in self.optimizers.items()}})
 
     def restore_state(self, tree: StateTree) -> None:
         """Inverse of :meth:`checkpoint_state`: subsequent steps are bit for bit those the
         saved algorithm would take. A different algorithm, size or network structure is a
-        ValueError naming it."""
+        ValueError naming it. A tree of any version of :attr:`state_format` (upgraded first)."""
+        tree = self.state_format.upgrade(tree)
         saved = (tree["name"], int(tree["obs_dim"]), int(tree["act_dim"]))
         if saved != (self.name, self.obs_dim, self.act_dim):
             raise ValueError(f"algorithm (name, obs_dim, act_dim) = {saved} in the checkpoint, "

@@ -1,0 +1,240 @@
+"""The checkpoint trees' formats and their migration chain (issue 35, point 4):
+:class:`~hpc_refer.report.formats.TreeFormat` itself, then every upgrade of every owner on the
+trees of the frozen fixtures of the version before (``tests/fixtures/``, schemas 1 and 2,
+which are version 1 of every tree), each alone, as a pure function.
+
+A resumed old run directory (the whole chain through restore, to the end of a run) is
+``test_old_checkpoints.py``'s.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hpc_refer.algorithms.kit.base import Algorithm
+from hpc_refer.loop import checkpoint
+from hpc_refer.loop.actor import ACTOR_FORMAT, history_and_series
+from hpc_refer.loop.checkpoint import (
+    MANIFEST_FORMAT,
+    clock_and_tree_versions,
+    config_of_the_chosen_algorithm,
+)
+from hpc_refer.loop.learner import LEARNER_FORMAT, without_grad_steps
+from hpc_refer.loop.learner_loop import LOOP_FORMAT, episode_times_and_agents
+from hpc_refer.replay.tree import REPLAY_FORMAT, episode_ids_and_agent_lanes, stored_episodes
+from hpc_refer.report.formats import VERSION_KEY, FormatError, TreeFormat
+from hpc_refer.report.records import episodes_from
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+OLD = {"schema1": 600, "schema1_ddpg": 600, "schema2": 650, "schema2_agents": 650,
+       "schema2_recurrent": 650}
+"""The frozen run directories and the step of each one's checkpoint."""
+SCHEMA1 = ("schema1", "schema1_ddpg")
+
+
+def part(name: str, file: str) -> dict:
+    return checkpoint.read_tree(FIXTURES / name / "checkpoints" / f"step-{OLD[name]:012d}" / file)
+
+
+def manifest(name: str) -> dict:
+    ckpt = FIXTURES / name / "checkpoints" / f"step-{OLD[name]:012d}"
+    return json.loads((ckpt / "manifest.json").read_text())
+
+
+def same(a: object, b: object) -> bool:
+    """Whether two trees hold the same keys and values (arrays by value, nan = nan)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype
+                and np.array_equal(a, b, equal_nan=a.dtype.kind == "f"))
+    return type(a) is type(b) and a == b
+
+
+def pure(upgrade, tree: dict) -> dict:
+    """``upgrade(tree)``, checking that it leaves its input as it was."""
+    before = copy.deepcopy(tree)
+    out = upgrade(tree)
+    assert same(tree, before), f"{upgrade.__name__} changed its input"
+    assert out is not tree
+    return out
+
+
+# --- TreeFormat ----------------------------------------------------------------------------
+
+
+def add(key: str):
+    def step(tree: dict) -> dict:
+        return {**tree, "steps": [*tree.get("steps", []), key]}
+    step.__name__ = f"add_{key}"
+    return step
+
+
+CHAIN = TreeFormat("widget", (add("a"), add("b"), add("c")))
+
+
+def test_the_version_is_one_more_than_the_upgrades_and_is_stamped():
+    assert TreeFormat("plain").version == 1 and CHAIN.version == 4
+    assert CHAIN.stamp({"x": 1}) == {"x": 1, VERSION_KEY: 4}
+    assert TreeFormat("m", key="schema_version").stamp({}) == {"schema_version": 1}
+
+
+@pytest.mark.parametrize(("written", "applied"), [(None, ["a", "b", "c"]), (1, ["a", "b", "c"]),
+                                                  (2, ["b", "c"]), (3, ["c"]), (4, [])])
+def test_upgrade_runs_the_chain_from_the_trees_version_in_order(written, applied):
+    tree = {"x": 1} if written is None else {"x": 1, VERSION_KEY: written}
+    before = dict(tree)
+    out = CHAIN.upgrade(tree)
+    assert out.get("steps", []) == applied and out[VERSION_KEY] == 4 and out["x"] == 1
+    assert tree == before  # the tree read is left as it was
+
+
+@pytest.mark.parametrize("bad", [0, -1, "2", 2.0, True, None])
+def test_a_stamp_that_is_not_a_version_is_refused_naming_the_owner(bad):
+    with pytest.raises(FormatError, match=rf"^widget tree: {VERSION_KEY} = .* is not a version"):
+        CHAIN.upgrade({VERSION_KEY: bad})
+
+
+def test_a_newer_tree_is_refused_naming_the_owner_and_both_versions():
+    with pytest.raises(FormatError, match=r"^widget tree of version 5 is newer than version 4, "
+                                          r"the newest this hpc_refer reads"):
+        CHAIN.upgrade({VERSION_KEY: 5})
+
+
+def test_a_replay_shard_refuses_a_newer_tree_before_restoring_anything():
+    from learners import small_learner
+
+    learner = small_learner()
+    tree = learner.replay.checkpoint_state()
+    tree[VERSION_KEY] = REPLAY_FORMAT.version + 1
+    size = learner.replay.size
+    with pytest.raises(FormatError, match=r"^replay shard tree of version 3 is newer"):
+        learner.replay.restore_state(tree)
+    assert learner.replay.size == size
+
+
+def test_every_owner_declares_its_current_version():
+    """The versions of today's trees (a bump must come with its upgrade and its fixture)."""
+    assert {f.owner: f.version for f in (MANIFEST_FORMAT, LEARNER_FORMAT, REPLAY_FORMAT,
+                                         LOOP_FORMAT, ACTOR_FORMAT, Algorithm.state_format)} == {
+        "checkpoint manifest": 3, "learner": 2, "replay shard": 2, "learner loop": 2,
+        "actor": 2, "algorithm": 1}
+    assert MANIFEST_FORMAT.version == checkpoint.SCHEMA_VERSION
+    assert MANIFEST_FORMAT.key == "schema_version"
+
+
+# --- the upgrades, each on the frozen trees of the version before --------------------------
+
+
+@pytest.mark.parametrize("name", SCHEMA1)
+def test_replay_1_to_2_numbers_schema_1_episodes_from_their_links(name):
+    tree = part(name, "learner-0.h5")["learner"]["replay"]
+    assert "episode" not in tree and "agent" not in tree["open"]
+    out = pure(episode_ids_and_agent_lanes, tree)
+    found = stored_episodes(tree)
+    assert len(found) > 1
+    expected = np.full(int(tree["size"]), -1, np.int64)
+    for k, rows in enumerate(found):  # oldest first, as the ring's age orders them
+        expected[rows] = k
+    np.testing.assert_array_equal(out["episode"], expected)
+    assert out["next_episode"] == len(found)
+    assert out["open"]["agent"].dtype == np.int64
+    assert len(out["open"]["agent"]) == len(tree["open"]["source"])
+    assert not out["open"]["agent"].any()
+    assert same({k: v for k, v in out.items() if k not in ("episode", "next_episode", "open")},
+                {k: v for k, v in tree.items() if k != "open"})
+
+
+def test_replay_1_to_2_gives_the_agent_lane_0_to_open_tails_written_before_agents():
+    tree = part("schema2", "learner-0.h5")["learner"]["replay"]
+    tails = tree["open"]
+    tree["open"] = {"source": np.array([3, 5], np.int64), "row": np.array([7, 9], np.int64),
+                    "written": np.array([70, 90], np.int64)}
+    out = pure(episode_ids_and_agent_lanes, tree)
+    np.testing.assert_array_equal(out["open"]["agent"], [0, 0])
+    np.testing.assert_array_equal(out["open"]["source"], [3, 5])
+    assert "agent" in tails
+
+
+@pytest.mark.parametrize("name", ["schema2", "schema2_agents", "schema2_recurrent"])
+def test_replay_1_to_2_keeps_what_a_schema_2_tree_has(name):
+    tree = part(name, "learner-0.h5")["learner"]["replay"]
+    assert same(pure(episode_ids_and_agent_lanes, tree), tree)
+
+
+@pytest.mark.parametrize("name", sorted(OLD))
+def test_learner_1_to_2_drops_schema_1s_grad_steps_and_nothing_else(name):
+    tree = part(name, "learner-0.h5")["learner"]
+    out = pure(without_grad_steps, tree)
+    assert "grad_steps" not in out
+    assert same(out, {k: v for k, v in tree.items() if k != "grad_steps"})
+    assert ("grad_steps" in tree) == (name in SCHEMA1)
+
+
+@pytest.mark.parametrize("name", sorted(OLD))
+def test_loop_1_to_2_gives_old_episodes_an_unknown_end_time_and_agent_0(name):
+    tree = part(name, "learner-0.h5")["loop"]
+    out = pure(episode_times_and_agents, tree)
+    for key in ("episodes", "evals"):
+        old, new = tree[key], out[key]
+        count = len(old["env_step"])
+        if name in SCHEMA1:
+            assert "wall_s" not in old and "agent" not in old
+            assert np.isnan(new["wall_s"]).all() and new["wall_s"].shape == (count,)
+            assert new["agent"].dtype == np.int64 and not new["agent"].any()
+        else:
+            assert same(new, old)
+        got = episodes_from(new)
+        assert [e.env_step for e in got] == old["env_step"].tolist()
+    assert same({k: v for k, v in out.items() if k not in ("episodes", "evals")},
+                {k: v for k, v in tree.items() if k not in ("episodes", "evals")})
+
+
+def test_loop_1_to_2_keeps_the_agents_of_a_schema_2_run_with_agents():
+    tree = part("schema2_agents", "learner-0.h5")["loop"]
+    out = pure(episode_times_and_agents, tree)
+    assert same(out["episodes"]["agent"], tree["episodes"]["agent"])
+
+
+@pytest.mark.parametrize("name", sorted(OLD))
+def test_actor_1_to_2_gives_schema_1_actors_no_history(name):
+    tree = part(name, "actor-0.h5")["actor"]
+    out = pure(history_and_series, tree)
+    assert out["history"] is None if name in SCHEMA1 else same(out, tree)
+    assert "history" in out and "series" in out
+    assert same({k: v for k, v in out.items() if k != "history"},
+                {k: v for k, v in tree.items() if k != "history"})
+
+
+@pytest.mark.parametrize("name", sorted(OLD))
+def test_manifest_1_to_2_and_2_to_3_restart_the_clock_only_where_it_was_not_stored(name):
+    raw = manifest(name)
+    assert raw["schema_version"] == (1 if name in SCHEMA1 else 2)
+    mid = pure(config_of_the_chosen_algorithm, raw) if name in SCHEMA1 else raw
+    assert same(mid, raw)
+    out = pure(clock_and_tree_versions, mid)
+    if "wall_s" in raw["meta"]:
+        assert same(out, raw)
+    else:
+        assert out["meta"] == {**raw["meta"], "wall_s": 0.0}
+    assert name in SCHEMA1 or "wall_s" in raw["meta"]  # schema 2's last commit stored it
+    upgraded = MANIFEST_FORMAT.upgrade(raw)
+    assert upgraded["schema_version"] == 3 and math.isfinite(upgraded["meta"]["wall_s"])
+
+
+@pytest.mark.parametrize("name", sorted(OLD))
+def test_every_old_tree_upgrades_to_the_current_versions(name):
+    learner = part(name, "learner-0.h5")
+    actor = part(name, "actor-0.h5")["actor"]
+    for fmt, tree in ((LEARNER_FORMAT, learner["learner"]), (LOOP_FORMAT, learner["loop"]),
+                      (REPLAY_FORMAT, learner["learner"]["replay"]),
+                      (Algorithm.state_format, learner["learner"]["algorithm"]),
+                      (ACTOR_FORMAT, actor)):
+        assert VERSION_KEY not in tree and fmt.version_of(tree) == 1
+        assert fmt.upgrade(tree)[VERSION_KEY] == fmt.version
