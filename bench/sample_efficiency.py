@@ -57,6 +57,8 @@ HPC_AGENTS: dict[str, list[str]] = {
                     *LEARN_START],
     "sac-refer": ["--algorithm", "sac", *LEARN_START],
     "sac-refer-beta1": ["--algorithm", "sac", "--refer.beta-init", "1", *LEARN_START],
+    "td3": ["--algorithm", "td3", *LEARN_START],
+    "td3-er": ["--algorithm", "td3", "--refer.mode", "er", *LEARN_START],
 }
 """hpc_refer's settings by name: flags of ``python -m hpc_refer.run``."""
 SB3_AGENTS = ("sb3-sac", "sb3-td3")

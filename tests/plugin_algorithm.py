@@ -16,7 +16,7 @@ from typing import ClassVar
 
 import torch
 
-from hpc_refer.algorithms.ddpg import DeterministicActor
+from hpc_refer.algorithms.kit.actors import DeterministicActor
 from hpc_refer.algorithms.kit.base import Algorithm, Losses, OptimizerSpec, TensorBatch
 from hpc_refer.algorithms.kit.networks import BehaviourPolicy, QNetwork, gaussian_log_prob
 from hpc_refer.algorithms.kit.refer import (

@@ -86,6 +86,15 @@ OWN_ROWS: dict[str, tuple[Row, ...]] = {
         ("alpha_init", (0, 0.0, -0.1), (1e-6, 0.5, 1, 2.0), "values > 0"),
         ("activation", ("ReLU", "tanh", ""), ("softsign", "relu"), "softsign, relu"),
     ),
+    "td3": (
+        *RECURRENT_ROWS,
+        ("activation", ("ReLU", "tanh", ""), ("softsign", "relu"), "softsign, relu"),
+        TAU_ROW,
+        ("sigma", (0, 0.0, -0.1), (1e-6, 0.5, 1, 2.0), "values > 0"),
+        ("target_noise", (-1e-9, -1.0), (0, 0.0, 0.2, 1.0), "values >= 0"),
+        ("noise_clip", (-1e-9, -1.0), (0, 0.0, 0.5, 2.0), "values >= 0"),
+        ("policy_delay", (0, -1), (1, 2, 5), "integers >= 1"),
+    ),
 }
 """Each algorithm's own validated fields, by algorithm name."""
 

@@ -48,7 +48,7 @@ def make_batch(algo: Algorithm, n: int, seed: int) -> Batch:
     f32 = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
     return Batch(np.arange(n), obs, act, mu_mean, mu_std, log_mu, f32(n), f32(n, algo.row_dim),
                  (rng.random(n) < 0.1).astype(np.float32),
-                 f32(n) if algo.retrace else None,
+                 f32(n) if algo.config.retrace else None,
                  rng.uniform(0.3, 1.0, n).astype(np.float32))
 
 

@@ -123,7 +123,7 @@ def test_config_defaults_are_the_paper_eras():
 
 def test_networks_behaviour_and_evaluate():
     algo = make_algo()
-    assert ALGORITHMS[DDPG.name] is DDPG and not DDPG.retrace
+    assert ALGORITHMS[DDPG.name] is DDPG and not DDPG.Config.retrace
     assert set(algo.modules) == {"actor", "critic", "target_actor", "target_critic"}
     obs = torch.randn(5, OBS) * 10
     mean, std = algo.behaviour.policy(obs)
@@ -239,7 +239,8 @@ def test_actor_loss_gives_no_gradient_to_the_critic():
     _, g_critic = grads(algo, batch, terms())
     q = algo.critic(obs, torch.from_numpy(batch.act))
     tensors = TensorBatch.of(batch)
-    l_q = squared_td_loss(algo.targets(tensors, algo.inputs(tensors)), q).mean()
+    inputs = algo.actor.inputs(tensors, algo.target_actor, algo.config.bptt)
+    l_q = squared_td_loss(algo.targets(tensors, inputs), q).mean()
     torch.testing.assert_close(g_critic, param_grad(l_q, algo.critic))
 
 

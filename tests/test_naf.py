@@ -86,7 +86,7 @@ def test_config_defaults_are_the_paper_eras():
 
 
 def test_registry_behaviour_and_evaluate():
-    assert ALGORITHMS[NAF.name] is NAF and NAF.retrace is False
+    assert ALGORITHMS[NAF.name] is NAF and NAF.Config.retrace is False
     algo = make_naf()
     perturb(algo.net)
     assert algo.behaviour is algo.net and algo.modules["target"] is not algo.net

@@ -4,11 +4,16 @@ resolved values are what config.toml keeps, so a restart continues with them."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
 import pytest
 
 from hpc_refer.config.modes import ConfigError
 from hpc_refer.config.presets import PAPER_LEARN_START, PRESETS
-from hpc_refer.config.resolve import build_config, load_toml
+from hpc_refer.config.resolve import algorithm_tables, build_config, load_toml, register_table
+from hpc_refer.config.tables import AlgorithmConfig
 from hpc_refer.run.main import main, parse_args
 
 
@@ -68,3 +73,20 @@ def test_an_unknown_preset_names_the_allowed_ones(in_tmp, capsys) -> None:
     with pytest.raises(ConfigError, match=r"run\.preset = 'fast' is invalid: allowed values are "
                                           "paper, expensive or empty"):
         build_config({"run": {"preset": "fast"}})
+
+
+def test_a_table_that_sets_an_unknown_preset_is_refused_naming_it() -> None:
+    """An algorithm declares its preset values in its table; a preset name there that does
+    not exist (a typo would otherwise be ignored) fails its registration."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Typo(AlgorithmConfig):
+        section: ClassVar[str] = "typo_preset_algorithm"
+        presets: ClassVar[Mapping[str, Mapping[str, Mapping[str, Any]]]] = {
+            "papr": {"typo_preset_algorithm": {"lr": 1e-3}}}
+
+    with pytest.raises(ValueError, match=r"^algorithm table \[typo_preset_algorithm\] sets "
+                                         r"presets \['papr'\]: the presets are paper, "
+                                         r"expensive$"):
+        register_table(Typo)
+    assert "typo_preset_algorithm" not in algorithm_tables()

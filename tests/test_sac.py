@@ -61,7 +61,7 @@ def make_batch(algo: SAC, n: int = 6, far: tuple[int, ...] = (), seed: int = 0) 
 
 
 def test_registered_with_its_table_and_a_squashing_policy():
-    assert ALGORITHMS[SAC.name] is SAC and SAC.Config is SACConfig and not SAC.retrace
+    assert ALGORITHMS[SAC.name] is SAC and SAC.Config is SACConfig and not SAC.Config.retrace
     cfg = build_config({"run": {"algorithm": SAC.name}})
     assert (cfg.algorithm.hidden, cfg.algorithm.lr, cfg.algorithm.batch, cfg.algorithm.gamma,
             cfg.algorithm.tau) == ((256, 256), 3e-4, 256, 0.99, 0.005)
@@ -135,10 +135,10 @@ def test_rule_1_no_actor_and_no_critic_gradient_from_a_far_sample(mode):
     torch.manual_seed(3)
     out = algo.losses(batch, ReferTerms(1.0, 1.5, 1.0))  # beta 1: no KL term either
     assert out.stats["near_fraction"].float().mean() == 0.0
-    for module in (algo.actor, algo.critic1, algo.critic2):
+    for module in (algo.actor, algo.critics.q[0], algo.critics.q[1]):
         assert max(g.abs().max().item() for g in grads(module, out.loss)) == 0.0
     near = algo.losses(make_batch(algo, n=1), ReferTerms(1.0, 1.5, 1.0))
-    for module in (algo.actor, algo.critic1):
+    for module in (algo.actor, algo.critics.q[0]):
         assert max(g.abs().max().item() for g in grads(module, near.loss)) > 0.0
 
 
@@ -154,7 +154,7 @@ def test_rule_2_weights_the_actor_by_beta_and_adds_the_kl():
     g = {b: grads(algo.actor, o.loss) for b, o in outs.items()}
     for g0, g1, gb in zip(g[0.0], g[1.0], g[0.3], strict=True):
         torch.testing.assert_close(gb, 0.3 * g1 + 0.7 * g0, rtol=1e-4, atol=1e-6)
-    c = {b: grads(algo.critic1, o.loss) for b, o in outs.items()}
+    c = {b: grads(algo.critics.q[0], o.loss) for b, o in outs.items()}
     for c0, cb in zip(c[0.0], c[0.3], strict=True):
         torch.testing.assert_close(cb, c0)
 
@@ -162,13 +162,13 @@ def test_rule_2_weights_the_actor_by_beta_and_adds_the_kl():
 def test_a_step_moves_the_targets_by_polyak_and_tunes_alpha():
     algo = make_sac(tau=0.2)
     with torch.no_grad():
-        for p in algo.target1.parameters():
+        for p in algo.critics.targets[0].parameters():
             p.add_(0.5)
-    old = [p.detach().clone() for p in algo.target1.parameters()]
+    old = [p.detach().clone() for p in algo.critics.targets[0].parameters()]
     alpha0 = algo.temperature.log_alpha.item()
     result = EagerStep(algo)(make_batch(algo), ReferTerms(0.5, 2.0, 1.0), 0)
-    for p_old, p_new, p_online in zip(old, algo.target1.parameters(),
-                                      algo.critic1.parameters(), strict=True):
+    for p_old, p_new, p_online in zip(old, algo.critics.targets[0].parameters(),
+                                      algo.critics.q[0].parameters(), strict=True):
         torch.testing.assert_close(p_new, 0.8 * p_old + 0.2 * p_online)
     assert algo.temperature.log_alpha.item() != alpha0
     assert {"loss_q", "loss_pi", "kl", "near_fraction", "entropy", "alpha"} <= set(result.stats)
@@ -257,17 +257,17 @@ def test_config_bounds_tau_and_alpha_init_with_exact_messages():
 def test_modules_targets_and_optimizers_as_built():
     """Modules by name, frozen target copies, three fused non-foreach Adams at config.lr."""
     algo = make_sac(lr=1e-2)
-    assert algo.modules == {"actor": algo.actor, "critic1": algo.critic1,
-                            "critic2": algo.critic2, "target1": algo.target1,
-                            "target2": algo.target2, "temperature": algo.temperature}
-    for target, critic in ((algo.target1, algo.critic1), (algo.target2, algo.critic2)):
+    assert algo.modules == {"actor": algo.actor, "critic1": algo.critics.q[0],
+                            "critic2": algo.critics.q[1], "target1": algo.critics.targets[0],
+                            "target2": algo.critics.targets[1], "temperature": algo.temperature}
+    for target, critic in zip(algo.critics.targets, algo.critics.q, strict=True):
         assert target is not critic
         assert not any(p.requires_grad for p in target.parameters())
         assert all(p.requires_grad for p in critic.parameters())
         for a, b in zip(target.parameters(), critic.parameters(), strict=True):
             assert torch.equal(a, b)
     owned = {"actor": list(algo.actor.parameters()),
-             "critics": [*algo.critic1.parameters(), *algo.critic2.parameters()],
+             "critics": [*algo.critics.q[0].parameters(), *algo.critics.q[1].parameters()],
              "temperature": [algo.temperature.log_alpha]}
     for name, params in owned.items():
         spec = algo.optimizers[name]
@@ -315,29 +315,29 @@ def test_log_std_is_clipped_to_its_range_in_torch_and_numpy():
     np.testing.assert_allclose(np_std, want[0].numpy(), rtol=1e-5, atol=0.0)
 
 
-def test_q_of_policy_is_the_minimum_of_both_critics_with_a_gradient_to_the_action_only():
+def test_the_critics_minimum_is_of_both_critics_with_a_gradient_to_the_action_only():
     """Elementwise min of two differing critics, with a gradient to the action only."""
     algo = make_sac()
     with torch.no_grad():
-        algo.critic2.trunk[-1].weight.mul_(-3.0)
+        algo.critics.q[1].trunk[-1].weight.mul_(-3.0)
     obs = torch.randn(16, OBS, generator=torch.Generator().manual_seed(2))
     act = torch.tanh(torch.randn(16, ACT, generator=torch.Generator().manual_seed(3)))
     act.requires_grad_()
     with torch.no_grad():
-        q1, q2 = algo.critic1(obs, act), algo.critic2(obs, act)
+        q1, q2 = algo.critics.q[0](obs, act), algo.critics.q[1](obs, act)
     assert (q1 < q2).any() and (q2 < q1).any()
-    q = algo.q_of_policy(obs, act)
+    q = algo.critics.min_detached(obs, act)
     torch.testing.assert_close(q.detach(), torch.minimum(q1, q2))
     q.sum().backward()
     assert act.grad is not None and act.grad.abs().max() > 0
-    assert all(p.grad is None for c in (algo.critic1, algo.critic2) for p in c.parameters())
+    assert all(p.grad is None for c in algo.critics.q for p in c.parameters())
 
 
 def test_loss_terms_compose_the_weighted_critic_actor_and_temperature_losses(monkeypatch):
     """With eps = 0, loss, stats, TD error and per-module gradients match the terms by hand."""
     algo = make_sac(alpha_init=0.4)
     with torch.no_grad():
-        algo.critic2.trunk[-1].bias.fill_(0.7)  # the critics differ
+        algo.critics.q[1].trunk[-1].bias.fill_(0.7)  # the critics differ
     batch = make_batch(algo, n=8, far=(2, 5))
     weight = np.linspace(0.2, 1.6, 8).astype(np.float32)
     batch = batch._replace(weight=weight)
@@ -357,13 +357,14 @@ def test_loss_terms_compose_the_weighted_critic_actor_and_temperature_losses(mon
     with torch.no_grad():
         m2, s2 = algo.actor(t.next_obs)
         a2 = torch.tanh(m2)
-        q_next = torch.minimum(algo.target1(t.next_obs, a2), algo.target2(t.next_obs, a2))
+        t1, t2 = algo.critics.targets
+        q_next = torch.minimum(t1(t.next_obs, a2), t2(t.next_obs, a2))
         y = t.rew + 0.99 * (1.0 - t.done) * (q_next - alpha * squashed_log_prob(m2, m2, s2))
     act = torch.tanh(t.act)
-    q1, q2 = algo.critic1(t.obs, act), algo.critic2(t.obs, act)
+    q1, q2 = algo.critics.q[0](t.obs, act), algo.critics.q[1](t.obs, act)
     log_pi = squashed_log_prob(mean, mean, std)
-    l_pi = alpha * log_pi - torch.minimum(algo.critic1(t.obs, torch.tanh(mean)),
-                                          algo.critic2(t.obs, torch.tanh(mean)))
+    l_pi = alpha * log_pi - torch.minimum(algo.critics.q[0](t.obs, torch.tanh(mean)),
+                                          algo.critics.q[1](t.obs, torch.tanh(mean)))
     kl = (torch.log(std / t.mu_std) + (t.mu_std**2 + (t.mu_mean - mean) ** 2) / (2 * std**2)
           - 0.5).sum(-1)
     terms = {"actor": (w * (beta * keep * l_pi + (1 - beta) * kl)).mean(),
@@ -397,7 +398,7 @@ def test_relu_networks_in_torch_numpy_the_policy_file_and_the_config(tmp_path):
     from hpc_refer.loop.policy_file import load_policy, save_policy
 
     algo = make_sac(activation="relu")
-    for module in (algo.actor, algo.critic1, algo.target2):
+    for module in (algo.actor, algo.critics.q[0], algo.critics.targets[1]):
         kinds = {type(m) for m in module.trunk}
         assert nn.ReLU in kinds and not any("Softsign" in k.__name__ for k in kinds)
     with torch.no_grad():  # outputs of order one, where softsign and relu part clearly

@@ -31,24 +31,11 @@ one step of the target actor's cell from the carry after step k.
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable
-from typing import NamedTuple
-
-import numpy as np
 import torch
 
+from hpc_refer.algorithms.kit.actors import DeterministicInputs, deterministic_actor
 from hpc_refer.algorithms.kit.base import Algorithm, Losses, TensorBatch, adam
-from hpc_refer.algorithms.kit.networks import (
-    BehaviourPolicy,
-    Normalizer,
-    NumpyMLP,
-    QNetwork,
-    gaussian_log_prob,
-    mlp,
-    small_output_,
-)
-from hpc_refer.algorithms.kit.recurrent import RecurrentTrunk
+from hpc_refer.algorithms.kit.networks import BehaviourPolicy, QNetwork, gaussian_log_prob
 from hpc_refer.algorithms.kit.refer import (
     importance_ratio,
     kl_penalty,
@@ -56,7 +43,13 @@ from hpc_refer.algorithms.kit.refer import (
     refer_loss,
     rule1_mask,
 )
-from hpc_refer.algorithms.kit.shared import detached_critic, polyak_, squared_td_loss, td_target
+from hpc_refer.algorithms.kit.shared import (
+    detached_critic,
+    frozen_copy,
+    polyak_,
+    squared_td_loss,
+    td_target,
+)
 from hpc_refer.algorithms.registry import register
 from hpc_refer.algorithms.tables.ddpg import DDPGConfig
 from hpc_refer.config.tables import AlgorithmConfig, ReferConfig
@@ -73,88 +66,6 @@ def actor_loss(q_pi: torch.Tensor) -> torch.Tensor:
     return -q_pi
 
 
-class DeterministicActor(BehaviourPolicy):
-    """m_w(s) = tanh(mlp(normalise(s))) in [-1, 1]^A, and the behaviour N(m_w(s), sigma^2 I).
-
-    sigma is a buffer (fixed, travels to the actors with the weights). The output layer starts
-    small so that m_w(s) ~ 0.
-    """
-
-    sigma: torch.Tensor
-
-    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...],
-                 sigma: float) -> None:
-        super().__init__()
-        self.normalizer = Normalizer(obs_dim)
-        self.trunk = mlp([obs_dim, *hidden, act_dim])
-        small_output_(self.trunk)
-        self.register_buffer("sigma", torch.full((act_dim,), float(sigma)))
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """The mean m_w(s) [B, A]."""
-        return torch.tanh(self.trunk(self.normalizer(obs)))
-
-    def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Behaviour mean m_w(s) [B, A] and std sigma [A]."""
-        return self(obs), self.sigma
-
-    def numpy_policy(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
-        """(tanh(mlp(s)), sigma) in numpy (see :meth:`BehaviourPolicy.numpy_policy`)."""
-        forward = NumpyMLP(self.trunk, self.normalizer)
-        sigma = self.sigma.numpy()
-        return lambda obs: (np.tanh(forward(obs)), sigma)
-
-
-class RecurrentDeterministicActor(BehaviourPolicy):
-    """The deterministic actor with a recurrent cell: rows [s, c] -> m_w = tanh(outputs) of
-    a :class:`~hpc_refer.algorithms.kit.recurrent.RecurrentTrunk`, behaviour N(m_w, sigma^2 I);
-    the critic reads the cell's output h_t beside s_t (:meth:`DDPG.inputs`)."""
-
-    sigma: torch.Tensor
-
-    def __init__(self, obs_dim: int, act_dim: int, config: DDPGConfig) -> None:
-        super().__init__()
-        self.body = RecurrentTrunk(obs_dim, act_dim, config.hidden, config.cell,
-                                   config.cell_width)
-        self.carry_dim = self.body.carry_dim
-        self.register_buffer("sigma", torch.full((act_dim,), float(config.sigma)))
-
-    def forward(self, rows: torch.Tensor) -> torch.Tensor:
-        """m_w at rows [B, obs_dim + carry_dim], each from its stored carry."""
-        return torch.tanh(self.body.rows(rows)[0])
-
-    def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self(obs), self.sigma
-
-    def numpy_step(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        step = self.body.numpy_step()
-        sigma = self.sigma.numpy()
-
-        def policy(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            out, carry = step(rows)
-            return np.tanh(out), sigma, carry
-
-        return policy
-
-
-class Inputs(NamedTuple):
-    """What one minibatch gives the losses: m_w(s_k), the critic's input at s_k, the target
-    actor's action at s_{k+1} and the target critic's input there (both without gradient)."""
-
-    mean: torch.Tensor
-    critic_obs: torch.Tensor
-    next_action: torch.Tensor
-    next_critic_obs: torch.Tensor
-
-
-def actor_of(obs_dim: int, act_dim: int, config: DDPGConfig
-             ) -> DeterministicActor | RecurrentDeterministicActor:
-    """DDPG's actor: feed-forward, or with the cell of ``config.cell``."""
-    if config.carry_dim == 0:
-        return DeterministicActor(obs_dim, act_dim, config.hidden, config.sigma)
-    return RecurrentDeterministicActor(obs_dim, act_dim, config)
-
-
 @register
 class DDPG(Algorithm):
     """DDPG with ReF-ER: actor, critic, their Polyak targets, and two Adam optimizers.
@@ -169,17 +80,16 @@ class DDPG(Algorithm):
 
     name = "ddpg"
     Config = DDPGConfig
-    retrace = False
 
     def __init__(self, obs_dim: int, act_dim: int, config: DDPGConfig, refer: ReferConfig,
                  seed: int) -> None:
         super().__init__(obs_dim, act_dim, config, refer, seed)
         self.config: DDPGConfig = config
-        self.actor = actor_of(obs_dim, act_dim, config)
+        self.actor = deterministic_actor(obs_dim, act_dim, config, config.sigma)
         seen = obs_dim + config.memory_width  # the critics read [s, h] with a cell
         self.critic = QNetwork(seen, act_dim, config.hidden)
-        self.target_actor = copy.deepcopy(self.actor).requires_grad_(False)
-        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        self.target_actor = frozen_copy(self.actor)
+        self.target_critic = frozen_copy(self.critic)
         critic_lr = config.critic_lr_factor * config.lr
         self.modules = {"actor": self.actor, "critic": self.critic,
                         "target_actor": self.target_actor, "target_critic": self.target_critic}
@@ -191,7 +101,7 @@ class DDPG(Algorithm):
     def behaviour_policy(cls, obs_dim: int, act_dim: int,
                          config: AlgorithmConfig) -> BehaviourPolicy:
         assert isinstance(config, DDPGConfig)
-        return actor_of(obs_dim, act_dim, config)
+        return deterministic_actor(obs_dim, act_dim, config, config.sigma)
 
     @property
     def behaviour(self) -> BehaviourPolicy:
@@ -202,30 +112,11 @@ class DDPG(Algorithm):
         return detached_critic(self.critic, obs, mean)
 
     @torch.no_grad()
-    def targets(self, batch: TensorBatch, inputs: Inputs) -> torch.Tensor:
+    def targets(self, batch: TensorBatch, inputs: DeterministicInputs) -> torch.Tensor:
         """y_k = r_{k+1} + gamma (1 - done_k) Q_target(s_{k+1}, m_target(s_{k+1})) (eq. 2,
         the target networks)."""
         q_next = self.target_critic(inputs.next_critic_obs, inputs.next_action)
         return td_target(batch.rew, batch.done, self.config.gamma, q_next)
-
-    def inputs(self, batch: TensorBatch) -> Inputs:
-        """The actor's mean and the critics' inputs of a minibatch: s_k and s_{k+1}
-        themselves for a feed-forward actor; with a cell, sequences of W steps unrolled from
-        their stored carries (:mod:`hpc_refer.algorithms.kit.recurrent`), the critic reading
-        [s, h_t] (h_t with its gradient: the critic's regression trains the cell too; the
-        actor's loss reads it detached), the target actor's cell one step from the carry
-        after step t giving m_target(s_{k+1}) and h'_{t+1}."""
-        if not isinstance(self.actor, RecurrentDeterministicActor):
-            with torch.no_grad():
-                a_next = self.target_actor(batch.next_obs)
-            return Inputs(self.actor(batch.obs), batch.obs, a_next, batch.next_obs)
-        assert isinstance(self.target_actor, RecurrentDeterministicActor)
-        d = self.obs_dim
-        out, h, carry = self.actor.body.sequences(batch.obs, self.config.bptt)
-        with torch.no_grad():
-            out_next, h_next = self.target_actor.body.after(batch.next_obs, carry)
-        return Inputs(torch.tanh(out), torch.cat([batch.obs[..., :d], h], dim=-1),
-                      torch.tanh(out_next), torch.cat([batch.next_obs[..., :d], h_next], dim=-1))
 
     def loss_terms(self, batch: TensorBatch, beta: float | torch.Tensor,
                    bounds: NearBounds) -> Losses:
@@ -233,7 +124,7 @@ class DDPG(Algorithm):
         detached, before the step)."""
         act, weight = batch.act, batch.weight
         mode = self.refer_config.mode
-        inputs = self.inputs(batch)
+        inputs = self.actor.inputs(batch, self.target_actor, self.config.bptt)
         mean, obs = inputs.mean, inputs.critic_obs
         y = self.targets(batch, inputs)
         q = self.critic(obs, act)

@@ -149,7 +149,6 @@ class NAF(Algorithm):
 
     name = "naf"
     Config = NAFConfig
-    retrace = False
 
     def __init__(self, obs_dim: int, act_dim: int, config: NAFConfig, refer: ReferConfig,
                  seed: int) -> None:

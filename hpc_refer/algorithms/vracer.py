@@ -18,6 +18,8 @@ network's V_w and rho and their episodes' V-tbc are recomputed backward (eq. 8),
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
@@ -25,7 +27,6 @@ from hpc_refer.algorithms.kit.base import Algorithm, Losses, TensorBatch, adam
 from hpc_refer.algorithms.kit.networks import (
     BehaviourPolicy,
     GaussianPolicyValueNet,
-    NumpyMLP,
     gaussian_log_prob,
 )
 from hpc_refer.algorithms.kit.recurrent import RecurrentPolicyValueNet
@@ -80,7 +81,6 @@ class VRacer(Algorithm):
 
     name = "vracer"
     Config = VRacerConfig
-    retrace = True
 
     def __init__(self, obs_dim: int, act_dim: int, config: VRacerConfig, refer: ReferConfig,
                  seed: int) -> None:
@@ -88,7 +88,7 @@ class VRacer(Algorithm):
         self.net = network(obs_dim, act_dim, config)
         self.modules = {"net": self.net}
         self.optimizers = {"adam": adam(self.net.parameters(), config.lr)}
-        self._numpy_net: tuple[int, NumpyMLP] | None = None
+        self._numpy_net: tuple[int, Callable[[np.ndarray], np.ndarray]] | None = None
 
     @classmethod
     def behaviour_policy(cls, obs_dim: int, act_dim: int,
@@ -106,9 +106,7 @@ class VRacer(Algorithm):
         rho_k and the error Q-ret_k - V_w(s_k) (detached)."""
         assert batch.q_ret is not None, "V-RACER needs Q-ret: a replay with retrace"
         q_ret = batch.q_ret
-        value, mean, std = (self.net.sequences(batch.obs, self.config.sequence_length)
-                            if isinstance(self.net, RecurrentPolicyValueNet)
-                            else self.net(batch.obs))
+        value, mean, std = self.net.sequences(batch.obs, self.config.sequence_length)
         log_pi = gaussian_log_prob(batch.act, mean, std)
         rho = importance_ratio(log_pi, batch.log_mu)
         near = near_policy(rho, bounds)
@@ -129,11 +127,9 @@ class VRacer(Algorithm):
         """V_w(s) in numpy (:class:`~hpc_refer.algorithms.kit.networks.NumpyMLP` on views of the
         parameters): a step refreshes a few bootstrap states, where a torch call's overhead
         (about 50 us) is several times the arithmetic. The views are rebuilt if the
-        parameters moved to new storage (a deep copy of the algorithm)."""
-        if isinstance(self.net, RecurrentPolicyValueNet):  # each row from its stored carry
-            with torch.no_grad():
-                return self.net(torch.from_numpy(obs))[0].numpy()
+        parameters moved to new storage (a deep copy of the algorithm). A recurrent net reads
+        each row's stored carry."""
         key = next(self.net.parameters()).data_ptr()
         if self._numpy_net is None or self._numpy_net[0] != key:
-            self._numpy_net = key, NumpyMLP(self.net.trunk, self.net.normalizer)
-        return self._numpy_net[1](obs)[:, 0]
+            self._numpy_net = key, self.net.numpy_values()
+        return self._numpy_net[1](obs)

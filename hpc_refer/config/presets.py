@@ -16,6 +16,10 @@ changes later.
     episodes with the largest far-policy fraction first (the paper code's rule for them).
     For another algorithm (SAC, a plug-in) the ReF-ER and replay settings alone.
 
+Each algorithm's own values of a preset (those above for V-RACER, DDPG, NAF and SAC) are
+declared by its table (``presets`` of :class:`~hpc_refer.config.tables.AlgorithmConfig`), with
+its other traits; the tables here are every algorithm's.
+
 ``expensive``
     For environments whose step costs far more than a gradient step (CFD): what returns the
     most per environment step on the sample-efficiency benchmark
@@ -28,14 +32,15 @@ changes later.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 
 class Preset(NamedTuple):
-    """A preset's tables (``{section: {key: value}}``) and those it adds for one algorithm."""
+    """A preset's tables (``{section: {key: value}}``), for every algorithm; what it adds for
+    one algorithm is declared by that algorithm's table (``AlgorithmConfig.presets``)."""
 
     tables: dict[str, dict[str, Any]]
-    per_algorithm: dict[str, dict[str, dict[str, Any]]]
 
 
 PAPER_LEARN_START = 2**18
@@ -45,30 +50,20 @@ PRESETS: dict[str, Preset] = {
         tables={"refer": {"mode": "refer", "C": 4.0, "D": 0.1, "A": 5e-7, "beta_init": 0.0,
                           "beta_rate": 1e-4, "kl_direction": "mu_pi"},
                 "replay": {"size": 0, "learn_start": PAPER_LEARN_START, "grad_ratio": 1.0,
-                           "sampling": "uniform", "forget": "oldest"}},
-        per_algorithm={
-            "vracer": {"vracer": {"hidden": [128, 128], "lr": 1e-4, "batch": 256,
-                                  "gamma": 0.995, "replay_size": 2**18}},
-            "ddpg": {"ddpg": {"hidden": [128, 128], "lr": 1e-5, "batch": 128, "gamma": 0.995,
-                              "replay_size": 2**19, "critic_lr_factor": 10.0,
-                              "critic_l2": 1e-4, "tau": 0.01, "sigma": 0.2},
-                     "replay": {"forget": "far_policy"}},
-            "naf": {"naf": {"hidden": [128, 128], "lr": 1e-4, "batch": 256, "gamma": 0.995,
-                            "replay_size": 2**19, "tau": 0.01, "sigma": 0.2},
-                    "replay": {"forget": "far_policy"}}}),
+                           "sampling": "uniform", "forget": "oldest"}}),
     "expensive": Preset(
         tables={"run": {"algorithm": "sac"}, "refer": {"mode": "er"},
-                "replay": {"learn_start": 10_000, "grad_ratio": 1.0}},
-        per_algorithm={"sac": {"sac": {"activation": "relu"}}}),
+                "replay": {"learn_start": 10_000, "grad_ratio": 1.0}}),
 }
 """The presets by name (see the module's docstring)."""
 
 
-def preset_layers(name: str, algorithm: str) -> dict[str, dict[str, Any]]:
-    """The tables of preset ``name`` for ``algorithm`` (the algorithm the run resolves to),
-    one dict per section, new dicts (the caller may change them)."""
-    preset = PRESETS[name]
-    out = {section: dict(values) for section, values in preset.tables.items()}
-    for section, values in preset.per_algorithm.get(algorithm, {}).items():
+def preset_layers(name: str, own: Mapping[str, Mapping[str, Any]]
+                  ) -> dict[str, dict[str, Any]]:
+    """The tables of preset ``name`` with ``own``, the tables the run's algorithm adds for it
+    (its table's ``presets[name]``) over them: one dict per section, new dicts (the caller may
+    change them)."""
+    out = {section: dict(values) for section, values in PRESETS[name].tables.items()}
+    for section, values in own.items():
         out.setdefault(section, {}).update(values)
     return out

@@ -180,6 +180,10 @@ def register_table(table: type[AlgorithmConfig], default: bool = False) -> None:
     if not name.isidentifier() or name in (*FIXED_TABLES, "env"):
         raise ValueError(f"algorithm table section {name!r} is invalid: an identifier other "
                          f"than {', '.join([*FIXED_TABLES, 'env'])}")
+    unknown = sorted(set(table.presets) - set(PRESETS))
+    if unknown:
+        raise ValueError(f"algorithm table [{name}] sets presets {unknown}: the presets are "
+                         f"{', '.join(PRESETS)}")
     known = _TABLES.get(name)
     if known is not None and known is not table:
         raise ValueError(f"an algorithm table [{name}] is registered already")
@@ -276,7 +280,9 @@ def _with_preset(run: RunConfig, overrides: Mapping[str, Any]) -> dict[str, Any]
     to: the one given, else the preset's, else the default)."""
     preset_run = PRESETS[run.preset].tables.get("run", {})
     algorithm = run.algorithm or preset_run.get("algorithm") or default_algorithm()
-    merged: dict[str, Any] = preset_layers(run.preset, algorithm)
+    table = _TABLES.get(algorithm)
+    own = {} if table is None else table.presets.get(run.preset, {})
+    merged: dict[str, Any] = preset_layers(run.preset, own)
     for section, values in overrides.items():
         merged[section] = ({**merged.get(section, {}), **values} if isinstance(values, dict)
                            else values)

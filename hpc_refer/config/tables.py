@@ -11,8 +11,9 @@ and each table checks its own values in ``__post_init__``. The rules that join t
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from hpc_refer.config.modes import (
     ActionBounds,
@@ -333,6 +334,11 @@ class AlgorithmConfig:
     squashes: ClassVar[bool] = False
     """Whether the algorithm's policy is tanh-squashed by definition (SAC's): its actors then
     always map a sample u to the action box by tanh, whatever ``run.action_bounds`` says."""
+    retrace: ClassVar[bool] = False
+    """Whether the learner keeps V-tbc and Q-ret (eq. 8) for this algorithm (V-RACER's)."""
+    presets: ClassVar[Mapping[str, Mapping[str, Mapping[str, Any]]]] = {}
+    """What each preset (:data:`~hpc_refer.config.presets.PRESETS`) sets for this algorithm,
+    over the preset's own tables: ``{preset: {section: {key: value}}}``."""
 
     @property
     def carry_dim(self) -> int:

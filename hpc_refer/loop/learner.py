@@ -125,7 +125,7 @@ class Learner:
         priorities = (PriorityConfig(replay.per_alpha, replay.per_eps)
                       if replay.sampling is Sampling.PER else None)
         self.replay = ReplayShard(shard_capacity(replay.size, n_learners), algo.row_dim,
-                                  algo.act_dim, config.algorithm.gamma, algo.retrace,
+                                  algo.act_dim, config.algorithm.gamma, config.algorithm.retrace,
                                   priorities, replay.forget)
         per_learner = replay.batch_scaling is BatchScaling.PER_LEARNER
         self.local_batch = (config.algorithm.batch if per_learner

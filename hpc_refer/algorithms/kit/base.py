@@ -230,8 +230,6 @@ class Algorithm(ABC):
     name: ClassVar[str]
     Config: ClassVar[type[AlgorithmConfig]]
     """The algorithm's config table (``section`` = ``name``)."""
-    retrace: ClassVar[bool] = False
-    """Whether the learner keeps V-tbc and Q-ret (eq. 8) for this algorithm."""
     state_format: ClassVar[TreeFormat] = TreeFormat("algorithm")
     """The format of the algorithm's checkpoint tree (:mod:`hpc_refer.report.formats`):
     version 1, the tree of :meth:`checkpoint_state`; an algorithm that changes what it stores

@@ -226,6 +226,19 @@ class GaussianPolicyValueNet(BehaviourPolicy):
         out = self.trunk(self.normalizer(obs))
         return out[..., 0], out[..., 1:], nn.functional.softplus(self.sigma_param)
 
+    def sequences(self, obs: torch.Tensor, length: int
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """V, mean, std of a minibatch: each row on its own (a feed-forward network's
+        sequences are its rows; ``length`` is 1, and ignored), as the recurrent net's
+        :meth:`~hpc_refer.algorithms.kit.recurrent.RecurrentPolicyValueNet.sequences`."""
+        return self(obs)
+
+    def numpy_values(self) -> Callable[[np.ndarray], np.ndarray]:
+        """s -> V_w(s) in numpy (:class:`NumpyMLP` on views of the parameters: valid while
+        they stay in the same storage)."""
+        forward = NumpyMLP(self.trunk, self.normalizer)
+        return lambda obs: forward(obs)[:, 0]
+
     def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The behaviour an actor samples from: mean [B, dA] and std [dA]."""
         _, mean, std = self(obs)

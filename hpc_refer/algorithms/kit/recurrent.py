@@ -219,6 +219,15 @@ class RecurrentPolicyValueNet(BehaviourPolicy):
         _, mean, std = self(obs)
         return mean, std
 
+    def numpy_values(self) -> Callable[[np.ndarray], np.ndarray]:
+        """rows -> V_w, each row from its stored carry (through torch: a cell step)."""
+        def values(rows: np.ndarray) -> np.ndarray:
+            with torch.no_grad():
+                out: np.ndarray = self(torch.from_numpy(rows))[0].numpy()
+            return out
+
+        return values
+
     def numpy_step(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """rows [..., obs_dim + carry_dim] -> (mean, std, carry'): the actor's step."""
         step = self.body.numpy_step()

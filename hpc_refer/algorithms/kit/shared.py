@@ -1,9 +1,12 @@
 """Formulas more than one algorithm uses, once: the one-step TD target, its squared loss,
-a critic read with its parameters detached, and the Polyak update of target networks.
+a critic read with its parameters detached, target networks and their Polyak update.
 (ReF-ER's own terms -- rho, the near-policy mask, Rule 1, the KL penalty of eq. 11 and
 eq. 10 -- are in :mod:`hpc_refer.algorithms.kit.refer`.)"""
 
 from __future__ import annotations
+
+import copy
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -33,6 +36,15 @@ def detached_critic(critic: nn.Module, obs: torch.Tensor, act: torch.Tensor) -> 
     frozen = {k: v.detach() for k, v in critic.named_parameters()}
     out: torch.Tensor = functional_call(critic, frozen, (obs, act))
     return out
+
+
+M = TypeVar("M", bound=nn.Module)
+
+
+def frozen_copy(module: M) -> M:
+    """A target network: a copy of ``module`` (same weights) without gradient, which then
+    follows it by :func:`polyak_`."""
+    return copy.deepcopy(module).requires_grad_(False)
 
 
 def polyak_(target: nn.Module, source: nn.Module, tau: float) -> None:

@@ -5,8 +5,9 @@ config is resolved without loading the algorithm; the algorithm is
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from hpc_refer.config.modes import Exploration, choices, enum_field, require
 from hpc_refer.config.resolve import register_table
@@ -20,6 +21,11 @@ class DDPGConfig(RecurrentConfig):
 
     section: ClassVar[str] = "ddpg"
     implementation: ClassVar[str] = "hpc_refer.algorithms.ddpg"
+    presets: ClassVar[Mapping[str, Mapping[str, Mapping[str, Any]]]] = {
+        "paper": {"ddpg": {"hidden": [128, 128], "lr": 1e-5, "batch": 128, "gamma": 0.995,
+                           "replay_size": 2**19, "critic_lr_factor": 10.0, "critic_l2": 1e-4,
+                           "tau": 0.01, "sigma": 0.2},
+                  "replay": {"forget": "far_policy"}}}
     lr: float = option(1e-5, "actor Adam learning rate (the critic's is critic_lr_factor x it)")
     batch: int = option(128, "minibatch size B (global over all learners)")
     replay_size: int = option(2**19, "the algorithm's replay capacity N (replay.size 0 uses it)")

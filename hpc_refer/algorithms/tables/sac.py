@@ -5,8 +5,9 @@ config is resolved without loading the algorithm; the algorithm is
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from hpc_refer.config.modes import Activation, choices, enum_field, require
 from hpc_refer.config.resolve import register_table
@@ -22,6 +23,8 @@ class SACConfig(RecurrentConfig):
     section: ClassVar[str] = "sac"
     implementation: ClassVar[str] = "hpc_refer.algorithms.sac"
     squashes: ClassVar[bool] = True
+    presets: ClassVar[Mapping[str, Mapping[str, Mapping[str, Any]]]] = {
+        "expensive": {"sac": {"activation": "relu"}}}
     hidden: tuple[int, ...] = option((256, 256), "hidden layer widths")
     activation: Activation = option(
         Activation.SOFTSIGN, "hidden layers' nonlinearity of the actor and the critics: "

@@ -6,8 +6,9 @@ config is resolved without loading the algorithm; the algorithm is
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from hpc_refer.config.modes import require
 from hpc_refer.config.resolve import register_table
@@ -21,6 +22,10 @@ class VRacerConfig(RecurrentConfig):
 
     section: ClassVar[str] = "vracer"
     implementation: ClassVar[str] = "hpc_refer.algorithms.vracer"
+    retrace: ClassVar[bool] = True
+    presets: ClassVar[Mapping[str, Mapping[str, Mapping[str, Any]]]] = {
+        "paper": {"vracer": {"hidden": [128, 128], "lr": 1e-4, "batch": 256, "gamma": 0.995,
+                             "replay_size": 2**18}}}
     sigma_init: float = option(math.sqrt(0.2), "initial policy standard deviation")
 
     def __post_init__(self) -> None:
