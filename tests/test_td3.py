@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from deterministic_batches import near_far_batch, rows
 from torch.distributions import Normal, kl_divergence
 
 from hpc_refer.algorithms.kit.base import ReferTerms
-from hpc_refer.algorithms.kit.networks import gaussian_log_prob
 from hpc_refer.algorithms.kit.step import EagerStep
 from hpc_refer.algorithms.registry import ALGORITHMS
 from hpc_refer.algorithms.tables.td3 import TD3Config
@@ -44,30 +44,7 @@ def terms(beta: float = 1.0) -> ReferTerms:
 
 def make_batch(algo: TD3, n: int = 4, far: tuple[int, ...] = (), seed: int = 0,
                offset: float = 0.05) -> Batch:
-    """``n`` transitions whose behaviour mean is m_w(s) shifted by ``offset`` sigma (near);
-    the actions of rows ``far`` lie 6 sigma from m_w(s) with mu centred on them (far)."""
-    rng = np.random.default_rng(seed)
-    f32 = np.float32
-    obs = rng.standard_normal((n, OBS)).astype(f32)
-    sigma = algo.config.sigma
-    with torch.no_grad():
-        mean = algo.actor(torch.from_numpy(obs)).numpy()
-    mu_mean = (mean + offset * sigma * rng.standard_normal((n, ACT))).astype(f32)
-    act = (mu_mean + 0.1 * sigma * rng.standard_normal((n, ACT))).astype(f32)
-    for k in far:
-        act[k] = mean[k] + 6 * sigma
-        mu_mean[k] = act[k]
-    mu_std = np.full((n, ACT), sigma, f32)
-    log_mu = gaussian_log_prob(*map(torch.from_numpy, (act, mu_mean, mu_std))).numpy()
-    done = np.zeros(n, f32)
-    done[-1] = 1.0
-    return Batch(np.arange(n), obs, act, mu_mean, mu_std, log_mu,
-                 rng.standard_normal(n).astype(f32), rng.standard_normal((n, OBS)).astype(f32),
-                 done, None, np.ones(n, f32))
-
-
-def rows(batch: Batch, idx) -> Batch:
-    return Batch(*(None if x is None else x[idx] for x in batch))
+    return near_far_batch(algo, n, far, seed, offset)
 
 
 def flat_grad(scalar: torch.Tensor, params: list[torch.nn.Parameter],
