@@ -624,3 +624,23 @@ def test_a_step_stores_the_new_rho_of_its_rows_when_its_batch_needs_bootstrap_va
     result = learner.train_step()
     np.testing.assert_array_equal(learner.replay.rho[seen], result.rho)
     np.testing.assert_array_equal(learner.replay.value[seen], result.value)
+
+
+@pytest.mark.parametrize("algorithm", ALGOS)
+def test_the_actors_numpy_policy_is_the_torch_policy_under_input_scaling(algorithm):
+    """The numpy forward actors call (``numpy_policy``) normalises the state as the torch
+    network does: equal outputs under a state scaling far from the identity."""
+    learner = make(algorithm)
+    rng = np.random.default_rng(4)
+    learner.algo.set_input_scaling(rng.uniform(-2, 2, OBS), rng.uniform(0.2, 3.0, OBS))
+    policy = learner.algo.behaviour
+    obs = (3.0 * rng.standard_normal((6, OBS))).astype(np.float32)
+    with torch.no_grad():
+        mean, std = (x.numpy() for x in policy.policy(torch.from_numpy(obs)))
+    forward = policy.numpy_policy()
+    for k in range(6):
+        np_mean, np_std = forward(obs[k])
+        np.testing.assert_allclose(np_mean, mean[k], rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(np.broadcast_to(np_std, mean[k].shape),
+                                   np.broadcast_to(std[k] if std.ndim == 2 else std,
+                                                   mean[k].shape), rtol=1e-4, atol=1e-6)

@@ -346,3 +346,17 @@ def test_a_recurrent_run_restarts_bit_for_bit_and_evaluates(in_tmp, name):
     straight = assert_resumes_straight(in_tmp, common, 800, "step-000000000440")
     assert evaluate_main([str(straight), "--episodes", "2", "--out", "ev.json"]) == 0
     assert json.loads(Path("ev.json").read_text())["length_mean"] == 50
+
+
+@pytest.mark.parametrize("cell", [Cell.GRU, Cell.LSTM])
+def test_the_cell_starts_as_torchs_cells_uniform_in_plus_minus_one_over_root_width(cell):
+    """Every weight and bias starts in U(-1/sqrt(H), 1/sqrt(H)), as torch.nn.GRUCell and
+    LSTMCell initialise theirs: bounded by it and spread over it (H = 16: bound 0.25; over
+    more than 1,000 values the mean is within 5 standard errors of 0)."""
+    torch.manual_seed(3)
+    ours = RecurrentCell(cell, 5, 16)
+    values = torch.cat([p.detach().reshape(-1) for p in ours.parameters()])
+    assert values.numel() > 1000
+    assert values.abs().max() <= 0.25
+    assert values.max() > 0.24 and values.min() < -0.24
+    assert abs(float(values.mean())) < 5 * 0.25 / 3**0.5 / values.numel() ** 0.5

@@ -424,3 +424,22 @@ def test_relu_networks_in_torch_numpy_the_policy_file_and_the_config(tmp_path):
         SACConfig(activation="tanh")
     assert str(err.value).startswith("sac.activation = 'tanh' is invalid: allowed")
     assert "softsign" in str(err.value) and "relu" in str(err.value)
+
+
+def test_a_padding_row_adds_nothing_to_the_temperatures_step():
+    """Rows of weight 0 (the padding of a recurrent minibatch) take no part in L_alpha: the
+    temperature's gradient is the same whatever such a row holds."""
+    algo = make_sac()
+    batch = make_batch(algo, n=4)._replace(weight=np.array([1, 1, 1, 0], np.float32))
+    other = batch._replace(obs=batch.obs.copy())
+    other.obs[3] += 5.0
+
+    def alpha_grad(b: Batch) -> torch.Tensor:
+        torch.manual_seed(7)
+        loss = algo.losses(b, ReferTerms(beta=1.0, c_max=4.0, lr_factor=1.0)).loss
+        (g,) = torch.autograd.grad(loss, [algo.temperature.log_alpha])
+        return g
+
+    g, g_other = alpha_grad(batch), alpha_grad(other)
+    assert g.abs() > 0
+    torch.testing.assert_close(g, g_other)
