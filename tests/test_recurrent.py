@@ -360,3 +360,55 @@ def test_the_cell_starts_as_torchs_cells_uniform_in_plus_minus_one_over_root_wid
     assert values.abs().max() <= 0.25
     assert values.max() > 0.24 and values.min() < -0.24
     assert abs(float(values.mean())) < 5 * 0.25 / 3**0.5 / values.numel() ** 0.5
+
+
+@pytest.mark.parametrize("name", ["vracer", "ddpg", "sac", "td3"])
+@pytest.mark.parametrize("cell", [Cell.GRU, Cell.LSTM])
+def test_each_algorithms_recurrent_policy_is_built_as_configured_and_its_numpy_step_agrees(
+        name, cell):
+    """The behaviour policy of ``{name}.cell`` has that cell and the table's activation (ReLU
+    where the table offers it), and the actors' numpy step gives the torch policy's mean and
+    std and the cell's new carry, row by row from stored carries."""
+    relu = name in ("sac", "td3")
+    config = build_config({"run": {"algorithm": name},
+                           name: {"cell": str(cell), "cell_width": 4, "hidden": [8],
+                                  **({"activation": "relu"} if relu else {})}})
+    torch.manual_seed(0)
+    net = algorithm_class(name).behaviour_policy(3, 2, config.algorithm)
+    assert net.body.cell.lstm is (cell is Cell.LSTM)
+    assert net.carry_dim == (8 if cell is Cell.LSTM else 4)
+    kinds = {type(m).__name__ for m in net.body.trunk}
+    assert ("ReLU" in kinds) is relu and ("Softsign" in kinds) is not relu
+    rng = np.random.default_rng(5)
+    rows = rng.standard_normal((6, 3 + net.carry_dim)).astype(np.float32)
+    with torch.no_grad():
+        mean, std = (x.numpy() for x in net.policy(torch.from_numpy(rows)))
+        carry = net.body.rows(torch.from_numpy(rows))[2].numpy()
+    np_mean, np_std, np_carry = net.numpy_step()(rows)
+    np.testing.assert_allclose(np_mean, mean, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.broadcast_to(np_std, mean.shape),
+                               np.broadcast_to(std, mean.shape), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(np_carry, carry, rtol=1e-4, atol=1e-5)
+
+
+def test_the_recurrent_value_is_the_trunks_first_output():
+    """V-RACER's recurrent net reads V_w from output 0 of its trunk and the mean from the
+    rest (as the feed-forward net), in its step and in its sequences."""
+    config = build_config({"run": {"algorithm": "vracer"},
+                           "vracer": {"cell": "gru", "cell_width": 4, "hidden": [8]}})
+    torch.manual_seed(0)
+    net = algorithm_class("vracer").behaviour_policy(3, 2, config.algorithm)
+    with torch.no_grad():
+        net.body.trunk[-1].bias.copy_(torch.tensor([5.0, -1.0, 1.0]))
+    rows = torch.from_numpy(np.random.default_rng(6).standard_normal((8, 3 + 4))
+                            .astype(np.float32))
+    with torch.no_grad():
+        out = net.body.rows(rows)[0]
+        value, mean, _ = net(rows)
+        seq_value, seq_mean, _ = net.sequences(rows, 2)
+        seq_out = net.body.sequences(rows, 2)[0]
+    torch.testing.assert_close(value, out[:, 0])
+    torch.testing.assert_close(mean, out[:, 1:])
+    torch.testing.assert_close(seq_value, seq_out[:, 0])
+    torch.testing.assert_close(seq_mean, seq_out[:, 1:])
+    assert value.mean() > 3.0 and mean.mean() < 3.0
