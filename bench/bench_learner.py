@@ -102,10 +102,10 @@ def bench_gradient_steps(vracer_replay: ReplayShard, n: int, repeats: int,
             cfg = build_config({"run": {"algorithm": name, "compile": mode},
                                 "replay": {"size": size}})
             learner = make_learner(cfg, OBS, ACT, SerialReducer())
-            if learner.algo.retrace not in replays:
+            if cfg.algorithm.retrace not in replays:
                 fill(learner, np.random.default_rng(0), size)
-                replays[learner.algo.retrace] = learner.replay
-            learner.replay = replays[learner.algo.retrace]
+                replays[cfg.algorithm.retrace] = learner.replay
+            learner.replay = replays[cfg.algorithm.retrace]
             learner.update_start(size, 0)
             learner.train_step()
             if learner.step.compiled:

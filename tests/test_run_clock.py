@@ -22,6 +22,7 @@ from run_envs import SECONDS_PER_STEP, Ticking, ticking_time
 
 from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.loop import checkpoint
+from hpc_refer.loop.learner_loop import episode_times_and_agents
 from hpc_refer.report.build import Run, _rank_rates
 from hpc_refer.report.records import (
     TRUNCATED,
@@ -51,7 +52,8 @@ def episodes(run_dir: Path) -> list[dict[str, str]]:
 
 def test_an_episode_s_end_time_travels_with_its_record():
     """Through the chunk header of an actor rank's message, an evaluation round's message,
-    and the unlogged episodes of a checkpoint (one written before the field: nan)."""
+    and the unlogged episodes of a checkpoint (one written before the field: nan, through
+    the learner loop's upgrade)."""
     record = EpisodeRecord(-3.5, 50, (0.7, 0.1), 12.345)
     chunk = Chunk(np.zeros((51, 2), np.float32), np.zeros((50, 1), np.float32),
                   np.zeros(50, np.float32), np.zeros((50, 1), np.float32),
@@ -62,7 +64,8 @@ def test_an_episode_s_end_time_travels_with_its_record():
     logged = [LoggedEpisode(400, 2, -3.5, 50, (0.7, 0.1), 12.345)]
     assert episodes_from(episodes_tree(logged)) == logged
     old = {k: v for k, v in episodes_tree(logged).items() if k != "wall_s"}
-    (restored,) = episodes_from(old)
+    upgraded = episode_times_and_agents({"episodes": old, "evals": episodes_tree([])})
+    (restored,) = episodes_from(upgraded["episodes"])
     assert restored[:5] == logged[0][:5] and math.isnan(restored.wall_s)
 
 
