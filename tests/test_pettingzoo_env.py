@@ -2,8 +2,8 @@
 :mod:`hpc_refer.envs.pettingzoo_env`): the adapter's (n_agents, ...) arrays in
 ``possible_agents`` order, agents that end at different steps, the faults it names (an
 unknown agent, one that comes back), the homogeneous spaces it demands, and the id through
-:func:`~hpc_refer.envs.env_dims` and :func:`~hpc_refer.envs.env_factory` with ``[env]``
-keyword arguments.
+its kind (:mod:`hpc_refer.envs.kinds.pettingzoo_factory`: its sizes and factory, with
+``[env]`` keyword arguments, and the team a factory that names ``team`` receives).
 
 :class:`PointMasses` is a small, real continuous-action ParallelEnv (point masses pushed
 toward their targets; agent i's target is i + 1 full-speed steps away, so the agents end at
@@ -24,9 +24,9 @@ from pettingzoo.test import parallel_api_test
 from pettingzoo.utils import parallel_to_aec
 
 from hpc_refer.config.modes import ConfigError
-from hpc_refer.envs import PETTINGZOO_PREFIX, SolverSpec, env_dims, env_factory, is_pettingzoo
 from hpc_refer.envs.interface import SolverFault, Status
-from hpc_refer.envs.pettingzoo_env import PREFIX, PettingZooEnv
+from hpc_refer.envs.pettingzoo_env import PettingZooEnv
+from hpc_refer.envs.registry import SolverSpec, env_kind
 
 ID = "pettingzoo:test_pettingzoo_env:point_masses"
 C, T, R = Status.CONTINUE, Status.TERMINAL, Status.TRUNCATED
@@ -94,6 +94,12 @@ def point_masses(**params: Any) -> PointMasses:
     return PointMasses(**params)
 
 
+def adapter(**params: Any) -> PettingZooEnv:
+    """The adapter of :data:`ID` with ``params`` as its ``[env]``, built by its kind's
+    factory without a team (as the sizes are learnt)."""
+    return env_kind(ID).factory(SolverSpec(ID, params=params))(None)
+
+
 def toward_targets(states: np.ndarray) -> np.ndarray:
     """Every agent's full-speed action straight at its target (rows of states)."""
     delta = states[:, 2:] - states[:, :2]
@@ -107,7 +113,7 @@ def test_point_masses_is_a_conforming_parallel_env():
 
 
 def test_shapes_dtypes_and_possible_agents_order():
-    env = PettingZooEnv(ID, n_agents=4)
+    env = adapter(n_agents=4)
     assert (env.n_agents, env.obs_dim, env.act_dim) == (4, 4, 2)
     np.testing.assert_array_equal(env.low, [-1.0, -1.0])
     np.testing.assert_array_equal(env.high, [1.0, 1.0])
@@ -132,7 +138,7 @@ def test_shapes_dtypes_and_possible_agents_order():
 
 
 def test_agents_end_at_different_steps_and_their_rows_stay_put():
-    env = PettingZooEnv(ID, n_agents=3, max_cycles=10)
+    env = adapter(n_agents=3, max_cycles=10)
     states = env.reset(seed=0)
     seen, rows = [], []
     for _ in range(3):
@@ -153,7 +159,7 @@ def test_agents_end_at_different_steps_and_their_rows_stay_put():
 
 
 def test_truncation_and_terminal_wins_over_truncation():
-    env = PettingZooEnv(ID, n_agents=3, max_cycles=2)
+    env = adapter(n_agents=3, max_cycles=2)
     states = env.reset(seed=5)
     actions = toward_targets(states)
     actions[2] = 0.0  # agent_0 reaches its target at step 1; agent_2 stands still
@@ -212,7 +218,7 @@ class Revenant(PointMasses):
 def adapter_of(env_class: type, monkeypatch: pytest.MonkeyPatch, **params: Any) -> PettingZooEnv:
     """The adapter of ``env_class`` loaded by id (the module's factory replaced)."""
     monkeypatch.setattr(__import__(__name__), "point_masses", env_class)
-    return PettingZooEnv(ID, **params)
+    return adapter(**params)
 
 
 @pytest.mark.parametrize(("env_class", "n_agents", "expected"), [
@@ -292,10 +298,11 @@ def test_a_discrete_action_space_is_refused(monkeypatch, space, expected):
         adapter_of(kind, monkeypatch)
 
 
-def test_the_id_through_env_dims_and_the_factory_with_env_params():
+def test_the_id_through_its_kind_dims_and_factory_with_env_params():
     spec = SolverSpec(ID, params={"n_agents": 5, "max_cycles": 4, "speed": 0.25})
-    assert env_dims(spec) == (4, 2)
-    env = env_factory(spec, index=1)(None)
+    kind = env_kind(ID)
+    assert kind.dims(spec) == (4, 2)
+    env = kind.factory(spec, index=1)(None)
     assert isinstance(env, PettingZooEnv) and env.n_agents == 5
     assert isinstance(env.env, PointMasses) and env.env.speed == 0.25
     env.reset(seed=0)
@@ -332,19 +339,15 @@ def aec_factory() -> Any:
 ])
 def test_bad_ids_are_one_line_config_errors(env_id, params, expected):
     with pytest.raises(ConfigError) as err:
-        env_dims(SolverSpec(env_id, params=params))
+        env_kind(env_id).dims(SolverSpec(env_id, params=params))
     assert expected in str(err.value) and "\n" not in str(err.value)
 
 
-def test_the_package_and_the_adapter_agree_on_the_prefix():
-    assert PETTINGZOO_PREFIX == PREFIX == "pettingzoo:"
-    assert is_pettingzoo(ID) and not is_pettingzoo("Pendulum-v1")
-    assert not is_pettingzoo("test_pettingzoo_env:PointMasses")
-
-
-def test_a_pettingzoo_env_runs_on_one_rank():
-    with pytest.raises(ConfigError, match="is a PettingZoo environment and runs on one rank"):
-        env_factory(SolverSpec(ID, ranks_per_env=2))
+def test_a_factory_that_names_no_team_runs_on_one_rank():
+    with pytest.raises(ConfigError, match=r"is a PettingZoo environment whose factory names no "
+                                          r"team parameter, and runs on one rank: "
+                                          r"run.ranks_per_env = 2 is invalid, allowed is 1"):
+        env_kind(ID).dims(SolverSpec(ID, ranks_per_env=2))
 
 
 def test_a_parallel_env_trains_end_to_end_with_one_episode_per_agent(in_tmp):
@@ -359,3 +362,4 @@ def test_a_parallel_env_trains_end_to_end_with_one_episode_per_agent(in_tmp):
         rows = list(csv.DictReader(f))
     assert {r["agent"] for r in rows} == {"0", "1"}
     assert all(1 <= int(r["length"]) <= 12 for r in rows)
+
