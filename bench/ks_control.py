@@ -33,7 +33,7 @@ from common import parse, smoke, write
 import hpc_refer.envs.ks as ks
 from hpc_refer.algorithms.kit.networks import GaussianPolicyValueNet
 from hpc_refer.config.resolve import build_config, load_toml
-from hpc_refer.envs import episode_metric_names
+from hpc_refer.envs.registry import env_kind
 from hpc_refer.report.metrics import RunDirectory
 from hpc_refer.run.roles import set_threads, train_local
 
@@ -49,7 +49,7 @@ def train(steps: int, seed: int, run_dir: Path) -> tuple[GaussianPolicyValueNet,
     layers["run"].update(steps=steps, seed=seed, log_every=max(steps // 10, 1))
     config = build_config(layers)
     set_threads(config)
-    run = RunDirectory(run_dir, config, episode_metric_names(config.run.env))
+    run = RunDirectory(run_dir, config, env_kind(config.run.env).metric_names(config.run.env))
     start = time.perf_counter()
     try:
         learner = train_local(config, run).learner

@@ -32,7 +32,9 @@ import numpy as np
 from hpc_refer.algorithms.kit.networks import BehaviourPolicy
 from hpc_refer.config.modes import ActionBounds, ConfigError
 from hpc_refer.config.resolve import build_config, load_toml
-from hpc_refer.envs import SolverSpec, SolverStartError, env_factory, make_driver, serve_team
+from hpc_refer.envs.driver import serve_team
+from hpc_refer.envs.interface import SolverStartError
+from hpc_refer.envs.registry import SolverSpec, env_kind, make_driver
 from hpc_refer.loop.actor import action_box
 from hpc_refer.loop.agents_actor import actor_for
 from hpc_refer.loop.checkpoint import CheckpointError
@@ -183,14 +185,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"hpc_refer.evaluate: error: {err}", file=sys.stderr)
         return 2
     team = world_team() if size > 1 else None
+    spec = SolverSpec.of(config, args.run_dir)
     if rank != 0:
         assert team is not None
-        serve_team(env_factory(SolverSpec.of(config, args.run_dir)), team)
+        serve_team(env_kind(spec.env_id).factory(spec), team)
         return 0
     timeout = config.run.env_step_timeout
     try:
-        env = make_driver(SolverSpec.of(config, args.run_dir), team, timeout=timeout,
-                          links=MpiLinks(), snapshot_dir=args.run_dir / "evaluation-snapshots",
+        env = make_driver(spec, team, timeout=timeout, links=MpiLinks(),
+                          snapshot_dir=args.run_dir / "evaluation-snapshots",
                           snapshot_due=snapshots.snapshot_due if args.snapshot else None)
     except SolverStartError as err:
         return start_failed(err, size)

@@ -29,9 +29,10 @@ from test_restart import assert_same_arrays, newest_checkpoint, rows
 from hpc_refer.algorithms.kit.networks import GaussianPolicyValueNet
 from hpc_refer.config.modes import ActionBounds, ConfigError
 from hpc_refer.config.resolve import Config
-from hpc_refer.envs import SolverFailure, SolverSpec, make_driver
+from hpc_refer.envs import SolverFailure
 from hpc_refer.envs.checks import InterfaceError, agents_of, check_agents_step, check_state
 from hpc_refer.envs.interface import SolverFault
+from hpc_refer.envs.registry import SolverSpec, make_driver
 from hpc_refer.evaluate import main as evaluate_main
 from hpc_refer.loop.agents_actor import AgentsActor, actor_for
 from hpc_refer.replay.kernels import HAS_ACTION

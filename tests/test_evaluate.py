@@ -12,7 +12,7 @@ from evaluate_envs import HORIZON
 from output_lines import one_line_with
 
 from hpc_refer.config.modes import ActionBounds, ConfigError
-from hpc_refer.envs import SolverSpec, make_driver
+from hpc_refer.envs.registry import SolverSpec, make_driver
 from hpc_refer.evaluate import ConstantAction, baseline_action
 from hpc_refer.evaluate import main as evaluate_main
 from hpc_refer.loop.actor import Actor

@@ -35,7 +35,7 @@ from hpc_refer.client import (
 )
 from hpc_refer.config.modes import ConfigError
 from hpc_refer.config.resolve import build_config
-from hpc_refer.envs import SolverSpec, TeamDriver, check_env, make_driver
+from hpc_refer.envs import TeamDriver
 from hpc_refer.envs.external import (
     ExternalEnv,
     ExternalSolverError,
@@ -44,6 +44,7 @@ from hpc_refer.envs.external import (
     SolverStartError,
 )
 from hpc_refer.envs.launch import CONNECT, SPAWN, check_apps, check_port_dir, parse_spec
+from hpc_refer.envs.registry import SolverSpec, env_kind, make_driver
 from hpc_refer.report.metrics import RunDirectory
 from hpc_refer.report.records import LoggedEpisode
 from hpc_refer.report.schema import EPISODE_FIELDS
@@ -405,21 +406,21 @@ def test_fortran_solver_connects_as_a_separate_job(fortran_mpi, heat1d_fortran, 
 )
 def test_bad_external_ids_name_the_allowed_forms(env_id, needle):
     with pytest.raises(ConfigError) as exc:
-        parse_spec(env_id, 1)
+        parse_spec(env_id)
     assert needle in str(exc.value) and "external:[-n K] PROGRAM" in str(exc.value)
 
 
 def test_external_needs_one_rank_per_env():
     with pytest.raises(ConfigError, match="ranks_per_env = 2 is invalid, allowed is 1"):
-        parse_spec("external:true", 2)
+        env_kind("external:true").dims(SolverSpec("external:true", ranks_per_env=2))
 
 
 def test_spawn_spec_resolves_the_program():
-    launch = parse_spec("external:-n 3 true --flag 'a b'", 1)
+    launch = parse_spec("external:-n 3 true --flag 'a b'")
     assert launch.how == SPAWN and launch.ranks == 3 and launch.args == ("--flag", "a b")
     assert Path(launch.program).name == "true" and Path(launch.program).is_absolute()
     # A program may take a --connect option of its own.
-    assert parse_spec("external:true --connect x", 1).args == ("--connect", "x")
+    assert parse_spec("external:true --connect x").args == ("--connect", "x")
 
 
 def test_mpmd_needs_hpc_refer_and_one_solver_app():
@@ -433,9 +434,9 @@ def test_mpmd_needs_hpc_refer_and_one_solver_app():
             check_apps("external", apps)
     check_apps("external", 2)
     check_apps("external:true", 1)
-    assert parse_spec("external", 1).how == "mpmd"  # the form alone is valid
+    assert parse_spec("external").how == "mpmd"  # the form alone is valid
     with pytest.raises(ConfigError, match=r"this mpirun has 1 app\(s\)"):
-        check_env(SolverSpec("external"), 1)
+        env_kind("external").check(SolverSpec("external"), 1)
     with pytest.raises(ConfigError, match=r"this mpirun has 1 app\(s\)"):
         ExternalEnv("external", 0, 1, links=ScriptedLinks(ScriptedLink([]), apps=1))
 
@@ -448,7 +449,7 @@ def test_an_external_driver_needs_the_links():
 
 def test_connect_spec_and_its_port_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    launch = parse_spec("external:--connect ports", 1)
+    launch = parse_spec("external:--connect ports")
     assert launch == (CONNECT, "", (), 1, str(tmp_path / "ports"))
     check_port_dir("external:--connect ports")  # absent: the actors create it
     (tmp_path / "ports").mkdir()

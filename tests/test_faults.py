@@ -23,16 +23,15 @@ from hpc_refer.config.modes import ActionBounds, ConfigError, Exploration
 from hpc_refer.envs import (
     SolverFailure,
     SolverFault,
-    SolverSpec,
     SolverStartError,
     TeamDriver,
     check_step,
-    make_driver,
     serve_team,
 )
 from hpc_refer.envs.calls import factory_label, start_solver
 from hpc_refer.envs.gym_env import GymEnv, Status
 from hpc_refer.envs.interface import TeamCommand
+from hpc_refer.envs.registry import SolverSpec, make_driver
 from hpc_refer.envs.timeouts import CallTimeout, call_with_alarm, deadline_after, poll_until
 from hpc_refer.loop.actor import Actor
 from hpc_refer.report.records import OPEN, TRUNCATED, Chunk, numpy_rng_state

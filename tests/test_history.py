@@ -16,8 +16,8 @@ from test_restart import assert_resumes_straight
 
 from hpc_refer.algorithms.kit.networks import GaussianPolicyValueNet
 from hpc_refer.config.modes import ActionBounds, ConfigError
-from hpc_refer.envs import SolverSpec, env_dims, env_factory, make_driver, solver_params
 from hpc_refer.envs.history import History, ObservationStack
+from hpc_refer.envs.registry import SolverSpec, env_kind, make_driver
 from hpc_refer.evaluate import main as evaluate_main
 from hpc_refer.loop.actor import Actor
 from hpc_refer.loop.agents_actor import actor_for
@@ -49,22 +49,22 @@ def test_each_agent_has_its_own_stack():
 ])
 def test_a_bad_history_is_one_line_naming_the_key(params, named):
     with pytest.raises(ConfigError, match=f"^{re.escape(named)} is invalid: allowed are"):
-        solver_params("history_envs:Walk", params)
+        env_kind("history_envs:Walk").params("history_envs:Walk", params)
 
 
 def test_the_keys_never_reach_the_solver_and_are_reserved_in_its_signature():
-    params = solver_params("history_envs:Walk", {"horizon": 5, "history": 3,
+    params = env_kind("history_envs:Walk").params("history_envs:Walk", {"horizon": 5, "history": 3,
                                                  "history_actions": True})
     assert params == {"horizon": 5, "history": 3, "history_actions": True}
     spec = SolverSpec("history_envs:Walk", params={"horizon": 5}, history=History(3, True))
-    assert env_factory(spec)(None).horizon == 5  # built without the history keys
-    assert env_dims(spec) == (9, 1)
+    assert env_kind(spec.env_id).factory(spec)(None).horizon == 5  # built without the history keys
+    assert env_kind(spec.env_id).dims(spec) == (9, 1)
     with pytest.raises(ConfigError, match=r"'history', which is reserved: env\.history"):
-        solver_params("history_envs:Remembers", {})
+        env_kind("history_envs:Remembers").params("history_envs:Remembers", {})
 
 
 def test_a_gymnasium_environment_is_stacked_too():
-    assert env_dims(SolverSpec("Pendulum-v1", history=History(4))) == (12, 1)
+    assert env_kind("Pendulum-v1").dims(SolverSpec("Pendulum-v1", history=History(4))) == (12, 1)
 
 
 def walk_actor(history: History, chunk_len: int = 5, seed: int = 3) -> Actor:

@@ -19,8 +19,8 @@ import torch
 import hpc_refer.envs.ks as ks
 from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.config.resolve import build_config, load_toml
-from hpc_refer.envs import SolverSpec, env_dims, episode_metric_names
 from hpc_refer.envs.gym_env import Status
+from hpc_refer.envs.registry import SolverSpec, env_kind
 from hpc_refer.parallel.world import world_rank_size
 from hpc_refer.report.metrics import RunDirectory
 from hpc_refer.run.main import main as run_main
@@ -86,7 +86,7 @@ def test_fourth_order_convergence_on_the_nonlinear_equation():
 
 def test_energy_bounded_on_the_attractor_and_seeds_are_deterministic():
     env = ks.KuramotoSivashinsky()
-    assert env_dims(SolverSpec("KS")) == (ks.N_SENS, ks.N_ACT)
+    assert env_kind("KS").dims(SolverSpec("KS")) == (ks.N_SENS, ks.N_ACT)
     obs = env.reset(7)
     assert obs.shape == (ks.N_SENS,) and obs.dtype == np.float32
     energies, rewards, statuses = [env.energy()], [], []
@@ -232,7 +232,7 @@ def test_vracer_refer_lowers_the_energy(in_tmp):
     layers = load_toml(Path(__file__).resolve().parents[1] / "configs" / "ks.toml")
     layers["run"].update(steps=20_000, seed=0)
     config = build_config(layers)
-    run = RunDirectory(Path("ks"), config, episode_metric_names(config.run.env))
+    run = RunDirectory(Path("ks"), config, env_kind(config.run.env).metric_names(config.run.env))
     try:
         net = train_local(config, run).learner.algo.net
     finally:

@@ -17,9 +17,9 @@ import pytest
 
 import hpc_refer.envs.ks as ks
 from hpc_refer.config.modes import ConfigError
-from hpc_refer.envs import solver_params
 from hpc_refer.envs.interface import Status
 from hpc_refer.envs.ks_agents import POINTS_PER_SEGMENT, KuramotoSivashinskyAgents
+from hpc_refer.envs.registry import env_kind
 from hpc_refer.evaluate import main as evaluate_main
 from hpc_refer.run.main import main as run_main
 
@@ -138,9 +138,9 @@ def test_a_bad_number_of_agents_is_a_config_error(bad):
 
 
 def test_agents_is_an_env_parameter():
-    assert solver_params(SPEC, {"agents": 8}) == {"agents": 8}
+    assert env_kind(SPEC).params(SPEC, {"agents": 8}) == {"agents": 8}
     with pytest.raises(ConfigError, match="agents"):
-        solver_params(SPEC, {"segments": 8})
+        env_kind(SPEC).params(SPEC, {"segments": 8})
 
 
 def trajectory(team, seed: int, agents: int):

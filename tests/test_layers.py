@@ -85,10 +85,11 @@ def test_an_algorithm_class_is_imported_when_it_is_first_asked_for():
 
 
 FACES = sorted(p for p in PACKAGE.rglob("__init__.py")
-               if p.parent.name not in ("envs", "tables") and "prediction" not in p.parts)
+               if p.parent.name not in ("envs", "tables", "kinds") and "prediction" not in p.parts)
 """The packages' ``__init__.py`` files that must hold nothing but their docstring (``envs/``
-still holds the solver registry, the prediction suite its own API and ``algorithms/tables/``
-the loop that imports every table; see ARCHITECTURE.md)."""
+still holds the names of the solver interface that solvers import, the prediction suite its
+own API, and ``algorithms/tables/`` and ``envs/kinds/`` the loop that imports every table or
+kind; see ARCHITECTURE.md)."""
 
 
 @pytest.mark.parametrize("face", FACES, ids=lambda p: str(p.parent.relative_to(PACKAGE.parent)))
@@ -111,7 +112,7 @@ def test_the_records_are_plain_data():
     assert loaded("hpc_refer.report.records", watched) == []
 
 
-BELOW_THE_LOOP = ("envs/*.py", "replay/*.py", "algorithms/**/*.py", "report/*.py", "config/*.py")
+BELOW_THE_LOOP = ("envs/**/*.py", "replay/*.py", "algorithms/**/*.py", "report/*.py", "config/*.py")
 """The modules that receive MPI objects and never import them (globs under hpc_refer/)."""
 
 

@@ -22,7 +22,7 @@ from hpc_refer.algorithms.registry import ALGORITHMS
 from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.config.layout import Role, compute_layout
 from hpc_refer.config.resolve import build_config
-from hpc_refer.envs import SolverSpec, env_dims, episode_metric_names
+from hpc_refer.envs.registry import SolverSpec, env_kind
 from hpc_refer.loop.learner import Learner
 from hpc_refer.parallel.channels import Fabric
 from hpc_refer.parallel.world import MpiReducer
@@ -61,7 +61,7 @@ def train_everywhere(config, tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
     layout = compute_layout(W, config.run.learners, config.run.ranks_per_env)
     fabric = Fabric(layout)
-    run = (RunDirectory(run_dir, config, episode_metric_names(config.run.env))
+    run = (RunDirectory(run_dir, config, env_kind(config.run.env).metric_names(config.run.env))
            if COMM.Get_rank() == 0 else None)
     result = run_role(config, layout, fabric, run)
     if run is not None:
@@ -179,7 +179,7 @@ def test_recurrent_learners_stay_identical_and_actors_send_their_carries(tmp_pat
 
 
 def state_width(config) -> int:
-    dims = env_dims(SolverSpec.of(config))
+    dims = env_kind(config.run.env).dims(SolverSpec.of(config))
     assert dims is not None
     return dims[0]
 

@@ -2,8 +2,8 @@
 :mod:`hpc_refer.envs.pettingzoo_env`): the adapter's (n_agents, ...) arrays in
 ``possible_agents`` order, agents that end at different steps, the faults it names (an
 unknown agent, one that comes back), the homogeneous spaces it demands, and the id through
-:func:`~hpc_refer.envs.env_dims` and :func:`~hpc_refer.envs.env_factory` with ``[env]``
-keyword arguments.
+its kind (:mod:`hpc_refer.envs.kinds.pettingzoo_factory`: its sizes and factory, with
+``[env]`` keyword arguments, and the team a factory that names ``team`` receives).
 
 :class:`PointMasses` is a small, real continuous-action ParallelEnv (point masses pushed
 toward their targets; agent i's target is i + 1 full-speed steps away, so the agents end at
@@ -14,19 +14,23 @@ different steps), checked by PettingZoo's own ``parallel_api_test``. It is loade
 from __future__ import annotations
 
 import csv
+import json
+import subprocess
+import sys
 from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
 import pytest
+from mpi_launch import mpi_env, mpirun_exe
 from pettingzoo import ParallelEnv
 from pettingzoo.test import parallel_api_test
 from pettingzoo.utils import parallel_to_aec
 
 from hpc_refer.config.modes import ConfigError
-from hpc_refer.envs import PETTINGZOO_PREFIX, SolverSpec, env_dims, env_factory, is_pettingzoo
-from hpc_refer.envs.interface import SolverFault, Status
-from hpc_refer.envs.pettingzoo_env import PREFIX, PettingZooEnv
+from hpc_refer.envs.interface import SolverFault, Status, Team
+from hpc_refer.envs.pettingzoo_env import PettingZooEnv
+from hpc_refer.envs.registry import SolverSpec, env_kind
 
 ID = "pettingzoo:test_pettingzoo_env:point_masses"
 C, T, R = Status.CONTINUE, Status.TERMINAL, Status.TRUNCATED
@@ -94,6 +98,66 @@ def point_masses(**params: Any) -> PointMasses:
     return PointMasses(**params)
 
 
+class SplitPointMasses(PointMasses):
+    """PointMasses on a team of K ranks (``team``; None: one rank moves them all): rank r moves
+    the agents i with i mod K = r, the moves are summed over the team (every rank then holds
+    every position; a sum with zeros is exact, so the trajectory is PointMasses' to the
+    bit), and team rank 0 alone answers (the others return empty dicts, which the adapter
+    does not read there). Every rank keeps ``agents``."""
+
+    def __init__(self, team: Team | None = None, **params: Any) -> None:
+        super().__init__(**params)
+        self.team = team
+
+    def _answers(self) -> bool:
+        return self.team is None or self.team.rank == 0
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        obs, infos = super().reset(seed, options)  # every rank draws the targets from the seed
+        return (obs, infos) if self._answers() else ({}, {})
+
+    def step(self, actions: dict) -> tuple[dict, dict, dict, dict, dict]:
+        if set(actions) != set(self.agents):
+            raise ValueError(f"actions for {sorted(actions)}, expected {self.agents}")
+        self.cycles += 1
+        size, rank = (1, 0) if self.team is None else (self.team.size, self.team.rank)
+        moves = np.zeros((len(self.possible_agents), 2))
+        for i, a in enumerate(self.possible_agents):
+            if a in self.agents and i % size == rank:
+                moves[i] = self.speed * np.clip(actions[a], -1.0, 1.0)
+        if self.team is not None:
+            moves = self.team.sum_array(moves.reshape(-1)).reshape(moves.shape)
+        obs, rewards, terms, truncs = {}, {}, {}, {}
+        for i, a in enumerate(self.possible_agents):
+            if a not in self.agents:
+                continue
+            self.pos[a] = self.pos[a] + moves[i]
+            dist = float(np.linalg.norm(self.target[a] - self.pos[a]))
+            obs[a], rewards[a] = self._observe(a), -dist
+            terms[a] = dist < self.radius
+            truncs[a] = self.cycles >= self.max_cycles
+        infos = {a: {} for a in self.agents}
+        self.agents = [a for a in self.agents if not (terms[a] or truncs[a])]
+        if not self._answers():
+            return {}, {}, {}, {}, {}
+        return obs, rewards, terms, truncs, infos
+
+
+def split_point_masses(team: Team | None = None, n_agents: int = 3,
+                       max_cycles: int = 25) -> SplitPointMasses:
+    """A factory that names ``team``: its ParallelEnv may span the ranks of a team."""
+    return SplitPointMasses(team, n_agents=n_agents, max_cycles=max_cycles)
+
+
+TEAM_ID = "pettingzoo:test_pettingzoo_env:split_point_masses"
+
+
+def adapter(**params: Any) -> PettingZooEnv:
+    """The adapter of :data:`ID` with ``params`` as its ``[env]``, built by its kind's
+    factory without a team (as the sizes are learnt)."""
+    return env_kind(ID).factory(SolverSpec(ID, params=params))(None)
+
+
 def toward_targets(states: np.ndarray) -> np.ndarray:
     """Every agent's full-speed action straight at its target (rows of states)."""
     delta = states[:, 2:] - states[:, :2]
@@ -107,7 +171,7 @@ def test_point_masses_is_a_conforming_parallel_env():
 
 
 def test_shapes_dtypes_and_possible_agents_order():
-    env = PettingZooEnv(ID, n_agents=4)
+    env = adapter(n_agents=4)
     assert (env.n_agents, env.obs_dim, env.act_dim) == (4, 4, 2)
     np.testing.assert_array_equal(env.low, [-1.0, -1.0])
     np.testing.assert_array_equal(env.high, [1.0, 1.0])
@@ -132,7 +196,7 @@ def test_shapes_dtypes_and_possible_agents_order():
 
 
 def test_agents_end_at_different_steps_and_their_rows_stay_put():
-    env = PettingZooEnv(ID, n_agents=3, max_cycles=10)
+    env = adapter(n_agents=3, max_cycles=10)
     states = env.reset(seed=0)
     seen, rows = [], []
     for _ in range(3):
@@ -153,7 +217,7 @@ def test_agents_end_at_different_steps_and_their_rows_stay_put():
 
 
 def test_truncation_and_terminal_wins_over_truncation():
-    env = PettingZooEnv(ID, n_agents=3, max_cycles=2)
+    env = adapter(n_agents=3, max_cycles=2)
     states = env.reset(seed=5)
     actions = toward_targets(states)
     actions[2] = 0.0  # agent_0 reaches its target at step 1; agent_2 stands still
@@ -212,7 +276,7 @@ class Revenant(PointMasses):
 def adapter_of(env_class: type, monkeypatch: pytest.MonkeyPatch, **params: Any) -> PettingZooEnv:
     """The adapter of ``env_class`` loaded by id (the module's factory replaced)."""
     monkeypatch.setattr(__import__(__name__), "point_masses", env_class)
-    return PettingZooEnv(ID, **params)
+    return adapter(**params)
 
 
 @pytest.mark.parametrize(("env_class", "n_agents", "expected"), [
@@ -292,10 +356,11 @@ def test_a_discrete_action_space_is_refused(monkeypatch, space, expected):
         adapter_of(kind, monkeypatch)
 
 
-def test_the_id_through_env_dims_and_the_factory_with_env_params():
+def test_the_id_through_its_kind_dims_and_factory_with_env_params():
     spec = SolverSpec(ID, params={"n_agents": 5, "max_cycles": 4, "speed": 0.25})
-    assert env_dims(spec) == (4, 2)
-    env = env_factory(spec, index=1)(None)
+    kind = env_kind(ID)
+    assert kind.dims(spec) == (4, 2)
+    env = kind.factory(spec, index=1)(None)
     assert isinstance(env, PettingZooEnv) and env.n_agents == 5
     assert isinstance(env.env, PointMasses) and env.env.speed == 0.25
     env.reset(seed=0)
@@ -332,19 +397,15 @@ def aec_factory() -> Any:
 ])
 def test_bad_ids_are_one_line_config_errors(env_id, params, expected):
     with pytest.raises(ConfigError) as err:
-        env_dims(SolverSpec(env_id, params=params))
+        env_kind(env_id).dims(SolverSpec(env_id, params=params))
     assert expected in str(err.value) and "\n" not in str(err.value)
 
 
-def test_the_package_and_the_adapter_agree_on_the_prefix():
-    assert PETTINGZOO_PREFIX == PREFIX == "pettingzoo:"
-    assert is_pettingzoo(ID) and not is_pettingzoo("Pendulum-v1")
-    assert not is_pettingzoo("test_pettingzoo_env:PointMasses")
-
-
-def test_a_pettingzoo_env_runs_on_one_rank():
-    with pytest.raises(ConfigError, match="is a PettingZoo environment and runs on one rank"):
-        env_factory(SolverSpec(ID, ranks_per_env=2))
+def test_a_factory_that_names_no_team_runs_on_one_rank():
+    with pytest.raises(ConfigError, match=r"is a PettingZoo environment whose factory names no "
+                                          r"team parameter, and runs on one rank: "
+                                          r"run.ranks_per_env = 2 is invalid, allowed is 1"):
+        env_kind(ID).dims(SolverSpec(ID, ranks_per_env=2))
 
 
 def test_a_parallel_env_trains_end_to_end_with_one_episode_per_agent(in_tmp):
@@ -359,3 +420,91 @@ def test_a_parallel_env_trains_end_to_end_with_one_episode_per_agent(in_tmp):
         rows = list(csv.DictReader(f))
     assert {r["agent"] for r in rows} == {"0", "1"}
     assert all(1 <= int(r["length"]) <= 12 for r in rows)
+
+
+def test_a_team_factory_receives_the_team_and_is_its_own_on_one_rank():
+    """The factory that names ``team`` gets None without a team, and the adapter reads its
+    answers there; its one-rank trajectory is PointMasses' (the same seed, the same moves)."""
+    split = env_kind(TEAM_ID).factory(SolverSpec(TEAM_ID, params={"n_agents": 3}))(None)
+    plain = adapter(n_agents=3)
+    assert split.env.team is None and split.state_rank == 0
+    states = split.reset(seed=7)
+    np.testing.assert_array_equal(states, plain.reset(seed=7))
+    for _ in range(3):
+        actions = toward_targets(states)
+        got = split.step(actions)
+        for a, b in zip(got, plain.step(actions), strict=True):
+            np.testing.assert_array_equal(a, b)
+        states = got[0]
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_parallel_env_spans_a_team_as_a_python_solver_does():
+    """``split_point_masses`` on a team of every rank of the world (2, 3 or 4): team rank 0
+    drives it through the driver its kind starts, the other ranks follow in ``serve_team``
+    with the kind's factory (each moving its own agents, answering empty dicts); the states,
+    rewards and statuses are those of the one-rank environment, bit for bit, for two
+    episodes."""
+    from mpi4py import MPI
+
+    from hpc_refer.envs.driver import serve_team
+    from hpc_refer.envs.registry import make_driver
+    from hpc_refer.parallel.world import MpiTeam
+
+    team = MpiTeam(MPI.COMM_WORLD)
+    kind = env_kind(TEAM_ID)
+    spec = SolverSpec(TEAM_ID, ranks_per_env=team.size, params={"n_agents": 5, "max_cycles": 6})
+    assert kind.dims(spec) == (4, 2)  # on every rank, without a team
+    if team.rank != 0:
+        serve_team(kind.factory(spec), team)
+        return
+    driver = make_driver(spec, team)
+    alone = kind.factory(spec._replace(ranks_per_env=1))(None)
+    assert driver.n_agents == 5 and driver.env.env.team is team  # the factory's team
+    steps = 0
+    for seed in (3, 4):
+        states = driver.reset(seed)
+        np.testing.assert_array_equal(states, alone.reset(seed))
+        statuses = np.full(5, C)
+        while (statuses == C).any():
+            actions = 0.7 * toward_targets(states)
+            states, rewards, statuses = driver.step_agents(actions)
+            for got, want in zip((states, rewards, statuses), alone.step(actions), strict=True):
+                np.testing.assert_array_equal(got, want)
+            steps += 1
+    assert steps >= 4 and {*statuses} <= {T, R}
+    driver.close()
+    alone.close()
+
+
+@pytest.mark.mpi_skip
+def test_a_parallel_env_on_a_team_of_two_trains_checkpoints_resumes_and_evaluates(in_tmp):
+    """``mpirun -n 3``: one learner and one team of 2 ranks running ``split_point_masses`` (the
+    team's rank 1 moves every other agent), 300 steps and a checkpoint, then resumed to 600;
+    each agent's episodes in episodes.csv; then its policy evaluated by one team of 2."""
+    flags = ["--env", TEAM_ID, "--ranks-per-env", "2", "--env.n_agents", "3",
+             "--env.max_cycles", "12", "--replay.size", "1000", "--replay.learn-start", "200",
+             "--vracer.batch", "16", "--vracer.hidden", "8,8", "--log-every", "100",
+             "--chunk-len", "50", "--compile", "off"]
+    head = [mpirun_exe(), "-n", "3", sys.executable, "-m", "hpc_refer.run"]
+    for args in ([*flags, "--steps", "300", "--run-dir", "r"],
+                 ["--restart", "r", "--steps", "600"]):
+        done = subprocess.run([*head, *args], capture_output=True, text=True, timeout=300,
+                              env=mpi_env(), check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+    run = in_tmp / "r"
+    assert (run / "state.txt").read_text().strip() == "finished"
+    assert "resumed" in (run / "log.txt").read_text()
+    assert sorted(p.name for p in (run / "checkpoints").glob("step-*"))[-1].endswith("600")
+    with (run / "episodes.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert {r["agent"] for r in rows} == {"0", "1", "2"}
+    assert all(1 <= int(r["length"]) <= 12 for r in rows)
+    assert max(int(r["env_step"]) for r in rows) > 300  # episodes after the restart
+    evaluate = [mpirun_exe(), "-n", "2", sys.executable, "-m", "hpc_refer.evaluate", "r",
+                "--episodes", "2"]
+    done = subprocess.run(evaluate, capture_output=True, text=True, timeout=300,
+                          env=mpi_env(), check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    stats = json.loads((run / "evaluation.json").read_text())
+    assert stats["agents"] == 3 and stats["episodes"] == 6 and stats["env_step"] == 600

@@ -23,7 +23,7 @@ from hpc_refer.algorithms.kit.recurrent import RecurrentCell, RecurrentPolicyVal
 from hpc_refer.algorithms.registry import algorithm_class
 from hpc_refer.config.modes import ActionBounds, Cell, ConfigError
 from hpc_refer.config.resolve import build_config
-from hpc_refer.envs import SolverSpec, make_driver
+from hpc_refer.envs.registry import SolverSpec, make_driver
 from hpc_refer.evaluate import main as evaluate_main
 from hpc_refer.loop.actor import Actor
 from hpc_refer.loop.agents_actor import actor_for

@@ -221,7 +221,7 @@ def test_the_actor_stores_the_pre_squash_sample_and_acts_with_its_tanh(monkeypat
     """SAC's actors squash whatever run.action_bounds says: the chunk holds the Gaussian
     samples u (unbounded: some beyond [-1, 1] at the initial sigma of about 1), Pendulum got
     2 tanh(u) (its box is [-2, 2])."""
-    from hpc_refer.envs import SolverSpec, make_driver
+    from hpc_refer.envs.registry import SolverSpec, make_driver
     from hpc_refer.run.roles import make_actor
 
     cfg = build_config({"run": {"algorithm": SAC.name, "action_bounds": "clip",

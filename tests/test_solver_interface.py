@@ -19,8 +19,9 @@ from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.config.layout import SeedRole, role_seed
 from hpc_refer.config.modes import ConfigError
 from hpc_refer.config.resolve import build_config
-from hpc_refer.envs import SolverSpec, TeamDriver, env_dims, make_driver, solver_params
+from hpc_refer.envs import TeamDriver
 from hpc_refer.envs.diffusion import HORIZON
+from hpc_refer.envs.registry import SolverSpec, env_kind, make_driver
 from hpc_refer.report.series import read_series
 from hpc_refer.run.main import main as run_main
 from hpc_refer.run.main import parse_args
@@ -48,14 +49,14 @@ def test_flags_and_toml_fill_the_env_table(tmp_path):
 ])
 def test_parameters_are_checked_against_the_constructor(params, message):
     with pytest.raises(ConfigError) as err:
-        solver_params("param_envs:Channel", params)
+        env_kind("param_envs:Channel").params("param_envs:Channel", params)
     assert str(err.value).startswith(message)
 
 
 def test_a_required_parameter_is_named_and_ints_become_floats():
     with pytest.raises(ConfigError, match=r"NeedsRe needs env.mach \(--env.mach VALUE\)"):
-        solver_params("param_envs:NeedsRe", {"re": 1})
-    params = solver_params("param_envs:Channel", {"re": 100, "label": "a"})
+        env_kind("param_envs:NeedsRe").params("param_envs:NeedsRe", {"re": 1})
+    params = env_kind("param_envs:Channel").params("param_envs:Channel", {"re": 100, "label": "a"})
     assert params == {"re": 100.0, "label": "a"} and isinstance(params["re"], float)
 
 
@@ -65,7 +66,7 @@ def test_gymnasium_takes_make_keywords_and_refuses_others():
     assert env.env.env.unwrapped.g == 3.5
     env.close()
     with pytest.raises(ConfigError, match=r"refused by gymnasium.make\('Pendulum-v1'\)"):
-        env_dims(SolverSpec("Pendulum-v1", params={"gravity": 3.5}))
+        env_kind("Pendulum-v1").dims(SolverSpec("Pendulum-v1", params={"gravity": 3.5}))
 
 
 def test_a_run_stores_the_parameters_and_gives_the_context(in_tmp):

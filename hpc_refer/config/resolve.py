@@ -48,7 +48,8 @@ keyword arguments of a Python solver's constructor, of ``gymnasium.make`` for a 
 or ``key=value`` lines of an external solver's PARAMS message. Its keys are identifiers and its
 values booleans, integers, floats or strings; a flag's value is read as a TOML value when it is
 one (``100`` an integer, ``0.5`` a float, ``true`` a boolean), else as a string. What the
-solver takes is checked where the solver is known (:func:`hpc_refer.envs.solver_params`).
+solver takes is checked where the solver is known, by the kind of ``run.env``
+(:meth:`hpc_refer.envs.registry.EnvKind.params`).
 """
 
 from __future__ import annotations

@@ -155,17 +155,14 @@ class RunConfig:
         "benchmark: SAC with plain ER); empty: none (hpc_refer/config/presets.py)", tuple(PRESETS)
     )
     plugins: tuple[str, ...] = option(
-        (), "modules imported before the config is resolved, each registering algorithms of "
-        "its own (comma-separated, e.g. my_package.td7); kept in config.toml, so every rank "
-        "and a restart import them too"
+        (), "modules imported before the config is resolved, each registering algorithms or "
+        "environment kinds of its own (comma-separated, e.g. my_package.td7); kept in "
+        "config.toml, so every rank and a restart import them too"
     )
     env: str = option(
         "HalfCheetah-v5",
-        "environment: a continuous-action gymnasium id, a built-in solver (Diffusion1D, KS, "
-        "KSAgents, CylinderJets, CylinderJetsAgents), package.module:Class, a PettingZoo "
-        "ParallelEnv as pettingzoo:package.module:factory, or an external MPI solver: "
-        "external, 'external:[-n K] PROGRAM [ARGS]', 'external:--connect DIR' "
-        "(solvers/README.md)",
+        "environment: an id in the form of one of the environment kinds listed at the end "
+        "(e.g. HalfCheetah-v5, KS, package.module:Class; solvers/README.md)",
     )
     steps: int = option(1_000_000, "total environment steps over all actors (stored "
                         "transitions: n per simulation step with n agents)")

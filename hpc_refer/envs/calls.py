@@ -123,8 +123,8 @@ def one_line(text: str) -> str:
 
 def factory_label(factory: Callable[[Any], Any]) -> str:
     """What ``factory`` builds, for messages: the class of a :func:`functools.partial` (as
-    :func:`~hpc_refer.envs.env_factory` makes for Python solvers) or a class used as its own
-    factory; ``solver`` otherwise."""
+    :meth:`~hpc_refer.envs.kinds.solver_class.SolverClass.factory` makes) or a class used as
+    its own factory; ``solver`` otherwise."""
     target = factory.func if isinstance(factory, functools.partial) else factory
     return target.__name__ if isinstance(target, type) else "solver"
 
@@ -171,7 +171,7 @@ def rebuilds_after_fault(env: Any) -> bool:
 
 def rebuild_factory(env: Any) -> Callable[[Team | None], Any] | None:
     """How :class:`TeamDriver` constructs ``env`` anew after a fault when it is given no
-    factory: a Python solver's class called with the team (as :func:`env_factory` builds
+    factory: a Python solver's class called with the team (as its kind's factory builds
     it), a GymEnv from its id; None for an external solver (reset over the wire instead)."""
     if isinstance(env, ExternalEnv):
         return None

@@ -149,7 +149,7 @@ class ExternalEnv:
             raise ConfigError(f"solver parameter(s) {', '.join(taken)} of run.env = "
                               f"{env_id!r} are set by hpc_refer itself: rename them")
         text = params_text({**params, "env_index": index, "run_dir": run_dir, "seed": seed})
-        launch = parse_spec(env_id, 1)
+        launch = parse_spec(env_id)
         self.timeout = timeout
         self.broken = False
         """Whether the solver stopped answering (it is no longer driven)."""

@@ -36,15 +36,15 @@ from hpc_refer.envs.interface import Status
 from hpc_refer.report.records import numpy_rng_state, set_numpy_rng_state
 
 
-def check_env_id(env_id: str) -> None:
-    """Raise ConfigError unless ``env_id`` is a registered gymnasium id."""
-    if env_id not in gym.registry:
-        close = sorted(k for k in gym.registry if k.split("-")[0].lower() in env_id.lower())
-        hint = f"; did you mean {', '.join(close[:5])}?" if close else ""
-        raise ConfigError(
-            f"run.env = {env_id!r} is not a registered gymnasium id (any continuous-action id "
-            f"such as HalfCheetah-v5, Hopper-v5, Pendulum-v1 is allowed){hint}"
-        )
+def unregistered(env_id: str) -> str:
+    """Why ``env_id`` is no registered gymnasium id, naming the nearest registered ids (its
+    kind, :mod:`hpc_refer.envs.kinds.gymnasium_id`, adds every allowed form); "" when it
+    is one."""
+    if env_id in gym.registry:
+        return ""
+    close = sorted(k for k in gym.registry if k.split("-")[0].lower() in env_id.lower())
+    hint = f" (did you mean {', '.join(close[:5])}?)" if close else ""
+    return f"run.env = {env_id!r} is not a registered gymnasium id{hint}"
 
 
 GYMNASIUM_ASSET_WARNINGS = ("compiler attribute 'settotalmass' is deprecated",)
@@ -62,7 +62,9 @@ class GymEnv:
 
     def __init__(self, env_id: str, **params: Any) -> None:
         """``gymnasium.make(env_id, **params)`` (params: the run's ``[env]`` table)."""
-        check_env_id(env_id)
+        why = unregistered(env_id)
+        if why:
+            raise ConfigError(why)
         mujoco.set_mju_user_warning(mujoco_warning)
         self.env_id = env_id
         self.params = params

@@ -101,26 +101,19 @@ class Links(Protocol):
         ...
 
 
-def is_external(env_id: str) -> bool:
-    """Whether ``env_id`` names an external solver (``external`` or ``external:...``)."""
-    return env_id == PREFIX or env_id.startswith(PREFIX + ":")
-
-
 def port_file(directory: str, index: int) -> str:
     """The file in which the actor of environment ``index`` publishes its MPI port name."""
     return os.path.join(directory, PORT_FILE.format(index))
 
 
-def parse_spec(env_id: str, ranks_per_env: int) -> Launch:
+def parse_spec(env_id: str) -> Launch:
     """Parse and validate an ``external`` env id; raises ConfigError with the allowed forms.
 
-    Checks the syntax, ``ranks_per_env`` and the program (spawn); for the app count of the
-    mpirun (MPMD) see :func:`check_apps`, for the state of a ``--connect`` directory
-    :func:`check_port_dir`.
+    Checks the syntax and the program (spawn); for the app count of the mpirun (MPMD) see
+    :func:`check_apps`, for the state of a ``--connect`` directory :func:`check_port_dir`
+    (``run.ranks_per_env``, 1, is its kind's,
+    :class:`~hpc_refer.envs.kinds.external_solver.ExternalSolver`).
     """
-    if ranks_per_env != 1:
-        raise ConfigError(f"run.env = {env_id!r} runs the solver outside hpc_refer's ranks: "
-                          f"run.ranks_per_env = {ranks_per_env} is invalid, allowed is 1")
     if env_id == PREFIX:
         return Launch(MPMD)
     try:
@@ -162,7 +155,7 @@ def check_port_dir(env_id: str) -> None:
     a solver could read a stale one left by an earlier run and connect to a port that is
     gone. Run on every rank before any actor starts (actors write their files later).
     """
-    launch = parse_spec(env_id, 1)
+    launch = parse_spec(env_id)
     if launch.how != CONNECT:
         return
     if os.path.exists(launch.ports) and not os.path.isdir(launch.ports):

@@ -1,15 +1,8 @@
 """Adapter from a PettingZoo ``ParallelEnv`` of homogeneous agents to hpc_refer's multi-agent
-solver interface.
-
-``--env pettingzoo:package.module:factory`` names a callable (a function or a ParallelEnv
-class) that returns a :class:`pettingzoo.ParallelEnv`; the run's ``[env]`` table
-(``--env.KEY VALUE``) is passed to it as keyword arguments, checked against its signature
-(an unknown or missing keyword is a one-line ConfigError naming the id and the factory's
-parameters; a TypeError of a factory taking ``**kwargs`` is one too). The id's form, its
-module and the factory are checked by :func:`load_factory` (one-line ConfigErrors), the
-returned object is checked to be a ParallelEnv. The environment is built once by
-:func:`hpc_refer.envs.env_dims` to learn the sizes (one agent's), as for gymnasium ids, and
-runs on one rank.
+solver interface. Its id, ``pettingzoo:package.module:factory``, its factory and the
+factory's ``[env]`` keywords and team are its kind's,
+:mod:`hpc_refer.envs.kinds.pettingzoo_factory`, which builds the ParallelEnv and hands it
+here.
 
 The interface it offers (every array in ``possible_agents`` order)::
 
@@ -44,76 +37,32 @@ active again after it ended or appears after ``reset``, a live agent without its
 reward, termination or truncation, an observation of another size than ``obs_dim``, an agent
 that leaves ``env.agents`` without being terminated or truncated.
 
+On a team of K ranks (a factory that names ``team``). The ParallelEnv is built on every rank
+of the team, and every rank's adapter makes every call: ``reset(seed)``, and ``step`` with the
+actions of the agents in that rank's own ``env.agents`` (every rank's ParallelEnv keeps
+``agents``, the agents still active, as PettingZoo's API asks). The answers (observations,
+rewards, terminations, truncations) are read and checked on one rank alone, the team's state
+rank: team rank 0 (the actor), or the rank the ParallelEnv names in an attribute
+``state_rank``, as a Python solver does (:mod:`hpc_refer.envs`). The other ranks' answers are
+ignored, so a ParallelEnv whose observations are gathered on one rank may answer empty dicts
+on the others. ``possible_agents`` and the spaces are read on every rank: they must be the
+same on each.
+
 There is no ``get_state``/``set_state``: a ParallelEnv has no generic way to save its whole
 state, so a resumed run ends the interrupted episode as truncated and starts a new one.
 """
 
 from __future__ import annotations
 
-import importlib
-import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from pettingzoo import AECEnv, ParallelEnv
+from pettingzoo import ParallelEnv
 
 from hpc_refer.config.modes import ConfigError
-from hpc_refer.envs.interface import SolverFault, Status
-
-PREFIX = "pettingzoo:"
-"""How ``run.env`` names a PettingZoo environment: ``pettingzoo:package.module:factory``
-(:data:`hpc_refer.envs.PETTINGZOO_PREFIX`, which the package tests without importing this
-module)."""
-
-FORM = "pettingzoo:package.module:factory (a callable returning a pettingzoo ParallelEnv)"
-
-
-def parse_id(env_id: str) -> tuple[str, str]:
-    """(module, factory name) of ``pettingzoo:package.module:factory``; a one-line ConfigError
-    for another form."""
-    module, sep, name = env_id.removeprefix(PREFIX).partition(":")
-    dotted = all(part.isidentifier() for part in module.split("."))
-    if not env_id.startswith(PREFIX) or not sep or not dotted or not name.isidentifier():
-        raise ConfigError(f"run.env = {env_id!r} is invalid: allowed is {FORM}")
-    return module, name
-
-
-def load_factory(env_id: str) -> Callable[..., Any]:
-    """The callable ``env_id`` names: a one-line ConfigError when its module cannot be
-    imported, the module has no such attribute or the attribute is not callable."""
-    module, name = parse_id(env_id)
-    try:
-        loaded = importlib.import_module(module)
-    except ImportError as err:
-        raise ConfigError(f"run.env = {env_id!r}: module {module!r} cannot be imported "
-                          f"({type(err).__name__}: {err}); allowed is {FORM}") from None
-    factory = getattr(loaded, name, None)
-    if factory is None:
-        raise ConfigError(f"run.env = {env_id!r}: module {module!r} has no {name!r}; allowed "
-                          f"is {FORM}")
-    if not callable(factory):
-        raise ConfigError(f"run.env = {env_id!r}: {module}.{name} is a "
-                          f"{type(factory).__name__}, not callable; allowed is {FORM}")
-    return factory
-
-
-def check_params(env_id: str, factory: Callable[..., Any], params: Mapping[str, Any]) -> None:
-    """A one-line ConfigError when ``factory(**params)`` does not fit the factory's
-    signature (an unknown keyword, a missing required one), naming its parameters."""
-    try:
-        signature = inspect.signature(factory)
-    except (TypeError, ValueError):  # no signature to check (a builtin): the call will tell
-        return
-    try:
-        signature.bind(**params)
-    except TypeError as err:
-        names = [p.name for p in signature.parameters.values()
-                 if p.kind not in (inspect.Parameter.VAR_POSITIONAL,
-                                   inspect.Parameter.VAR_KEYWORD)]
-        raise ConfigError(f"[env] {dict(params)} is refused by run.env = {env_id!r} ({err}): "
-                          f"its parameters are {', '.join(names) or 'none'}") from None
+from hpc_refer.envs.interface import SolverFault, Status, Team
 
 
 def _agent_list(agents: Sequence[Any]) -> str:
@@ -127,28 +76,11 @@ class PettingZooEnv:
     """A PettingZoo ParallelEnv of homogeneous agents with continuous (Box) actions, as the
     multi-agent solver interface (see the module docstring)."""
 
-    def __init__(self, env_id: str, **params: Any) -> None:
-        """``factory(**params)`` of ``env_id`` (params: the run's ``[env]`` table), its
-        agents' spaces checked (one-line ConfigErrors)."""
-        factory = load_factory(env_id)
-        check_params(env_id, factory, params)
+    def __init__(self, env_id: str, env: ParallelEnv, team: Team | None = None) -> None:
+        """The adapter of ``env`` (built by the factory of ``env_id``, on this rank of
+        ``team``), its agents' spaces checked (one-line ConfigErrors; ``env`` is closed
+        then)."""
         self.env_id = env_id
-        self.params = params
-        try:
-            env = factory(**params)
-        except TypeError as err:  # a keyword refused further in (a factory taking **kwargs)
-            if not params:
-                raise
-            raise ConfigError(f"[env] {dict(params)} is refused by run.env = {env_id!r} "
-                              f"({err})") from None
-        if not isinstance(env, ParallelEnv):
-            hint = (" (pettingzoo.utils.aec_to_parallel converts an AECEnv)"
-                    if isinstance(env, AECEnv) else "")
-            close = getattr(env, "close", None)
-            if callable(close):
-                close()
-            raise ConfigError(f"run.env = {env_id!r}: {parse_id(env_id)[1]}() returned a "
-                              f"{type(env).__name__}, expected a pettingzoo ParallelEnv{hint}")
         self.env: ParallelEnv = env
         try:
             possible = getattr(env, "possible_agents", None)
@@ -175,6 +107,10 @@ class PettingZooEnv:
         self._states = np.zeros((self.n_agents, self.obs_dim), np.float32)
         self._statuses = np.full(self.n_agents, Status.CONTINUE, np.int64)
         self._reset_once = False
+        self.state_rank = getattr(env, "state_rank", 0)
+        """The team rank whose answers are read (checked by the driver)."""
+        self._reads = team is None or team.rank == self.state_rank
+        """Whether this rank reads and checks the answers (the others only make the calls)."""
 
     def _space(self, field: str, *, float_dtype: bool) -> gym.spaces.Box:
         """The ``field`` space (observation_space or action_space) all agents share: a Box
@@ -232,6 +168,9 @@ class PettingZooEnv:
     def reset(self, seed: int | None = None) -> np.ndarray:
         """Every agent's first observation, (n_agents, obs_dim) float32."""
         obs, _ = self.env.reset(seed=seed)
+        if not self._reads:  # another team rank reads the answer
+            self._reset_once = True
+            return self._states.copy()
         self._known("reset", "observation", obs)
         self._known("reset", "env.agents", self.env.agents)
         states = np.zeros((self.n_agents, self.obs_dim), np.float32)
@@ -255,6 +194,10 @@ class PettingZooEnv:
         if actions.shape != (self.n_agents, self.act_dim):
             raise ValueError(f"{self.env_id}: actions have shape {actions.shape}, expected "
                              f"({self.n_agents}, {self.act_dim}) (n_agents, act_dim)")
+        if not self._reads:  # another team rank reads the answer
+            self._known("step", "env.agents", self.env.agents)
+            self.env.step(self._given(actions, self.env.agents))
+            return self._states.copy(), np.zeros(self.n_agents), self._statuses.copy()
         live = [a for a in self.possible_agents
                 if self._statuses[self._index[a]] == Status.CONTINUE]
         if not live:
@@ -265,9 +208,7 @@ class PettingZooEnv:
                 raise SolverFault(f"step: agent {agent!r} is in env.agents after it ended "
                                   "(terminated or truncated): an agent cannot come back "
                                   "before reset")
-        given = {a: actions[self._index[a]].reshape(self._act_shape).astype(self._act_dtype)
-                 for a in active}
-        obs, rewards, terminations, truncations, _ = self.env.step(given)
+        obs, rewards, terminations, truncations, _ = self.env.step(self._given(actions, active))
         for field, answer in (("observation", obs), ("reward", rewards),
                               ("termination", terminations), ("truncation", truncations)):
             self._known("step", field, answer)
@@ -289,6 +230,12 @@ class PettingZooEnv:
                                   "termination or truncation")
         self._states, self._statuses = states, statuses
         return states.copy(), reward_row, statuses.copy()
+
+    def _given(self, actions: np.ndarray, agents: Sequence[Any]) -> dict[Any, np.ndarray]:
+        """The actions of ``agents`` (rows of ``actions``), each in its action space's shape
+        and dtype."""
+        return {a: actions[self._index[a]].reshape(self._act_shape).astype(self._act_dtype)
+                for a in agents}
 
     def close(self) -> None:
         self.env.close()

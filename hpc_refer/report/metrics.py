@@ -3,9 +3,9 @@
 The files and what each record holds are named in :mod:`hpc_refer.report.schema` (its docstring is
 the layout of ``runs/<name>/``). :class:`RunDirectory` writes them; its creator hands it what
 lies above this module: the solver's episode metric names (the extra columns of
-episodes.csv, :func:`hpc_refer.envs.episode_columns`) and the writer of report.html (the run
-report, :mod:`hpc_refer.report`), so the run directory imports neither the environments nor
-the report.
+episodes.csv, :meth:`hpc_refer.envs.registry.EnvKind.episode_columns`) and the writer of
+report.html (the run report, :mod:`hpc_refer.report`), so the run directory imports neither
+the environments nor the report.
 
 A resumed run (``--restart``) appends to the same files. Rows written after the checkpoint it
 resumes from (a run killed between checkpoints) would be written again by the resumed run: they
@@ -108,10 +108,10 @@ class RunDirectory:
     """Writes the run's files; created only after the whole configuration was validated.
 
     ``episode_metrics``: the names of the solver's episode metrics (the columns of
-    episodes.csv and eval.csv after :data:`~hpc_refer.report.schema.EPISODE_FIELDS`, validated by
-    :func:`hpc_refer.envs.episode_columns`); every episode then brings one value of each. An
-    external solver's names come with its handshake, after this: they are given by
-    :meth:`declare_episode_metrics` before the first episode.
+    episodes.csv and eval.csv after :data:`~hpc_refer.report.schema.EPISODE_FIELDS`, validated
+    by :meth:`hpc_refer.envs.registry.EnvKind.episode_columns`); every episode then brings one
+    value of each. An external solver's names come with its handshake, after this: they are
+    given by :meth:`declare_episode_metrics` before the first episode.
     ``resume``: the lengths of the metric files at the checkpoint a resumed run continues
     from (:meth:`offsets` of the run that wrote it) and that checkpoint's step; the files are
     then continued, not rewritten. ``report``: what writes report.html, needed when

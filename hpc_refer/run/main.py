@@ -32,16 +32,8 @@ from hpc_refer.config.layout import Layout, LayoutError, compute_layout
 from hpc_refer.config.modes import ConfigError, Sampling
 from hpc_refer.config.resolve import Config, build_config, load_toml, table_types
 from hpc_refer.config.values import coerce
-from hpc_refer.envs import (
-    SolverSpec,
-    SolverStartError,
-    check_env,
-    env_dims,
-    episode_columns,
-    episode_metric_names,
-    is_external,
-    solver_params,
-)
+from hpc_refer.envs.interface import SolverStartError
+from hpc_refer.envs.registry import SolverSpec, env_kind, kinds_help
 from hpc_refer.envs.supervision import STOP
 from hpc_refer.loop import checkpoint
 from hpc_refer.loop.checkpoint import CheckpointError, Resume
@@ -123,7 +115,7 @@ def _restart_flag(dest: str) -> str:
 def _parser(argv: list[str] | None) -> argparse.ArgumentParser:
     """The command line's parser, with the flags of the algorithms of its plugins."""
     parser = argparse.ArgumentParser(
-        prog="python -m hpc_refer.run", description=DESCRIPTION, epilog=EPILOG,
+        prog="python -m hpc_refer.run", description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
@@ -133,6 +125,7 @@ def _parser(argv: list[str] | None) -> argparse.ArgumentParser:
                  _restart_flag(k) for k in RESTART_MAY_CHANGE if k != "run.steps"))
              + " may be given")
     add_arguments(parser, plugins_of(argv))
+    parser.epilog = f"{kinds_help()}\n\n{EPILOG}"  # the kinds of the plugins too
     return parser
 
 
@@ -221,11 +214,10 @@ def _parse_quietly(argv: list[str] | None, rank: int
 def _validate(argv: list[str] | None, rank: int, world: int) -> Start:
     config, restart, flags = _parse_quietly(argv, rank)
     layout = compute_layout(world, config.run.learners, config.run.ranks_per_env)
-    config = dataclasses.replace(config, env=solver_params(config.run.env, config.env))
-    dims = env_dims(SolverSpec.of(config))
-    if is_external(config.run.env):
-        check_env(SolverSpec.of(config), app_count())  # its launch and port directory
-    episode_columns(config.run.env)
+    kind = env_kind(config.run.env)
+    config = dataclasses.replace(config, env=kind.params(config.run.env, config.env))
+    dims = kind.check(SolverSpec.of(config), app_count())
+    kind.episode_columns(config.run.env)
     return Start(config, layout, restart, dims, flags)
 
 
@@ -294,7 +286,7 @@ def load_resume(config: Config, run_dir: Path) -> Resume:
     saved = build_config(manifest["meta"]["config"])  # in today's layout (new keys' defaults)
     checkpoint.check_compatible(saved.to_dict(), config.to_dict(), set(RESTART_MAY_CHANGE))
     meta = manifest["meta"]
-    dims = env_dims(SolverSpec.of(config))
+    dims = env_kind(config.run.env).dims(SolverSpec.of(config))
     if dims is not None and tuple(dims) != (meta["obs_dim"], meta["act_dim"]):
         raise CheckpointError(
             f"run.env = {config.run.env!r} now has (obs_dim, act_dim) = {tuple(dims)}, but the "
@@ -322,7 +314,7 @@ def _open_run(start: Start) -> tuple[RunDirectory, Resume | None]:
     CheckpointError, before anything is written."""
     config = start.config
     check_replay_memory(start)
-    metrics = episode_metric_names(config.run.env)  # checked by episode_columns in _validate
+    metrics = env_kind(config.run.env).metric_names(config.run.env)  # checked in _validate
     if start.restart is None:
         run = RunDirectory(new_run_dir(config), config, metrics, report=write_run_report)
         resume = None
@@ -470,7 +462,7 @@ def _train(start: Start, rank: int, fabric: Fabric | None, run: RunDirectory | N
     finally:
         if run is not None:
             run.close()
-    if status == FAILED and (fabric is not None or is_external(config.run.env)):
+    if status == FAILED and (fabric is not None or env_kind(config.run.env).outside_ranks):
         abort(FAILED)
     return status if fabric is None else fabric.bcast(status)
 

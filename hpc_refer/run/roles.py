@@ -21,17 +21,9 @@ from hpc_refer.algorithms.kit.networks import BehaviourPolicy, flat_state
 from hpc_refer.algorithms.registry import algorithm_class, make_algorithm
 from hpc_refer.config.layout import Layout, Role, SeedRole, role_seed
 from hpc_refer.config.resolve import Config
-from hpc_refer.envs import (
-    SolverFailure,
-    SolverSpec,
-    SolverStartError,
-    TeamDriver,
-    env_dims,
-    env_factory,
-    is_external,
-    make_driver,
-    serve_team,
-)
+from hpc_refer.envs.driver import TeamDriver, serve_team
+from hpc_refer.envs.interface import SolverFailure, SolverStartError
+from hpc_refer.envs.registry import SolverSpec, env_kind, make_driver
 from hpc_refer.envs.supervision import Watchdog, end_stuck_process
 from hpc_refer.loop.actor import Actor
 from hpc_refer.loop.actor_checkpoint import restore_actor, write_actor_part
@@ -50,12 +42,14 @@ LOG = logging.getLogger(__name__)
 
 
 Declared = tuple[int, int, tuple[str, ...]]
-"""What an external solver declares in its handshake that the learners need: obs_dim,
-act_dim and its episode metric names (the extra columns of episodes.csv)."""
+"""What a solver that declares its sizes when it starts (an external solver, in its
+handshake: :attr:`~hpc_refer.envs.registry.EnvKind.declares_sizes`) declares that the
+learners need: obs_dim, act_dim and its episode metric names (the extra columns of
+episodes.csv)."""
 
 
 def _agreed_solver(fabric: Fabric, mine: Declared | None) -> Declared:
-    """(obs_dim, act_dim, episode metric names) declared by every actor's external solver
+    """(obs_dim, act_dim, episode metric names) declared by every actor's solver
     (collective; learners pass None)."""
     declared = {d for d in fabric.allgather(mine) if d is not None}
     if len(declared) != 1:
@@ -66,8 +60,8 @@ def _agreed_solver(fabric: Fabric, mine: Declared | None) -> Declared:
 
 
 def _declare_episode_metrics(run: RunDirectory | None, names: tuple[str, ...]) -> None:
-    """Give the run directory the episode metric names an external solver declared (before
-    any episode is written); a restart whose episodes.csv has other columns is a
+    """Give the run directory the episode metric names a solver declared when it started
+    (before any episode is written); a restart whose episodes.csv has other columns is a
     start-up error (one line)."""
     if run is None:
         return
@@ -100,7 +94,7 @@ def make_actor(config: Config, env: TeamDriver, index: int, source: int) -> Acto
 def outputs_of(config: Config, run_dir: Path | None) -> dict[str, Any]:
     """Where actors save their solvers' episode fields (``RUN_DIR/fields``), step series
     (``RUN_DIR/series``) and snapshots (``RUN_DIR/snapshots``, the episodes of
-    ``run.snapshot``), and the series' stride: :func:`~hpc_refer.envs.make_driver`'s
+    ``run.snapshot``), and the series' stride: :func:`~hpc_refer.envs.registry.make_driver`'s
     keywords (nothing saved without a run directory)."""
     return {"field_dir": run_dir / "fields" if run_dir is not None else None,
             "series_dir": run_dir / "series" if run_dir is not None else None,
@@ -117,7 +111,7 @@ def train_local(config: Config, run: RunDirectory | None, run_dir: Path | None =
     watchdog = Watchdog(env, config.run.env_step_timeout,
                         lambda text: end_stuck_process(text, run))
     try:
-        if is_external(config.run.env):
+        if env_kind(config.run.env).declares_sizes:
             _declare_episode_metrics(run, env.metric_names)
         learner = make_learner(config, env.obs_dim, env.act_dim, SerialReducer())
         actor = make_actor(config, env, 0, 0)
@@ -138,10 +132,10 @@ def train_local(config: Config, run: RunDirectory | None, run_dir: Path | None =
 def learner_main(config: Config, layout: Layout, fabric: Fabric, run: RunDirectory | None,
                  run_dir: Path | None = None, resume: Resume | None = None) -> LearnerResult:
     """A learner rank: serve its actors, train with the other learners, log (rank 0)."""
-    dims = env_dims(SolverSpec.of(config, run_dir))
+    dims = env_kind(config.run.env).dims(SolverSpec.of(config, run_dir))
     if dims is not None:
         obs_dim, act_dim = dims
-    else:  # an external solver: what it declared comes from the actors
+    else:  # the solvers declare their sizes when they start: they come from the actors
         obs_dim, act_dim, names = _agreed_solver(fabric, None)
         _declare_episode_metrics(run, names)
     learner = make_learner(config, obs_dim, act_dim, fabric.reducer())
@@ -188,7 +182,7 @@ def actor_main(config: Config, layout: Layout, fabric: Fabric, run_dir: Path | N
     env = make_driver(SolverSpec.of(config, run_dir), team, index=index, envs=layout.envs,
                       timeout=config.run.env_step_timeout, links=MpiLinks(),
                       **outputs_of(config, run_dir))
-    if is_external(config.run.env):
+    if env_kind(config.run.env).declares_sizes:
         _agreed_solver(fabric, (env.obs_dim, env.act_dim, env.metric_names))
     actor = make_actor(config, env, index, fabric.rank)
     if resume is not None:
@@ -238,7 +232,8 @@ def solver_main(config: Config, layout: Layout, fabric: Fabric,
     """A solver rank of a multi-rank environment team: follow the actor's calls."""
     assert fabric.team is not None
     team = MpiTeam(fabric.team)
-    serve_team(env_factory(SolverSpec.of(config, run_dir), layout.team(fabric.rank)), team)
+    spec = SolverSpec.of(config, run_dir)
+    serve_team(env_kind(spec.env_id).factory(spec, layout.team(fabric.rank)), team)
 
 
 def run_role(config: Config, layout: Layout, fabric: Fabric | None,
