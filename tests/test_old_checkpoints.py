@@ -44,7 +44,7 @@ import h5py
 import pytest
 
 from hpc_refer.algorithms.ddpg import DDPG
-from hpc_refer.algorithms.kit.base import Algorithm
+from hpc_refer.algorithms.registry import algorithm_class
 from hpc_refer.algorithms.sac import SAC
 from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.evaluate import main as evaluate_main
@@ -190,7 +190,8 @@ def test_old_run_directory_resumes(name, in_tmp, capsys):
     actor = checkpoint.read_tree(ckpt / "actor-0.h5")["actor"]
     for fmt, tree in ((LEARNER_FORMAT, learner["learner"]), (LOOP_FORMAT, learner["loop"]),
                       (REPLAY_FORMAT, learner["learner"]["replay"]),
-                      (Algorithm.state_format, learner["learner"]["algorithm"]),
+                      (algorithm_class(case.algorithm).state_format,
+                       learner["learner"]["algorithm"]),
                       (ACTOR_FORMAT, actor)):
         assert tree[VERSION_KEY] == fmt.version, fmt.owner
     assert (run_dir / "checkpoints" / f"step-{case.step:012d}").is_dir()  # kept (keep = 2)

@@ -19,10 +19,12 @@ from test_restart import assert_resumes_straight
 
 from hpc_refer.algorithms.kit.base import ReferTerms
 from hpc_refer.algorithms.kit.collectives import SerialReducer
-from hpc_refer.algorithms.kit.recurrent import RecurrentCell, RecurrentPolicyValueNet
+from hpc_refer.algorithms.kit.recurrent import RecurrentCell
 from hpc_refer.algorithms.registry import algorithm_class
+from hpc_refer.algorithms.vracer import GaussianPolicyValueNet
 from hpc_refer.config.modes import ActionBounds, Cell, ConfigError
 from hpc_refer.config.resolve import build_config
+from hpc_refer.config.tables import NetworkShape
 from hpc_refer.envs import SolverSpec, make_driver
 from hpc_refer.evaluate import main as evaluate_main
 from hpc_refer.loop.actor import Actor
@@ -64,7 +66,7 @@ def test_the_unroll_from_a_stored_carry_repeats_the_actors_steps(cell):
     learner's unroll from the first row's carry gives each row's outputs as the row alone
     does (the same weights made the stored carries)."""
     torch.manual_seed(1)
-    net = RecurrentPolicyValueNet(3, 2, (8,), 0.5, cell, 6)
+    net = GaussianPolicyValueNet(3, 2, NetworkShape((8,), cell=cell, cell_width=6), 0.5)
     net.body.normalizer.set_stats(np.full(3, 0.2), np.full(3, 1.5))
     step = net.numpy_step()
     states = np.random.default_rng(0).standard_normal((2, 5, 3)).astype(np.float32)

@@ -415,12 +415,6 @@ class RecurrentConfig(AlgorithmConfig):
         return NetworkShape(self.hidden, self.activation, self.cell, self.cell_width)
 
     @property
-    def memory_width(self) -> int:
-        """Values of the cell's output h_t that critics read beside the state (H with a
-        cell, 0 without)."""
-        return 0 if self.cell is Cell.NONE else self.cell_width
-
-    @property
     def sequence_length(self) -> int:
         """W with a cell, 1 without."""
         return 1 if self.cell is Cell.NONE else self.bptt
