@@ -17,10 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from algorithm_traits import BUILT_IN
 
 from hpc_refer.algorithms.kit.base import Algorithm
 from hpc_refer.algorithms.kit.bodies import policy_with_body
-from hpc_refer.algorithms.registry import ALGORITHMS, algorithm_class, make_algorithm
+from hpc_refer.algorithms.registry import algorithm_class, make_algorithm
 from hpc_refer.config.resolve import build_config
 from hpc_refer.loop import checkpoint
 from hpc_refer.loop.actor import ACTOR_FORMAT, history_and_series
@@ -40,9 +41,6 @@ OLD = {"schema1": 600, "schema1_ddpg": 600, "schema2": 650, "schema2_agents": 65
        "schema2_recurrent": 650}
 """The frozen run directories and the step of each one's checkpoint."""
 SCHEMA1 = ("schema1", "schema1_ddpg")
-BUILT_IN = {name: cls for name, cls in ALGORITHMS.items()
-            if cls.__module__.startswith("hpc_refer.algorithms.")}
-"""The algorithms the package defines (not a test's plug-ins)."""
 
 
 def part(name: str, file: str) -> dict:
