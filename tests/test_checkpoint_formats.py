@@ -41,14 +41,18 @@ OLD = {"schema1": 600, "schema1_ddpg": 600, "schema2": 650, "schema2_agents": 65
        "schema2_recurrent": 650}
 """The frozen run directories and the step of each one's checkpoint."""
 SCHEMA1 = ("schema1", "schema1_ddpg")
+BEFORE_BODIES = {**OLD, "schema3_naf": 650, "schema3_td3": 650}
+"""Every frozen run directory written before the algorithms' heads held a body (version 1 of
+the algorithm's tree and of the policy file; schema 3's also stamp the other trees)."""
 
 
 def part(name: str, file: str) -> dict:
-    return checkpoint.read_tree(FIXTURES / name / "checkpoints" / f"step-{OLD[name]:012d}" / file)
+    step = BEFORE_BODIES[name]
+    return checkpoint.read_tree(FIXTURES / name / "checkpoints" / f"step-{step:012d}" / file)
 
 
 def manifest(name: str) -> dict:
-    ckpt = FIXTURES / name / "checkpoints" / f"step-{OLD[name]:012d}"
+    ckpt = FIXTURES / name / "checkpoints" / f"step-{BEFORE_BODIES[name]:012d}"
     return json.loads((ckpt / "manifest.json").read_text())
 
 
@@ -256,7 +260,7 @@ def renamed(old: dict, new: dict) -> None:
         assert new.get(key, new.get(f"body.{key}")) is value, key
 
 
-@pytest.mark.parametrize("name", sorted(OLD))
+@pytest.mark.parametrize("name", sorted(BEFORE_BODIES))
 def test_algorithm_1_to_2_puts_the_heads_tensors_under_their_body(name):
     """Every module of an old algorithm tree gets the names of today's module (its head's
     feed-forward normaliser and trunk under ``body.``; the critics and a recurrent head,
@@ -272,11 +276,12 @@ def test_algorithm_1_to_2_puts_the_heads_tensors_under_their_body(name):
     assert same({k: v for k, v in out.items() if k != "modules"},
                 {k: v for k, v in tree.items() if k != "modules"})
     moved = {k for k, m in tree["modules"].items() if m.keys() != out["modules"][k].keys()}
-    assert moved == ({"net"} if tree["name"] == "vracer" else
-                     {"actor", "target_actor"} if tree["name"] == "ddpg" else set())
+    assert moved == {"vracer": {"net"}, "naf": {"net", "target"}, "sac": set(),  # (a GRU's)
+                     "ddpg": {"actor", "target_actor"}, "td3": {"actor", "target_actor"}
+                     }[tree["name"]]
 
 
-@pytest.mark.parametrize("name", sorted(OLD))
+@pytest.mark.parametrize("name", sorted(BEFORE_BODIES))
 def test_policy_file_1_to_2_puts_the_behaviours_tensors_under_its_body(name):
     tree = checkpoint.read_tree(FIXTURES / name / "policy.h5")
     assert algorithm_of(name).policy_format.upgrades == (policy_with_body,)
