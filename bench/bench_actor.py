@@ -21,8 +21,9 @@ import numpy as np
 import torch
 from common import median, parse, smoke, write
 
-from hpc_refer.algorithms.kit.networks import GaussianPolicyValueNet
+from hpc_refer.algorithms.vracer import GaussianPolicyValueNet
 from hpc_refer.config.modes import ActionBounds
+from hpc_refer.config.tables import NetworkShape
 from hpc_refer.envs import TeamDriver
 from hpc_refer.envs.gym_env import GymEnv
 from hpc_refer.loop.actor import Actor
@@ -40,7 +41,7 @@ class TorchPolicyActor(Actor):
 
 def actor_rate(cls: type[Actor], steps: int) -> float:
     env = TeamDriver(GymEnv("HalfCheetah-v5"), None)
-    net = GaussianPolicyValueNet(env.obs_dim, env.act_dim, (128, 128), 0.5)
+    net = GaussianPolicyValueNet(env.obs_dim, env.act_dim, NetworkShape((128, 128)), 0.5)
     actor = cls(env, net, ActionBounds.CLIP, seed=0, chunk_len=1000)
     actor.step()  # the first reset
     t = time.perf_counter()

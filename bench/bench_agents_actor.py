@@ -23,8 +23,9 @@ import numpy as np
 import torch
 from common import median, parse, smoke, write
 
-from hpc_refer.algorithms.kit.networks import GaussianPolicyValueNet
+from hpc_refer.algorithms.vracer import GaussianPolicyValueNet
 from hpc_refer.config.modes import ActionBounds
+from hpc_refer.config.tables import NetworkShape
 from hpc_refer.envs import TeamDriver
 from hpc_refer.envs.interface import Status
 from hpc_refer.loop.agents_actor import AgentsActor
@@ -73,7 +74,7 @@ def rate(cls: type[AgentsActor], agents: int, steps: int) -> float:
     """Transitions per second of ``steps`` simulation steps."""
     env = TeamDriver(Free(agents=agents), None)
     torch.manual_seed(0)
-    net = GaussianPolicyValueNet(OBS, ACT, (128, 128), 0.5)
+    net = GaussianPolicyValueNet(OBS, ACT, NetworkShape((128, 128)), 0.5)
     actor = cls(env, net, ActionBounds.CLIP, seed=0, chunk_len=256)
     actor.grant(256)
     t = time.perf_counter()

@@ -31,7 +31,7 @@ import torch
 from common import parse, smoke, write
 
 import hpc_refer.envs.ks as ks
-from hpc_refer.algorithms.kit.networks import GaussianPolicyValueNet
+from hpc_refer.algorithms.vracer import GaussianPolicyValueNet
 from hpc_refer.config.resolve import build_config, load_toml
 from hpc_refer.envs.registry import env_kind
 from hpc_refer.report.metrics import RunDirectory

@@ -18,6 +18,7 @@ import torch
 
 from hpc_refer.algorithms.kit.actors import DeterministicActor
 from hpc_refer.algorithms.kit.base import Algorithm, Losses, OptimizerSpec, TensorBatch
+from hpc_refer.algorithms.kit.bodies import BODY_POLICY_FORMAT, heads_with_bodies
 from hpc_refer.algorithms.kit.networks import BehaviourPolicy, QNetwork, gaussian_log_prob
 from hpc_refer.algorithms.kit.refer import (
     importance_ratio,
@@ -32,6 +33,7 @@ from hpc_refer.config.modes import require
 from hpc_refer.config.tables import AlgorithmConfig, ReferConfig
 from hpc_refer.config.values import option
 from hpc_refer.replay.near import NearBounds
+from hpc_refer.report.formats import TreeFormat
 
 
 @dataclass(frozen=True)
@@ -59,12 +61,17 @@ class DelayedAC(Algorithm):
 
     name = "delayed_ac"
     Config = DelayedACConfig
+    # The kit's actor holds a body (hpc_refer.algorithms.kit.bodies): checkpoints and policy
+    # files written before it named the actor's tensors without ``body.``; these upgrades
+    # read them (a plug-in with modules of its own keeps the base's formats).
+    state_format = TreeFormat("algorithm", (heads_with_bodies("actor"),))
+    policy_format = BODY_POLICY_FORMAT
 
     def __init__(self, obs_dim: int, act_dim: int, config: DelayedACConfig,
                  refer: ReferConfig, seed: int) -> None:
         super().__init__(obs_dim, act_dim, config, refer, seed)
         self.config: DelayedACConfig = config
-        self.actor = DeterministicActor(obs_dim, act_dim, config.hidden, config.sigma)
+        self.actor = DeterministicActor(obs_dim, act_dim, config.network, config.sigma)
         self.critic = QNetwork(obs_dim, act_dim, config.hidden)
         self.modules = {"actor": self.actor, "critic": self.critic}
         actor_opt = torch.optim.Adam(self.actor.parameters(), lr=config.lr, fused=True)
@@ -76,7 +83,7 @@ class DelayedAC(Algorithm):
     def behaviour_policy(cls, obs_dim: int, act_dim: int,
                          config: AlgorithmConfig) -> BehaviourPolicy:
         assert isinstance(config, DelayedACConfig)
-        return DeterministicActor(obs_dim, act_dim, config.hidden, config.sigma)
+        return DeterministicActor(obs_dim, act_dim, config.network, config.sigma)
 
     @property
     def behaviour(self) -> BehaviourPolicy:

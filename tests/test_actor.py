@@ -8,11 +8,11 @@ import pytest
 from log_records import own_messages
 
 from hpc_refer.algorithms.ddpg import DDPG
-from hpc_refer.algorithms.kit.networks import GaussianPolicyValueNet
 from hpc_refer.algorithms.naf import NAF
-from hpc_refer.algorithms.vracer import VRacer
+from hpc_refer.algorithms.vracer import GaussianPolicyValueNet, VRacer
 from hpc_refer.config.modes import ActionBounds
 from hpc_refer.config.resolve import build_config
+from hpc_refer.config.tables import NetworkShape
 from hpc_refer.envs import TeamDriver
 from hpc_refer.envs.external import SolverFault
 from hpc_refer.envs.gym_env import GymEnv, Status
@@ -24,7 +24,7 @@ from hpc_refer.report.records import OPEN, TRUNCATED
 
 def make_actor(bounds: str, chunk_len: int = 1000) -> Actor:
     env = TeamDriver(GymEnv("Pendulum-v1"), None)  # action box [-2, 2], 200-step episodes
-    net = GaussianPolicyValueNet(env.obs_dim, env.act_dim, (8,), 0.5)
+    net = GaussianPolicyValueNet(env.obs_dim, env.act_dim, NetworkShape((8,)), 0.5)
     return Actor(env, net, ActionBounds(bounds), seed=0, chunk_len=chunk_len)
 
 
@@ -97,8 +97,8 @@ def test_a_fault_after_chunks_were_sent_truncates_the_episode_at_its_last_valid_
     # "Rebuilt" after each fault as itself: its episode count goes on (the rebuild of
     # Python solvers is tested in test_faults.py).
     env = TeamDriver(solver, None, factory=lambda team: solver)
-    actor = Actor(env, GaussianPolicyValueNet(2, 1, (8,), 0.5), ActionBounds.CLIP, seed=0,
-                  chunk_len=4)
+    actor = Actor(env, GaussianPolicyValueNet(2, 1, NetworkShape((8,)), 0.5), ActionBounds.CLIP,
+                  seed=0, chunk_len=4)
     cfg = build_config({VRacer.name: {"hidden": [8], "batch": 16},
                         "replay": {"size": 256, "learn_start": 64}})
     learner = Learner(VRacer(2, 1, cfg.algorithm, cfg.refer, 0), cfg, 1)
@@ -160,7 +160,7 @@ def test_the_numpy_policy_equals_the_module_and_follows_its_loads(algorithm):
     for _ in range(2):
         flat = flat_state(learner.behaviour)
         load_flat_state(net, flat + rng.standard_normal(flat.size).astype(np.float32) * 0.3)
-        net.normalizer.set_stats(rng.standard_normal(6), rng.uniform(0.5, 2.0, 6))
+        net.body.normalizer.set_stats(rng.standard_normal(6), rng.uniform(0.5, 2.0, 6))
         with torch.no_grad():
             mean, std = net.policy(torch.from_numpy(obs))
         for k in range(len(obs)):

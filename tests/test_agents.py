@@ -26,9 +26,10 @@ from hypothesis import strategies as st
 from mpi_launch import mpi_env, mpirun_exe
 from test_restart import assert_same_arrays, newest_checkpoint, rows
 
-from hpc_refer.algorithms.kit.networks import GaussianPolicyValueNet
+from hpc_refer.algorithms.vracer import GaussianPolicyValueNet
 from hpc_refer.config.modes import ActionBounds, ConfigError
 from hpc_refer.config.resolve import Config
+from hpc_refer.config.tables import NetworkShape
 from hpc_refer.envs import SolverFailure
 from hpc_refer.envs.checks import InterfaceError, agents_of, check_agents_step, check_state
 from hpc_refer.envs.interface import SolverFault
@@ -106,7 +107,7 @@ def points_actor(agents: int = 3, chunk_len: int = 12, **params: object) -> Agen
     env = make_driver(SolverSpec("agents_envs:Points", params={"agents": agents, **params}),
                       None)
     torch.manual_seed(0)  # the same policy copy in every actor (a learner's would be loaded)
-    net = GaussianPolicyValueNet(Points.obs_dim, Points.act_dim, (8,), sigma_init=0.5)
+    net = GaussianPolicyValueNet(Points.obs_dim, Points.act_dim, NetworkShape((8,)), sigma_init=0.5)
     actor = actor_for(env, net, ActionBounds.CLIP, seed=3, chunk_len=chunk_len, source=7)
     assert isinstance(actor, AgentsActor)
     return actor

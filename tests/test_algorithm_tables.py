@@ -24,16 +24,12 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pytest
+from algorithm_traits import BUILT_IN, RECURRENT
 
 from hpc_refer.algorithms import registry
 from hpc_refer.config import resolve as config
 from hpc_refer.config.modes import ConfigError
 from hpc_refer.config.tables import AlgorithmConfig
-
-BUILT_IN = {name: cls for name, cls in registry.ALGORITHMS.items()
-            if cls.__module__.startswith("hpc_refer.algorithms.")}
-"""The algorithms that the package itself defines (not a test's plug-ins), their modules
-imported before any test patches the registries."""
 
 
 def package_algorithms() -> dict[str, type]:
@@ -59,17 +55,16 @@ RECURRENT_ROWS: tuple[Row, ...] = (
     ("cell_width", (0, -1), (1, 64), "integers > 0"),
     ("bptt", (0, -4), (1, 16), "integers > 0"),
 )
-"""The fields of a table with recurrent networks (RecurrentConfig.__post_init__)."""
+"""The fields of a table with recurrent networks (RecurrentConfig.__post_init__): every table
+that offers them (algorithm_traits.RECURRENT) has these rows."""
 
 TAU_ROW: Row = ("tau", (0, 0.0, -0.1, 1.0001, 1.5, 2, 2.5), (1e-6, 0.5, 1, 1.0), "0 < tau <= 1")
 
 OWN_ROWS: dict[str, tuple[Row, ...]] = {
     "vracer": (
         ("sigma_init", (0, 0.0, -0.1), (1e-6, 0.5, 1, 5.0), "values > 0"),
-        *RECURRENT_ROWS,
     ),
     "ddpg": (
-        *RECURRENT_ROWS,
         ("critic_lr_factor", (0, 0.0, -1.0), (1e-6, 0.5, 1, 1.5, 10.0), "values > 0"),
         ("critic_l2", (-1e-9, -1.0), (0, 0.0, 1e-6, 1.0), "values >= 0"),
         TAU_ROW,
@@ -81,13 +76,11 @@ OWN_ROWS: dict[str, tuple[Row, ...]] = {
         ("sigma", (0, 0.0, -0.1), (1e-6, 0.5, 1, 2.0), "values > 0"),
     ),
     "sac": (
-        *RECURRENT_ROWS,
         TAU_ROW,
         ("alpha_init", (0, 0.0, -0.1), (1e-6, 0.5, 1, 2.0), "values > 0"),
         ("activation", ("ReLU", "tanh", ""), ("softsign", "relu"), "softsign, relu"),
     ),
     "td3": (
-        *RECURRENT_ROWS,
         ("activation", ("ReLU", "tanh", ""), ("softsign", "relu"), "softsign, relu"),
         TAU_ROW,
         ("sigma", (0, 0.0, -0.1), (1e-6, 0.5, 1, 2.0), "values > 0"),
@@ -96,7 +89,13 @@ OWN_ROWS: dict[str, tuple[Row, ...]] = {
         ("policy_delay", (0, -1), (1, 2, 5), "integers >= 1"),
     ),
 }
-"""Each algorithm's own validated fields, by algorithm name."""
+"""Each algorithm's own validated fields, by algorithm name (the recurrent ones' cell fields
+are RECURRENT_ROWS, added by :func:`own_rows`)."""
+
+
+def own_rows(name: str) -> tuple[Row, ...]:
+    """The rows of the fields of ``name``'s table beyond the shared ones."""
+    return (*(RECURRENT_ROWS if name in RECURRENT else ()), *OWN_ROWS[name])
 
 UNCHECKED: dict[str, frozenset[str]] = {"sac": frozenset({"target_entropy"})}
 """Own fields a table declares without a bound (any float is a valid target entropy)."""
@@ -113,7 +112,7 @@ def cases(refused: bool) -> list[Any]:
     """One pytest param per (algorithm, field, value): the refused or the accepted ones."""
     params = []
     for name, cls in sorted(package_algorithms().items()):
-        for field, bad, good, allowed in (*SHARED_ROWS, *OWN_ROWS.get(name, ())):
+        for field, bad, good, allowed in (*SHARED_ROWS, *own_rows(name)):
             for value in bad if refused else good:
                 params.append(pytest.param(cls, field, value, allowed,
                                            id=f"{name}.{field}={value!r}"))
@@ -125,7 +124,7 @@ def test_every_package_algorithm_has_a_table_row():
     for name, cls in package_algorithms().items():
         assert cls.Config.section == name
         own = {f.name for f in dataclasses.fields(cls.Config)} - SHARED_FIELDS
-        rows = {row[0] for row in OWN_ROWS[name]}
+        rows = {row[0] for row in own_rows(name)}
         assert rows <= {f.name for f in dataclasses.fields(cls.Config)}, name
         assert own == rows | UNCHECKED.get(name, frozenset()), (
             f"{name}: a field of its table has no row here (add its bounds to OWN_ROWS, or "

@@ -267,13 +267,13 @@ def test_a_learner_file_is_readable_with_plain_h5py_by_the_documented_names(tmp_
         algo = state["algorithm"]
         assert algo.attrs["name"].decode() == VRacer.name
         assert algo.attrs["behaviour"].decode() == "net"
-        w = algo["modules/net/trunk.0.weight"][()]
-        assert np.array_equal(w, learner.algo.modules["net"].state_dict()["trunk.0.weight"])
-        assert algo["modules/net/normalizer.mean"].shape == (OBS,)
+        w = algo["modules/net/body.trunk.0.weight"][()]
+        assert np.array_equal(w, learner.algo.modules["net"].state_dict()["body.trunk.0.weight"])
+        assert algo["modules/net/body.normalizer.mean"].shape == (OBS,)
         assert algo["optimizers/adam/param_groups/0"].attrs["lr"] == pytest.approx(1e-4)
         # each owner's tree carries the version of its format (hpc_refer.report.formats)
         assert state.attrs["tree_version"] == 2 and replay.attrs["tree_version"] == 2
-        assert algo.attrs["tree_version"] == 1
+        assert algo.attrs["tree_version"] == 2  # the heads hold a body (kit/bodies.py)
 
 
 def test_a_newer_schema_is_refused_naming_both_versions(tmp_path):
@@ -640,13 +640,20 @@ def test_a_policy_file_rebuilds_the_behaviour_with_its_input_scaling(tmp_path, a
     with torch.no_grad():
         for x, y in zip(policy.policy(obs), learner.algo.behaviour.policy(obs), strict=True):
             assert torch.equal(x, y)
+    fmt = ALGORITHMS[algorithm].policy_format
     with h5py.File(path, "r") as f:
         assert f.attrs["kind"].decode() == "policy"
         assert f["state"].attrs["algorithm"].decode() == algorithm
         assert list(f["state/hidden"][()]) == [16]
+        assert int(f["state"].attrs[fmt.key]) == fmt.version
     checkpoint.write_tree(tmp_path / "other.h5", {"x": 1}, {})
     with pytest.raises(CheckpointError, match="not a policy file"):
         policy_file.load_policy(tmp_path / "other.h5")
+    newer = {**checkpoint.read_tree(path), fmt.key: fmt.version + 1}
+    checkpoint.write_tree(tmp_path / "newer.h5", newer, {"kind": "policy"})
+    with pytest.raises(CheckpointError, match=rf"newer.h5: policy file tree of version "
+                                              rf"{fmt.version + 1} is newer"):
+        policy_file.load_policy(tmp_path / "newer.h5")
 
 
 # --- optimizer state as a pickle-free tree ----------------------------------------------------

@@ -16,8 +16,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+from algorithm_traits import BUILT_IN
 
 from hpc_refer.algorithms.kit.base import Algorithm
+from hpc_refer.algorithms.kit.bodies import policy_with_body
+from hpc_refer.algorithms.registry import algorithm_class, make_algorithm
+from hpc_refer.config.resolve import build_config
 from hpc_refer.loop import checkpoint
 from hpc_refer.loop.actor import ACTOR_FORMAT, history_and_series
 from hpc_refer.loop.checkpoint import (
@@ -36,14 +41,18 @@ OLD = {"schema1": 600, "schema1_ddpg": 600, "schema2": 650, "schema2_agents": 65
        "schema2_recurrent": 650}
 """The frozen run directories and the step of each one's checkpoint."""
 SCHEMA1 = ("schema1", "schema1_ddpg")
+BEFORE_BODIES = {**OLD, "schema3_naf": 650, "schema3_td3": 650}
+"""Every frozen run directory written before the algorithms' heads held a body (version 1 of
+the algorithm's tree and of the policy file; schema 3's also stamp the other trees)."""
 
 
 def part(name: str, file: str) -> dict:
-    return checkpoint.read_tree(FIXTURES / name / "checkpoints" / f"step-{OLD[name]:012d}" / file)
+    step = BEFORE_BODIES[name]
+    return checkpoint.read_tree(FIXTURES / name / "checkpoints" / f"step-{step:012d}" / file)
 
 
 def manifest(name: str) -> dict:
-    ckpt = FIXTURES / name / "checkpoints" / f"step-{OLD[name]:012d}"
+    ckpt = FIXTURES / name / "checkpoints" / f"step-{BEFORE_BODIES[name]:012d}"
     return json.loads((ckpt / "manifest.json").read_text())
 
 
@@ -127,6 +136,9 @@ def test_every_owner_declares_its_current_version():
         "actor": 2, "algorithm": 1}
     assert MANIFEST_FORMAT.version == checkpoint.SCHEMA_VERSION
     assert MANIFEST_FORMAT.key == "schema_version"
+    assert Algorithm.policy_format.version == 1  # a plug-in's own behaviour module
+    assert {name: (cls.state_format.version, cls.policy_format.version)
+            for name, cls in BUILT_IN.items()} == {name: (2, 2) for name in BUILT_IN}
 
 
 # --- the upgrades, each on the frozen trees of the version before --------------------------
@@ -228,13 +240,91 @@ def test_manifest_1_to_2_and_2_to_3_restart_the_clock_only_where_it_was_not_stor
     assert upgraded["schema_version"] == 3 and math.isfinite(upgraded["meta"]["wall_s"])
 
 
+def algorithm_of(name: str) -> type[Algorithm]:
+    """The class of the fixture's algorithm."""
+    return algorithm_class(part(name, "learner-0.h5")["learner"]["algorithm"]["name"])
+
+
+def fresh(name: str) -> Algorithm:
+    """A new algorithm of the fixture's config and sizes (today's module layout)."""
+    tree = part(name, "learner-0.h5")["learner"]["algorithm"]
+    config = build_config(manifest(name)["meta"]["config"])
+    return make_algorithm(config, int(tree["obs_dim"]), int(tree["act_dim"]), seed=0)
+
+
+def renamed(old: dict, new: dict) -> None:
+    """``new`` holds ``old``'s tensors, the same arrays, each under its name or ``body.`` +
+    its name."""
+    assert len(new) == len(old)
+    for key, value in old.items():
+        assert new.get(key, new.get(f"body.{key}")) is value, key
+
+
+@pytest.mark.parametrize("name", sorted(BEFORE_BODIES))
+def test_algorithm_1_to_2_puts_the_heads_tensors_under_their_body(name):
+    """Every module of an old algorithm tree gets the names of today's module (its head's
+    feed-forward normaliser and trunk under ``body.``; the critics and a recurrent head,
+    already ``body.*``, as they were) and keeps its arrays."""
+    tree = part(name, "learner-0.h5")["learner"]["algorithm"]
+    (upgrade,) = algorithm_of(name).state_format.upgrades
+    out = pure(upgrade, tree)
+    today = fresh(name).modules
+    assert out["modules"].keys() == today.keys()
+    for k, module in today.items():
+        assert out["modules"][k].keys() == module.state_dict().keys(), k
+        renamed(tree["modules"][k], out["modules"][k])
+    assert same({k: v for k, v in out.items() if k != "modules"},
+                {k: v for k, v in tree.items() if k != "modules"})
+    moved = {k for k, m in tree["modules"].items() if m.keys() != out["modules"][k].keys()}
+    assert moved == {"vracer": {"net"}, "naf": {"net", "target"}, "sac": set(),  # (a GRU's)
+                     "ddpg": {"actor", "target_actor"}, "td3": {"actor", "target_actor"}
+                     }[tree["name"]]
+
+
+@pytest.mark.parametrize("name", sorted(BEFORE_BODIES))
+def test_policy_file_1_to_2_puts_the_behaviours_tensors_under_its_body(name):
+    tree = checkpoint.read_tree(FIXTURES / name / "policy.h5")
+    assert algorithm_of(name).policy_format.upgrades == (policy_with_body,)
+    out = pure(policy_with_body, tree)
+    algo = fresh(name)
+    assert out["policy"].keys() == algo.behaviour.state_dict().keys()
+    renamed(tree["policy"], out["policy"])
+    assert same({k: v for k, v in out.items() if k != "policy"},
+                {k: v for k, v in tree.items() if k != "policy"})
+
+
+@pytest.mark.parametrize("name", [*sorted(BUILT_IN), "delayed_ac"])
+def test_every_algorithms_tree_of_before_bodies_restores_its_networks(name):
+    """A tree as the algorithm wrote it before its heads held a body (today's, unstamped,
+    with ``body.`` taken off every feed-forward head's tensors) restores the same networks:
+    the upgrade names every head of every algorithm, target copies included (and those of
+    tests/plugin_algorithm.py, a plug-in built on the kit's actor)."""
+    plugins = [] if name in BUILT_IN else ["plugin_algorithm"]
+    config = build_config({"run": {"algorithm": name, "plugins": plugins}, name: {"hidden": [8]}})
+    algo = make_algorithm(config, 3, 2, seed=1)
+    algo.set_input_scaling(np.full(3, 0.5), np.full(3, 2.0))
+    tree = algo.checkpoint_state()
+    del tree[VERSION_KEY]
+    heads = [k for k, m in tree["modules"].items() if any(n.startswith("body.") for n in m)]
+    assert heads
+    for k in heads:
+        tree["modules"][k] = {n.removeprefix("body."): v for n, v in tree["modules"][k].items()}
+    other = make_algorithm(config, 3, 2, seed=2)
+    other.restore_state(tree)
+    assert other.checksum() == algo.checksum()
+    for k, module in algo.modules.items():
+        for (n, a), b in zip(module.state_dict().items(), other.modules[k].state_dict().values(),
+                             strict=True):
+            assert torch.equal(a, b), f"{k}.{n}"
+
+
 @pytest.mark.parametrize("name", sorted(OLD))
 def test_every_old_tree_upgrades_to_the_current_versions(name):
     learner = part(name, "learner-0.h5")
     actor = part(name, "actor-0.h5")["actor"]
     for fmt, tree in ((LEARNER_FORMAT, learner["learner"]), (LOOP_FORMAT, learner["loop"]),
                       (REPLAY_FORMAT, learner["learner"]["replay"]),
-                      (Algorithm.state_format, learner["learner"]["algorithm"]),
+                      (algorithm_of(name).state_format, learner["learner"]["algorithm"]),
                       (ACTOR_FORMAT, actor)):
         assert VERSION_KEY not in tree and fmt.version_of(tree) == 1
         assert fmt.upgrade(tree)[VERSION_KEY] == fmt.version

@@ -107,8 +107,8 @@ def test_networks_behaviour_and_evaluate():
     assert mean.abs().max() < 1.0, "tanh keeps the mean in the normalised box"
     big = copy.deepcopy(algo.actor)
     with torch.no_grad():
-        big.trunk[-1].bias.fill_(3.0)
-        pre_tanh = big.trunk(big.normalizer(obs))
+        big.body.trunk[-1].bias.fill_(3.0)
+        pre_tanh = big.body.trunk(big.body.normalizer(obs))
         assert pre_tanh.min() > 1.0
         torch.testing.assert_close(big(obs), torch.tanh(pre_tanh))
     torch.testing.assert_close(std, torch.full((ACT,), 0.2))

@@ -18,8 +18,10 @@ import torch
 from log_records import own_messages, own_records
 from tolerances import F32
 
-from hpc_refer.algorithms.kit.networks import GaussianPolicyValueNet, flat_state
+from hpc_refer.algorithms.kit.networks import flat_state
+from hpc_refer.algorithms.vracer import GaussianPolicyValueNet
 from hpc_refer.config.modes import ActionBounds, ConfigError, Exploration
+from hpc_refer.config.tables import NetworkShape
 from hpc_refer.envs import (
     SolverFailure,
     SolverFault,
@@ -126,7 +128,7 @@ def scripted_actor(script: Script, chunk_len: int = 4, max_failures: int = 20,
     driver = TeamDriver(solver(None, script), None,
                         factory=lambda team: solver(team, script), index=index,
                         timeout=TIMEOUT, build_timeout=build_timeout)
-    net = GaussianPolicyValueNet(4, 1, (8,), 0.5)
+    net = GaussianPolicyValueNet(4, 1, NetworkShape((8,)), 0.5)
     return Actor(driver, net, ActionBounds.CLIP, seed=0, chunk_len=chunk_len, source=source,
                  max_failures=max_failures)
 
@@ -509,7 +511,7 @@ def assert_state_tree(tree: object) -> None:
 def gym_actor(env_id: str, seed: int, exploration: Exploration, chunk_len: int = 16) -> Actor:
     torch.manual_seed(seed)
     env = TeamDriver(GymEnv(env_id), None, timeout=60)
-    net = GaussianPolicyValueNet(env.obs_dim, env.act_dim, (16,), 0.5)
+    net = GaussianPolicyValueNet(env.obs_dim, env.act_dim, NetworkShape((16,)), 0.5)
     return Actor(env, net, ActionBounds.CLIP, seed=0, chunk_len=chunk_len,
                  exploration=exploration)
 

@@ -14,8 +14,9 @@ import torch
 from test_agents import SMALL, run_actor
 from test_restart import assert_resumes_straight
 
-from hpc_refer.algorithms.kit.networks import GaussianPolicyValueNet
+from hpc_refer.algorithms.vracer import GaussianPolicyValueNet
 from hpc_refer.config.modes import ActionBounds, ConfigError
+from hpc_refer.config.tables import NetworkShape
 from hpc_refer.envs.history import History, ObservationStack
 from hpc_refer.envs.registry import SolverSpec, env_kind, make_driver
 from hpc_refer.evaluate import main as evaluate_main
@@ -70,7 +71,7 @@ def test_a_gymnasium_environment_is_stacked_too():
 def walk_actor(history: History, chunk_len: int = 5, seed: int = 3) -> Actor:
     env = make_driver(SolverSpec("history_envs:Walk", history=history), None)
     torch.manual_seed(0)
-    net = GaussianPolicyValueNet(env.obs_dim, env.act_dim, (8,), sigma_init=0.5)
+    net = GaussianPolicyValueNet(env.obs_dim, env.act_dim, NetworkShape((8,)), sigma_init=0.5)
     return Actor(env, net, ActionBounds.CLIP, seed=seed, chunk_len=chunk_len)
 
 
@@ -106,7 +107,7 @@ def test_the_stored_states_are_the_stacks_the_policy_saw():
 def test_agents_stack_their_own_states():
     env = make_driver(SolverSpec("agents_envs:Points", params={"agents": 3},
                                  history=History(2)), None)
-    net = GaussianPolicyValueNet(env.obs_dim, env.act_dim, (8,), sigma_init=0.5)
+    net = GaussianPolicyValueNet(env.obs_dim, env.act_dim, NetworkShape((8,)), sigma_init=0.5)
     actor = actor_for(env, net, ActionBounds.CLIP, seed=3, chunk_len=6)
     assert env.obs_dim == 4
     sent = run_actor(actor, 6)
@@ -137,7 +138,7 @@ def test_a_stacked_run_restarts_bit_for_bit_and_evaluates(in_tmp):
               "true", "--env.horizon", "50", "--seed", "1", "--checkpoint-every", "430",
               *SMALL]
     straight = assert_resumes_straight(in_tmp, common, 800, "step-000000000440")
-    assert load_policy(straight / "policy.h5").policy.normalizer.mean.numel() == 9
+    assert load_policy(straight / "policy.h5").policy.body.normalizer.mean.numel() == 9
     assert evaluate_main([str(straight), "--episodes", "2", "--out", "ev.json"]) == 0
     stats = json.loads(Path("ev.json").read_text())
     assert stats["episodes"] == 2 and stats["length_mean"] == 50

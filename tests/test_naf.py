@@ -18,7 +18,7 @@ from hpc_refer.algorithms.naf import NAF, NAFNet, lower_triangular, naf_q
 from hpc_refer.algorithms.registry import ALGORITHMS
 from hpc_refer.algorithms.tables.naf import NAFConfig
 from hpc_refer.config.resolve import build_config
-from hpc_refer.config.tables import ReferConfig
+from hpc_refer.config.tables import NetworkShape, ReferConfig
 from hpc_refer.loop.learner import Learner
 from hpc_refer.replay.shard import Batch
 from hpc_refer.report.records import TERMINATED, TRUNCATED, Chunk
@@ -121,7 +121,7 @@ def test_q_of_eq_4_by_hand_and_positive_definite_p():
     tril = lower_triangular(torch.randn(100, 10, dtype=torch.float64), 4)
     chol = torch.linalg.cholesky(tril @ tril.transpose(-1, -2))  # raises unless P is PD
     torch.testing.assert_close(chol, tril)
-    net = NAFNet(OBS, 4, (16,), 0.2)
+    net = NAFNet(OBS, 4, NetworkShape((16,)), 0.2)
     perturb(net, scale=0.5)
     obs = 3.0 * torch.randn(64, OBS)
     with torch.no_grad():

@@ -2,9 +2,11 @@
 
 The fixtures in ``tests/fixtures/`` are tiny one-process run directories written by
 ``python -m hpc_refer.run`` at an old commit, in the format of checkpoint schema version 1
-(commit 2299f677357ec998662003ddf48f7e825744db4c, ``make_schema1.py``, ``PROVENANCE.txt``) and
+(commit 2299f677357ec998662003ddf48f7e825744db4c, ``make_schema1.py``, ``PROVENANCE.txt``),
 2 (commit 6df8affa0907e77fbf6d633322e158a98057b11c, ``make_schema2.py``,
-``PROVENANCE-schema2.txt``); ``freeze.py`` says how they were made and kept:
+``PROVENANCE-schema2.txt``) and 3 before network bodies (commit
+36728b6d9012c47abce49ca47c602515ad68da6e, ``make_schema3.py``, ``PROVENANCE-schema3.txt``);
+``freeze.py`` says how they were made and kept:
 
 - ``schema1``: V-RACER with ReF-ER on Pendulum-v1 (hidden 16,16, an evaluation round, so
   ``eval.csv`` and the loop's pending evaluations are in it);
@@ -12,11 +14,14 @@ The fixtures in ``tests/fixtures/`` are tiny one-process run directories written
   exploration with ``refer.mode er``, ``critic_lr_factor`` 5);
 - ``schema2``: V-RACER with prioritized replay (the sum tree) and an evaluation round;
 - ``schema2_agents``: V-RACER on the two-agent KS task (lanes, outbox, per-agent open tails);
-- ``schema2_recurrent``: SAC with a GRU policy (carries in the rows, recurrent networks).
+- ``schema2_recurrent``: SAC with a GRU policy (carries in the rows, recurrent networks);
+- ``schema3_naf``, ``schema3_td3``: NAF and TD3 on Pendulum-v1, their heads' tensors named
+  before bodies (version 1 of the algorithm's tree and of the policy file; the other trees
+  stamped with their versions, as schema 3 writes them).
 
 Each holds ``config.toml``, its newest complete checkpoint (a full, wrapped replay ring of 512
-rows; the schema-2 ones in the middle of an episode), ``policy.h5`` and the metric files whose
-lengths the manifest records; nothing else.
+rows; the schema-2 and schema-3 ones in the middle of an episode), ``policy.h5`` and the metric
+files whose lengths the manifest records; nothing else.
 
 **Never regenerate them with a later version**: they are the old format by definition, and
 these tests prove that today's code still reads what those commits wrote, through the
@@ -44,8 +49,10 @@ import h5py
 import pytest
 
 from hpc_refer.algorithms.ddpg import DDPG
-from hpc_refer.algorithms.kit.base import Algorithm
+from hpc_refer.algorithms.naf import NAF
+from hpc_refer.algorithms.registry import algorithm_class
 from hpc_refer.algorithms.sac import SAC
+from hpc_refer.algorithms.td3 import TD3
 from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.evaluate import main as evaluate_main
 from hpc_refer.loop import checkpoint, policy_file
@@ -101,6 +108,11 @@ CASES = {
     "schema2_recurrent": Case(2, 650, SAC.name, "Pendulum-v1", 3 + 8, 200,
                               {f"{SAC.name}.hidden": [16, 16], f"{SAC.name}.cell": "gru",
                                f"{SAC.name}.cell_width": 8, f"{SAC.name}.bptt": 4}),
+    "schema3_naf": Case(3, 650, NAF.name, "Pendulum-v1", 3, 200,
+                        {f"{NAF.name}.hidden": [16, 16], f"{NAF.name}.batch": 32}),
+    "schema3_td3": Case(3, 650, TD3.name, "Pendulum-v1", 3, 200,
+                        {f"{TD3.name}.hidden": [16, 16], f"{TD3.name}.batch": 32,
+                         f"{TD3.name}.activation": "relu"}),
 }
 """Fixture name -> what it holds."""
 
@@ -157,7 +169,11 @@ def test_old_checkpoint_reads_as_written(name, tmp_path):
     assert learner["learner"]["algorithm"]["name"] == case.algorithm
     assert learner["loop"]["env_steps"] == case.step
     assert ("agent" in learner["loop"]["episodes"]) == (case.schema >= 2)
-    assert all(VERSION_KEY not in t for t in (learner["learner"], replay, learner["loop"]))
+    stamped = [VERSION_KEY in t for t in (learner["learner"], replay, learner["loop"],
+                                          learner["learner"]["algorithm"])]
+    assert stamped == [case.schema >= 3] * 4  # schema 3 stamps each owner's tree
+    if case.schema >= 3:  # written before bodies: the algorithm's first version
+        assert learner["learner"]["algorithm"][VERSION_KEY] == 1
     actor = checkpoint.read_tree(ckpt / "actor-0.h5")
     assert actor["policy"].size > 0 and "rng" in actor["actor"]
     assert ("history" in actor["actor"]) == (case.schema >= 2)
@@ -190,7 +206,8 @@ def test_old_run_directory_resumes(name, in_tmp, capsys):
     actor = checkpoint.read_tree(ckpt / "actor-0.h5")["actor"]
     for fmt, tree in ((LEARNER_FORMAT, learner["learner"]), (LOOP_FORMAT, learner["loop"]),
                       (REPLAY_FORMAT, learner["learner"]["replay"]),
-                      (Algorithm.state_format, learner["learner"]["algorithm"]),
+                      (algorithm_class(case.algorithm).state_format,
+                       learner["learner"]["algorithm"]),
                       (ACTOR_FORMAT, actor)):
         assert tree[VERSION_KEY] == fmt.version, fmt.owner
     assert (run_dir / "checkpoints" / f"step-{case.step:012d}").is_dir()  # kept (keep = 2)
@@ -232,7 +249,8 @@ def test_fixtures_are_as_written():
     """Every fixture file still has the SHA-256 that PROVENANCE.txt recorded when it was
     written: the fixtures are never edited or regenerated (a migration converts copies)."""
     recorded = {}
-    lines = [line for provenance in ("PROVENANCE.txt", "PROVENANCE-schema2.txt")
+    lines = [line for provenance in ("PROVENANCE.txt", "PROVENANCE-schema2.txt",
+                                     "PROVENANCE-schema3.txt")
              for line in (FIXTURES / provenance).read_text().splitlines()]
     for line in lines:
         match = re.fullmatch(r"\s+(\S+)\s+\d+ bytes\s+sha256 ([0-9a-f]{64})", line)

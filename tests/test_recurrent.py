@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from algorithm_traits import BUILT_IN, RECURRENT, has_field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_agents import SMALL, run_actor
@@ -17,12 +18,14 @@ from test_compiled_step import OBS, make_batch, pair, take_steps
 from test_history import chunks
 from test_restart import assert_resumes_straight
 
-from hpc_refer.algorithms.kit.base import ReferTerms
+from hpc_refer.algorithms.kit.base import Algorithm, ReferTerms
 from hpc_refer.algorithms.kit.collectives import SerialReducer
-from hpc_refer.algorithms.kit.recurrent import RecurrentCell, RecurrentPolicyValueNet
-from hpc_refer.algorithms.registry import algorithm_class
+from hpc_refer.algorithms.kit.recurrent import RecurrentCell
+from hpc_refer.algorithms.registry import algorithm_class, make_algorithm
+from hpc_refer.algorithms.vracer import GaussianPolicyValueNet
 from hpc_refer.config.modes import ActionBounds, Cell, ConfigError
 from hpc_refer.config.resolve import build_config
+from hpc_refer.config.tables import NetworkShape
 from hpc_refer.envs.registry import SolverSpec, make_driver
 from hpc_refer.evaluate import main as evaluate_main
 from hpc_refer.loop.actor import Actor
@@ -64,7 +67,7 @@ def test_the_unroll_from_a_stored_carry_repeats_the_actors_steps(cell):
     learner's unroll from the first row's carry gives each row's outputs as the row alone
     does (the same weights made the stored carries)."""
     torch.manual_seed(1)
-    net = RecurrentPolicyValueNet(3, 2, (8,), 0.5, cell, 6)
+    net = GaussianPolicyValueNet(3, 2, NetworkShape((8,), cell=cell, cell_width=6), 0.5)
     net.body.normalizer.set_stats(np.full(3, 0.2), np.full(3, 1.5))
     step = net.numpy_step()
     states = np.random.default_rng(0).standard_normal((2, 5, 3)).astype(np.float32)
@@ -152,8 +155,8 @@ def recurrent_actor(cell: Cell = Cell.GRU, seed: int = 3, name: str = "vracer") 
     return Actor(env, net, ActionBounds.CLIP, seed=seed, chunk_len=5)
 
 
-@pytest.mark.parametrize(("name", "cell"), [("vracer", Cell.GRU), ("vracer", Cell.LSTM),
-                                           ("sac", Cell.GRU), ("ddpg", Cell.GRU)])
+@pytest.mark.parametrize("cell", [Cell.GRU, Cell.LSTM])
+@pytest.mark.parametrize("name", RECURRENT)
 def test_the_actor_stores_the_carry_it_entered_each_step_with(name, cell):
     actor = recurrent_actor(cell, name=name)
     step = actor.net.numpy_step()
@@ -209,8 +212,8 @@ def test_the_actor_continues_its_carry_bit_for_bit():
 
 # --- the learner -----------------------------------------------------------------------
 
-@pytest.mark.parametrize(("name", "cell"), [("vracer", "gru"), ("vracer", "lstm"),
-                                           ("sac", "gru"), ("ddpg", "lstm")])
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+@pytest.mark.parametrize("name", RECURRENT)
 def test_the_compiled_recurrent_step_equals_the_eager_step(name, cell):
     """Minibatches of 8 sequences of 4 rows: outputs, parameters (targets included) and
     Adam's state agree to float32 round-off over five steps."""
@@ -218,7 +221,7 @@ def test_the_compiled_recurrent_step_equals_the_eager_step(name, cell):
     take_steps(eager, compiled, 5)
 
 
-@pytest.mark.parametrize("name", ["vracer", "sac", "ddpg"])
+@pytest.mark.parametrize("name", RECURRENT)
 def test_the_loss_unrolls_each_sequence_from_its_first_stored_carry(name):
     """Sequences of W = 4 rows: the stored carries of a sequence's later rows do not enter
     the step (the unroll makes its own), the first row's does."""
@@ -239,7 +242,17 @@ def test_the_loss_unrolls_each_sequence_from_its_first_stored_carry(name):
     assert not np.allclose(rho_with_carries_moved(first), rho)
 
 
-@pytest.mark.parametrize("name", ["sac", "ddpg"])
+def critics(algo: Algorithm) -> list[torch.nn.Module]:
+    """The algorithm's critics (modules ``critic``, ``critic1``, ...; not their targets)."""
+    return [m for k, m in algo.modules.items() if k.startswith("critic")]
+
+
+WITH_CRITICS = [name for name in RECURRENT if critics(make_algorithm(
+    build_config({"run": {"algorithm": name}, name: {"cell": "gru", "hidden": [4]}}), 2, 1, 0))]
+"""The recurrent algorithms with critics beside their actor."""
+
+
+@pytest.mark.parametrize("name", WITH_CRITICS)
 def test_the_critics_read_the_policys_cell_and_train_it(name):
     """With a cell the critics see [s, h_t]: the critics' loss alone moves the cell's
     parameters (the memory is trained by the value regression), and the actor's loss
@@ -247,8 +260,7 @@ def test_the_critics_read_the_policys_cell_and_train_it(name):
     eager, _ = pair(name, cell="gru", cell_width=8, bptt=4)
     algo = eager.algo
     batch = make_batch(algo, 32, seed=0)
-    critic = next(m for k, m in algo.modules.items() if k.startswith("critic"))
-    assert critic.normalizer.mean.numel() == OBS + 8
+    assert all(critic.normalizer.mean.numel() == OBS + 8 for critic in critics(algo))
     losses = algo.losses(batch, ReferTerms(beta=1.0, c_max=2.0, lr_factor=1.0))
     q_name = "loss_q"
     cell = algo.behaviour.body.cell
@@ -329,12 +341,13 @@ def test_bad_recurrent_settings_are_one_line_naming_the_key(table, named):
         build_config(table)
 
 
-def test_an_algorithm_without_recurrent_networks_has_no_cell_key():
-    with pytest.raises(ConfigError, match=r"^unknown config key naf\.cell: allowed keys are"):
-        build_config({"run": {"algorithm": "naf"}, "naf": {"cell": "gru"}})
+@pytest.mark.parametrize("name", sorted(set(BUILT_IN) - set(RECURRENT)))
+def test_an_algorithm_without_recurrent_networks_has_no_cell_key(name):
+    with pytest.raises(ConfigError, match=rf"^unknown config key {name}\.cell: allowed keys are"):
+        build_config({"run": {"algorithm": name}, name: {"cell": "gru"}})
 
 
-@pytest.mark.parametrize("name", ["vracer", "sac"])
+@pytest.mark.parametrize("name", RECURRENT)
 def test_a_recurrent_run_restarts_bit_for_bit_and_evaluates(in_tmp, name):
     """A GRU policy on Walk, 50-step episodes in chunks of 40, checkpoint mid-episode after
     440 steps: the resumed run's carries (in the actor's rows, the replay's rows and the
@@ -362,14 +375,14 @@ def test_the_cell_starts_as_torchs_cells_uniform_in_plus_minus_one_over_root_wid
     assert abs(float(values.mean())) < 5 * 0.25 / 3**0.5 / values.numel() ** 0.5
 
 
-@pytest.mark.parametrize("name", ["vracer", "ddpg", "sac", "td3"])
+@pytest.mark.parametrize("name", RECURRENT)
 @pytest.mark.parametrize("cell", [Cell.GRU, Cell.LSTM])
 def test_each_algorithms_recurrent_policy_is_built_as_configured_and_its_numpy_step_agrees(
         name, cell):
     """The behaviour policy of ``{name}.cell`` has that cell and the table's activation (ReLU
     where the table offers it), and the actors' numpy step gives the torch policy's mean and
     std and the cell's new carry, row by row from stored carries."""
-    relu = name in ("sac", "td3")
+    relu = has_field(name, "activation")
     config = build_config({"run": {"algorithm": name},
                            name: {"cell": str(cell), "cell_width": 4, "hidden": [8],
                                   **({"activation": "relu"} if relu else {})}})

@@ -300,7 +300,7 @@ def test_squashed_log_prob_sums_the_tanh_correction_over_the_action_axis():
 def test_log_std_is_clipped_to_its_range_in_torch_and_numpy():
     """log-std outputs -30 and +5 give sigma exp(-20) and exp(2), in torch and in numpy."""
     actor = make_sac().actor
-    last = actor.trunk[-1]
+    last = actor.body.trunk[-1]
     with torch.no_grad():
         last.weight.zero_()
         last.bias.copy_(torch.tensor([0.3, -0.2, -30.0, 5.0]))
@@ -398,11 +398,11 @@ def test_relu_networks_in_torch_numpy_the_policy_file_and_the_config(tmp_path):
     from hpc_refer.loop.policy_file import load_policy, save_policy
 
     algo = make_sac(activation="relu")
-    for module in (algo.actor, algo.critics.q[0], algo.critics.targets[1]):
+    for module in (algo.actor.body, algo.critics.q[0], algo.critics.targets[1]):
         kinds = {type(m) for m in module.trunk}
         assert nn.ReLU in kinds and not any("Softsign" in k.__name__ for k in kinds)
     with torch.no_grad():  # outputs of order one, where softsign and relu part clearly
-        algo.actor.trunk[-1].weight.mul_(30.0)
+        algo.actor.body.trunk[-1].weight.mul_(30.0)
     obs = 3.0 * np.random.default_rng(1).standard_normal((5, OBS)).astype(np.float32)
     with torch.no_grad():
         mean, std = (x.numpy() for x in algo.actor(torch.from_numpy(obs)))
@@ -417,7 +417,7 @@ def test_relu_networks_in_torch_numpy_the_policy_file_and_the_config(tmp_path):
     path = tmp_path / "policy.h5"
     save_policy(path, algo, cfg.to_dict(), 10, 5)
     saved = load_policy(path).policy
-    assert any(isinstance(m, nn.ReLU) for m in saved.trunk)
+    assert any(isinstance(m, nn.ReLU) for m in saved.body.trunk)
     with torch.no_grad():
         torch.testing.assert_close(saved(torch.from_numpy(obs))[0], torch.from_numpy(mean))
     with pytest.raises(ConfigError) as err:

@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import torch
 
-from hpc_refer.algorithms.kit.actors import DeterministicInputs, deterministic_actor
+from hpc_refer.algorithms.kit.actors import DeterministicActor, DeterministicInputs
 from hpc_refer.algorithms.kit.base import Algorithm, Losses, TensorBatch, adam
+from hpc_refer.algorithms.kit.bodies import BODY_POLICY_FORMAT, heads_with_bodies
 from hpc_refer.algorithms.kit.networks import BehaviourPolicy, QNetwork, gaussian_log_prob
 from hpc_refer.algorithms.kit.refer import (
     importance_ratio,
@@ -54,6 +55,7 @@ from hpc_refer.algorithms.registry import register
 from hpc_refer.algorithms.tables.ddpg import DDPGConfig
 from hpc_refer.config.tables import AlgorithmConfig, ReferConfig
 from hpc_refer.replay.near import NearBounds
+from hpc_refer.report.formats import TreeFormat
 
 
 def actor_loss(q_pi: torch.Tensor) -> torch.Tensor:
@@ -80,14 +82,15 @@ class DDPG(Algorithm):
 
     name = "ddpg"
     Config = DDPGConfig
+    state_format = TreeFormat("algorithm", (heads_with_bodies("actor", "target_actor"),))
+    policy_format = BODY_POLICY_FORMAT
 
     def __init__(self, obs_dim: int, act_dim: int, config: DDPGConfig, refer: ReferConfig,
                  seed: int) -> None:
         super().__init__(obs_dim, act_dim, config, refer, seed)
         self.config: DDPGConfig = config
-        self.actor = deterministic_actor(obs_dim, act_dim, config, config.sigma)
-        seen = obs_dim + config.memory_width  # the critics read [s, h] with a cell
-        self.critic = QNetwork(seen, act_dim, config.hidden)
+        self.actor = DeterministicActor(obs_dim, act_dim, config.network, config.sigma)
+        self.critic = QNetwork(self.actor.body.seen_dim, act_dim, config.hidden)
         self.target_actor = frozen_copy(self.actor)
         self.target_critic = frozen_copy(self.critic)
         critic_lr = config.critic_lr_factor * config.lr
@@ -101,7 +104,7 @@ class DDPG(Algorithm):
     def behaviour_policy(cls, obs_dim: int, act_dim: int,
                          config: AlgorithmConfig) -> BehaviourPolicy:
         assert isinstance(config, DDPGConfig)
-        return deterministic_actor(obs_dim, act_dim, config, config.sigma)
+        return DeterministicActor(obs_dim, act_dim, config.network, config.sigma)
 
     @property
     def behaviour(self) -> BehaviourPolicy:
@@ -124,7 +127,7 @@ class DDPG(Algorithm):
         detached, before the step)."""
         act, weight = batch.act, batch.weight
         mode = self.refer_config.mode
-        inputs = self.actor.inputs(batch, self.target_actor, self.config.bptt)
+        inputs = self.actor.inputs(batch, self.target_actor, self.config.sequence_length)
         mean, obs = inputs.mean, inputs.critic_obs
         y = self.targets(batch, inputs)
         q = self.critic(obs, act)

@@ -29,20 +29,20 @@ import numpy as np
 import torch
 
 from hpc_refer.algorithms.kit.base import Algorithm, Losses, TensorBatch, adam
-from hpc_refer.algorithms.kit.networks import (
-    BehaviourPolicy,
-    Normalizer,
-    NumpyMLP,
-    gaussian_log_prob,
-    mlp,
-    small_output_,
+from hpc_refer.algorithms.kit.bodies import (
+    BODY_POLICY_FORMAT,
+    BodyPolicy,
+    heads_with_bodies,
+    make_body,
 )
+from hpc_refer.algorithms.kit.networks import BehaviourPolicy, gaussian_log_prob
 from hpc_refer.algorithms.kit.refer import importance_ratio, kl_penalty, near_policy, rule1_mask
 from hpc_refer.algorithms.kit.shared import polyak_, squared_td_loss, td_target
 from hpc_refer.algorithms.registry import register
 from hpc_refer.algorithms.tables.naf import NAFConfig
-from hpc_refer.config.tables import AlgorithmConfig, ReferConfig
+from hpc_refer.config.tables import AlgorithmConfig, NetworkShape, ReferConfig
 from hpc_refer.replay.near import NearBounds
+from hpc_refer.report.formats import TreeFormat
 
 
 def lower_triangular(entries: torch.Tensor, act_dim: int) -> torch.Tensor:
@@ -106,9 +106,10 @@ def naf_refer_loss(l_q: torch.Tensor, kl: torch.Tensor | None, keep: torch.Tenso
     return (weight * per_sample).mean()
 
 
-class NAFNet(BehaviourPolicy):
-    """s -> (V_w(s) [B], m_w(s) [B, A], L_w(s) [B, A, A]): Normalizer, MLP trunk to
-    1 + A + A(A+1)/2 outputs (V, pre-tanh mean, lower triangle of L).
+class NAFNet(BodyPolicy):
+    """rows -> (V_w(s) [B], m_w(s) [B, A], L_w(s) [B, A, A]) over a body of
+    1 + A + A(A+1)/2 outputs (V, pre-tanh mean, lower triangle of L;
+    :mod:`~hpc_refer.algorithms.kit.bodies`).
 
     It is also the behaviour module: ``policy(s)`` = (m_w(s), sigma), sigma a fixed buffer.
     The output layer starts small, so that V ~ 0, m ~ 0 and L ~ I at initialisation.
@@ -116,31 +117,29 @@ class NAFNet(BehaviourPolicy):
 
     sigma: torch.Tensor
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], sigma: float):
-        super().__init__()
+    def __init__(self, obs_dim: int, act_dim: int, network: NetworkShape, sigma: float) -> None:
+        super().__init__(make_body(obs_dim, 1 + act_dim + act_dim * (act_dim + 1) // 2,
+                                   network))
         self.act_dim = act_dim
-        self.normalizer = Normalizer(obs_dim)
-        self.trunk = mlp([obs_dim, *hidden, 1 + act_dim + act_dim * (act_dim + 1) // 2])
-        small_output_(self.trunk)
         self.register_buffer("sigma", torch.full((act_dim,), float(sigma)))
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Return V [B], m = tanh(.) [B, A] and L [B, A, A]."""
-        out = self.trunk(self.normalizer(obs))
+    def split(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """V [B], m = tanh(.) [B, A] and L [B, A, A] from the body's outputs."""
         a = self.act_dim
         return out[..., 0], torch.tanh(out[..., 1 : 1 + a]), lower_triangular(out[..., 1 + a :], a)
 
-    def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """V, m and L at rows, each from its stored carry."""
+        return self.split(self.body.rows(rows).out)
+
+    def read(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The behaviour N(m_w(s), sigma^2 I): mean [B, A] and std [A]."""
-        out = self.trunk(self.normalizer(obs))
         return torch.tanh(out[..., 1 : 1 + self.act_dim]), self.sigma
 
-    def numpy_policy(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
-        """(tanh of the mean outputs, sigma) in numpy (see
-        :meth:`BehaviourPolicy.numpy_policy`)."""
-        forward = NumpyMLP(self.trunk, self.normalizer)
+    def numpy_read(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """(tanh of the mean outputs, sigma) in numpy."""
         sigma, a = self.sigma.numpy(), self.act_dim
-        return lambda obs: (np.tanh(forward(obs)[..., 1 : 1 + a]), sigma)
+        return lambda out: (np.tanh(out[..., 1 : 1 + a]), sigma)
 
 
 @register
@@ -149,12 +148,14 @@ class NAF(Algorithm):
 
     name = "naf"
     Config = NAFConfig
+    state_format = TreeFormat("algorithm", (heads_with_bodies("net", "target"),))
+    policy_format = BODY_POLICY_FORMAT
 
     def __init__(self, obs_dim: int, act_dim: int, config: NAFConfig, refer: ReferConfig,
                  seed: int) -> None:
         super().__init__(obs_dim, act_dim, config, refer, seed)
         self.config: NAFConfig = config
-        self.net = NAFNet(obs_dim, act_dim, config.hidden, config.sigma)
+        self.net = NAFNet(obs_dim, act_dim, config.network, config.sigma)
         self.target = copy.deepcopy(self.net)
         self.target.requires_grad_(False)
         self.modules = {"net": self.net, "target": self.target}
@@ -164,7 +165,7 @@ class NAF(Algorithm):
     def behaviour_policy(cls, obs_dim: int, act_dim: int,
                          config: AlgorithmConfig) -> BehaviourPolicy:
         assert isinstance(config, NAFConfig)
-        return NAFNet(obs_dim, act_dim, config.hidden, config.sigma)
+        return NAFNet(obs_dim, act_dim, config.network, config.sigma)
 
     @property
     def behaviour(self) -> BehaviourPolicy:
@@ -178,14 +179,15 @@ class NAF(Algorithm):
         mode = self.refer_config.mode
         if not mode.rule2:
             beta = 1.0
-        value, mean, tril = self.net(batch.obs)
+        now = self.net.body.sequences(batch.obs, self.config.sequence_length)
+        value, mean, tril = self.net.split(now.out)
         sigma = self.net.sigma
         rho = importance_ratio(gaussian_log_prob(act, mean.detach(), sigma), batch.log_mu)
         near = near_policy(rho, bounds)
         keep = rule1_mask(near, mode, value)
         with torch.no_grad():
-            y = td_target(batch.rew, batch.done, self.config.gamma,
-                          self.target(batch.next_obs)[0])
+            v_next = self.target.split(self.target.body.after(batch.next_obs, now.carry).out)[0]
+            y = td_target(batch.rew, batch.done, self.config.gamma, v_next)
         q = naf_q(value, beta_scaled(mean, beta), tril, act)
         l_q = squared_td_loss(y, q)
         kl = (kl_penalty(batch.mu_mean, batch.mu_std, mean, sigma,

@@ -42,8 +42,9 @@ import math
 import torch
 from torch import nn
 
-from hpc_refer.algorithms.kit.actors import squashed_actor
+from hpc_refer.algorithms.kit.actors import SquashedGaussianActor
 from hpc_refer.algorithms.kit.base import Algorithm, Losses, TensorBatch, adam
+from hpc_refer.algorithms.kit.bodies import BODY_POLICY_FORMAT, heads_with_bodies
 from hpc_refer.algorithms.kit.critics import Critics
 from hpc_refer.algorithms.kit.networks import BehaviourPolicy, gaussian_log_prob
 from hpc_refer.algorithms.kit.refer import (
@@ -58,6 +59,7 @@ from hpc_refer.algorithms.registry import register
 from hpc_refer.algorithms.tables.sac import SACConfig
 from hpc_refer.config.tables import AlgorithmConfig, ReferConfig
 from hpc_refer.replay.near import NearBounds
+from hpc_refer.report.formats import TreeFormat
 
 
 def squashed_log_prob(u: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
@@ -104,14 +106,16 @@ class SAC(Algorithm):
 
     name = "sac"
     Config = SACConfig
+    state_format = TreeFormat("algorithm", (heads_with_bodies("actor"),))
+    policy_format = BODY_POLICY_FORMAT
 
     def __init__(self, obs_dim: int, act_dim: int, config: SACConfig, refer: ReferConfig,
                  seed: int) -> None:
         super().__init__(obs_dim, act_dim, config, refer, seed)
         self.config: SACConfig = config
-        self.actor = squashed_actor(obs_dim, act_dim, config, config.activation)
-        seen = obs_dim + config.memory_width  # the critics read [s, h] with a cell
-        self.critics = Critics(seen, act_dim, config.hidden, config.activation)
+        self.actor = SquashedGaussianActor(obs_dim, act_dim, config.network)
+        self.critics = Critics(self.actor.body.seen_dim, act_dim, config.hidden,
+                               config.activation)
         self.temperature = Temperature(config.alpha_init)
         self.target_entropy = config.target_entropy * act_dim
         self.modules = {"actor": self.actor, **self.critics.modules(),
@@ -125,7 +129,7 @@ class SAC(Algorithm):
     def behaviour_policy(cls, obs_dim: int, act_dim: int,
                          config: AlgorithmConfig) -> BehaviourPolicy:
         assert isinstance(config, SACConfig)
-        return squashed_actor(obs_dim, act_dim, config, config.activation)
+        return SquashedGaussianActor(obs_dim, act_dim, config.network)
 
     @property
     def behaviour(self) -> BehaviourPolicy:
@@ -139,7 +143,8 @@ class SAC(Algorithm):
         weight = batch.weight
         log_alpha = self.temperature.log_alpha
         alpha = torch.exp(log_alpha)
-        mean, std, obs, m_next, s_next, next_obs = self.actor.inputs(batch, self.config.bptt)
+        mean, std, obs, m_next, s_next, next_obs = self.actor.inputs(
+            batch, self.config.sequence_length)
         rho = importance_ratio(gaussian_log_prob(batch.act, mean, std), batch.log_mu).detach()
         near = near_policy(rho, bounds)
         with torch.no_grad():

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import torch
 
-from hpc_refer.algorithms.kit.actors import deterministic_actor
+from hpc_refer.algorithms.kit.actors import DeterministicActor
 from hpc_refer.algorithms.kit.base import Algorithm, Losses, TensorBatch, adam
+from hpc_refer.algorithms.kit.bodies import BODY_POLICY_FORMAT, heads_with_bodies
 from hpc_refer.algorithms.kit.critics import Critics
 from hpc_refer.algorithms.kit.networks import BehaviourPolicy, gaussian_log_prob
 from hpc_refer.algorithms.kit.refer import (
@@ -51,6 +52,7 @@ from hpc_refer.algorithms.registry import register
 from hpc_refer.algorithms.tables.td3 import TD3Config
 from hpc_refer.config.tables import AlgorithmConfig, ReferConfig
 from hpc_refer.replay.near import NearBounds
+from hpc_refer.report.formats import TreeFormat
 
 
 def smoothed_target_action(target_action: torch.Tensor, eps: torch.Tensor,
@@ -85,15 +87,16 @@ class TD3(Algorithm):
 
     name = "td3"
     Config = TD3Config
+    state_format = TreeFormat("algorithm", (heads_with_bodies("actor", "target_actor"),))
+    policy_format = BODY_POLICY_FORMAT
 
     def __init__(self, obs_dim: int, act_dim: int, config: TD3Config, refer: ReferConfig,
                  seed: int) -> None:
         super().__init__(obs_dim, act_dim, config, refer, seed)
         self.config: TD3Config = config
-        self.actor = deterministic_actor(obs_dim, act_dim, config, config.sigma,
-                                         config.activation)
-        seen = obs_dim + config.memory_width  # the critics read [s, h] with a cell
-        self.critics = Critics(seen, act_dim, config.hidden, config.activation)
+        self.actor = DeterministicActor(obs_dim, act_dim, config.network, config.sigma)
+        self.critics = Critics(self.actor.body.seen_dim, act_dim, config.hidden,
+                               config.activation)
         self.target_actor = frozen_copy(self.actor)
         self.modules = {"actor": self.actor, "target_actor": self.target_actor,
                         **self.critics.modules()}
@@ -105,7 +108,7 @@ class TD3(Algorithm):
     def behaviour_policy(cls, obs_dim: int, act_dim: int,
                          config: AlgorithmConfig) -> BehaviourPolicy:
         assert isinstance(config, TD3Config)
-        return deterministic_actor(obs_dim, act_dim, config, config.sigma, config.activation)
+        return DeterministicActor(obs_dim, act_dim, config.network, config.sigma)
 
     @property
     def behaviour(self) -> BehaviourPolicy:
@@ -117,7 +120,7 @@ class TD3(Algorithm):
         error y_k - Q_1(s_k, a_k) (both detached, before the step)."""
         cfg, mode = self.config, self.refer_config.mode
         act, weight = batch.act, batch.weight
-        inputs = self.actor.inputs(batch, self.target_actor, cfg.bptt)
+        inputs = self.actor.inputs(batch, self.target_actor, cfg.sequence_length)
         mean, obs = inputs.mean, inputs.critic_obs
         with torch.no_grad():
             eps = cfg.target_noise * torch.randn_like(inputs.next_action)

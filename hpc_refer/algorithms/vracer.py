@@ -18,24 +18,27 @@ network's V_w and rho and their episodes' V-tbc are recomputed backward (eq. 8),
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
 import torch
+from torch import nn
 
 from hpc_refer.algorithms.kit.base import Algorithm, Losses, TensorBatch, adam
-from hpc_refer.algorithms.kit.networks import (
-    BehaviourPolicy,
-    GaussianPolicyValueNet,
-    gaussian_log_prob,
+from hpc_refer.algorithms.kit.bodies import (
+    BODY_POLICY_FORMAT,
+    BodyPolicy,
+    heads_with_bodies,
+    make_body,
 )
-from hpc_refer.algorithms.kit.recurrent import RecurrentPolicyValueNet
+from hpc_refer.algorithms.kit.networks import BehaviourPolicy, gaussian_log_prob
 from hpc_refer.algorithms.kit.refer import importance_ratio, kl_penalty, near_policy, refer_loss
 from hpc_refer.algorithms.registry import register
 from hpc_refer.algorithms.tables.vracer import VRacerConfig
-from hpc_refer.config.modes import Cell
-from hpc_refer.config.tables import AlgorithmConfig, ReferConfig
+from hpc_refer.config.tables import AlgorithmConfig, NetworkShape, ReferConfig
 from hpc_refer.replay.near import NearBounds
+from hpc_refer.report.formats import TreeFormat
 
 
 def policy_loss(
@@ -58,14 +61,56 @@ def value_loss(rho: torch.Tensor, q_ret: torch.Tensor, value: torch.Tensor) -> t
     return 0.5 * (v_tbc - value).pow(2)
 
 
-def network(obs_dim: int, act_dim: int, config: VRacerConfig
-            ) -> GaussianPolicyValueNet | RecurrentPolicyValueNet:
-    """V-RACER's network: feed-forward, or with the recurrent cell of ``config.cell``
-    (:mod:`hpc_refer.algorithms.kit.recurrent`)."""
-    if config.cell is Cell.NONE:
-        return GaussianPolicyValueNet(obs_dim, act_dim, config.hidden, config.sigma_init)
-    return RecurrentPolicyValueNet(obs_dim, act_dim, config.hidden, config.sigma_init,
-                                   config.cell, config.cell_width)
+def inverse_softplus(y: float) -> float:
+    """x with softplus(x) = log(1 + e^x) = y (y > 0): x = y + log(1 - e^-y)."""
+    return y + math.log(-math.expm1(-y))
+
+
+class GaussianPolicyValueNet(BodyPolicy):
+    """V-RACER's single network: rows -> (V_w(s), m_w(s), sigma_w), over a body of 1 + A
+    outputs (:mod:`~hpc_refer.algorithms.kit.bodies`: feed-forward, or recurrent with each
+    row's stored carry).
+
+    The body's outputs are the state value and the policy mean; the standard deviation is a
+    state-independent learned vector sigma = softplus(p), initialised to ``sigma_init`` (as in
+    the reference code). The output layer starts small so that m_w(s) ~ 0 and V_w(s) ~ 0.
+    """
+
+    def __init__(self, obs_dim: int, act_dim: int, network: NetworkShape,
+                 sigma_init: float) -> None:
+        super().__init__(make_body(obs_dim, 1 + act_dim, network))
+        self.act_dim = act_dim
+        self.sigma_param = nn.Parameter(torch.full((act_dim,), inverse_softplus(sigma_init)))
+
+    def split(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """V [B], mean [B, A] and std [A] from the body's outputs [V, m]."""
+        return out[..., 0], out[..., 1:], nn.functional.softplus(self.sigma_param)
+
+    def forward(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """V, mean and std at rows, each from its stored carry."""
+        return self.split(self.body.rows(rows).out)
+
+    def sequences(self, rows: torch.Tensor, length: int
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """V, mean and std of a minibatch of sequences of ``length`` rows
+        (:meth:`~hpc_refer.algorithms.kit.bodies.Body.sequences`)."""
+        return self.split(self.body.sequences(rows, length).out)
+
+    def read(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The behaviour an actor samples from: mean [B, A] and std [A]."""
+        _, mean, std = self.split(out)
+        return mean, std
+
+    def numpy_read(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """(m_w, softplus(p)) in numpy."""
+        p = self.sigma_param.detach().numpy()
+        return lambda out: (out[..., 1:], np.logaddexp(np.float32(0.0), p))
+
+    def numpy_values(self) -> Callable[[np.ndarray], np.ndarray]:
+        """rows -> V_w in numpy, by the body's evaluator (on views of the parameters: valid
+        while they stay in the same storage)."""
+        outputs = self.body.evaluator()
+        return lambda rows: outputs(rows)[..., 0]
 
 
 @register
@@ -81,11 +126,13 @@ class VRacer(Algorithm):
 
     name = "vracer"
     Config = VRacerConfig
+    state_format = TreeFormat("algorithm", (heads_with_bodies("net"),))
+    policy_format = BODY_POLICY_FORMAT
 
     def __init__(self, obs_dim: int, act_dim: int, config: VRacerConfig, refer: ReferConfig,
                  seed: int) -> None:
         super().__init__(obs_dim, act_dim, config, refer, seed)
-        self.net = network(obs_dim, act_dim, config)
+        self.net = GaussianPolicyValueNet(obs_dim, act_dim, config.network, config.sigma_init)
         self.modules = {"net": self.net}
         self.optimizers = {"adam": adam(self.net.parameters(), config.lr)}
         self._numpy_net: tuple[int, Callable[[np.ndarray], np.ndarray]] | None = None
@@ -94,7 +141,7 @@ class VRacer(Algorithm):
     def behaviour_policy(cls, obs_dim: int, act_dim: int,
                          config: AlgorithmConfig) -> BehaviourPolicy:
         assert isinstance(config, VRacerConfig)
-        return network(obs_dim, act_dim, config)
+        return GaussianPolicyValueNet(obs_dim, act_dim, config.network, config.sigma_init)
 
     @property
     def behaviour(self) -> BehaviourPolicy:
@@ -124,11 +171,11 @@ class VRacer(Algorithm):
         return value.numpy(), gaussian_log_prob(torch.from_numpy(act), mean, std).numpy()
 
     def values(self, obs: np.ndarray) -> np.ndarray:
-        """V_w(s) in numpy (:class:`~hpc_refer.algorithms.kit.networks.NumpyMLP` on views of the
-        parameters): a step refreshes a few bootstrap states, where a torch call's overhead
-        (about 50 us) is several times the arithmetic. The views are rebuilt if the
-        parameters moved to new storage (a deep copy of the algorithm). A recurrent net reads
-        each row's stored carry."""
+        """V_w(s) in numpy (:meth:`GaussianPolicyValueNet.numpy_values`: a feed-forward body's
+        numpy forward on views of the parameters, since a step refreshes a few bootstrap
+        states, where a torch call's overhead, about 50 us, is several times the arithmetic; a
+        recurrent body's torch step from each row's stored carry). The views are rebuilt if
+        the parameters moved to new storage (a deep copy of the algorithm)."""
         key = next(self.net.parameters()).data_ptr()
         if self._numpy_net is None or self._numpy_net[0] != key:
             self._numpy_net = key, self.net.numpy_values()

@@ -13,10 +13,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from hpc_refer.config.modes import (
     ActionBounds,
+    Activation,
     BatchScaling,
     Cell,
     CompileMode,
@@ -299,6 +300,26 @@ class RunConfig:
         return episode in listed or any(episode % k == 0 for k in every)
 
 
+class NetworkShape(NamedTuple):
+    """The shape of an algorithm's networks as its table declares it (``config.network``):
+    what :func:`hpc_refer.algorithms.kit.bodies.make_body` builds a network body from,
+    feed-forward (``cell`` none) or recurrent."""
+
+    hidden: tuple[int, ...]
+    """Widths of the trunk's hidden layers."""
+    activation: Activation = Activation.SOFTSIGN
+    """Their nonlinearity."""
+    cell: Cell = Cell.NONE
+    """The recurrent cell before the trunk (none: feed-forward)."""
+    cell_width: int = 0
+    """The width H of the cell's state h."""
+
+    @property
+    def carry_dim(self) -> int:
+        """Values of the cell's state stored with each state: 0, H (GRU) or 2 H (LSTM)."""
+        return self.cell.carry_dim(self.cell_width)
+
+
 @dataclass(frozen=True)
 class AlgorithmConfig:
     """Settings every algorithm has; each algorithm's table adds its own."""
@@ -338,10 +359,21 @@ class AlgorithmConfig:
     over the preset's own tables: ``{preset: {section: {key: value}}}``."""
 
     @property
+    def activation(self) -> Activation:
+        """The hidden layers' nonlinearity: softsign, the paper's networks (tables may offer
+        others as a field of the same name, e.g. SAC's and TD3's ``relu``)."""
+        return Activation.SOFTSIGN
+
+    @property
+    def network(self) -> NetworkShape:
+        """The shape of the algorithm's networks: feed-forward here (a table offers recurrent
+        networks by deriving from :class:`RecurrentConfig`)."""
+        return NetworkShape(self.hidden, self.activation)
+
+    @property
     def carry_dim(self) -> int:
-        """Values of the recurrent state an actor stores with each state (0: feed-forward;
-        see :class:`RecurrentConfig`)."""
-        return 0
+        """Values of the recurrent state an actor stores with each state (0: feed-forward)."""
+        return self.network.carry_dim
 
     @property
     def sequence_length(self) -> int:
@@ -358,7 +390,8 @@ class AlgorithmConfig:
 @dataclass(frozen=True)
 class RecurrentConfig(AlgorithmConfig):
     """The settings of an algorithm that offers recurrent networks
-    (:mod:`hpc_refer.algorithms.kit.recurrent`); its table derives from this one."""
+    (:mod:`hpc_refer.algorithms.kit.recurrent`): a table declares that it does by deriving
+    from this one, and nowhere else."""
 
     cell: Cell = option(Cell.NONE, "recurrent cell for partially observed tasks: none "
                         "(feed-forward), gru or lstm", choices(Cell))
@@ -374,14 +407,9 @@ class RecurrentConfig(AlgorithmConfig):
         require(self.bptt > 0, f"{name}.bptt", self.bptt, "integers > 0")
 
     @property
-    def carry_dim(self) -> int:
-        return self.cell.carry_dim(self.cell_width)
-
-    @property
-    def memory_width(self) -> int:
-        """Values of the cell's output h_t that critics read beside the state (H with a
-        cell, 0 without)."""
-        return 0 if self.cell is Cell.NONE else self.cell_width
+    def network(self) -> NetworkShape:
+        """Feed-forward (``cell = none``) or with the cell of ``cell`` and ``cell_width``."""
+        return NetworkShape(self.hidden, self.activation, self.cell, self.cell_width)
 
     @property
     def sequence_length(self) -> int:

@@ -18,6 +18,7 @@ from hpc_refer.algorithms.registry import ALGORITHMS
 from hpc_refer.config.modes import ConfigError
 from hpc_refer.config.resolve import build_config
 from hpc_refer.loop.checkpoint import STATE_GROUP, CheckpointError, read_tree, write_tree
+from hpc_refer.report.formats import FormatError
 
 
 def save_policy(path: Path, algo: Algorithm, config_dict: dict[str, Any], env_step: int,
@@ -27,15 +28,16 @@ def save_policy(path: Path, algo: Algorithm, config_dict: dict[str, Any], env_st
     The tree: ``algorithm`` (name), ``obs_dim``, ``act_dim``, ``hidden`` (int64 array),
     ``config`` (the resolved config as JSON), ``env_step`` and ``grad_step`` (the run's
     environment and gradient steps when the policy was saved) and ``policy/<tensor>``: the
-    behaviour module's parameters and buffers, the input normalisation included. Root
-    attribute ``kind`` = ``"policy"``.
+    behaviour module's parameters and buffers, the input normalisation included, and the
+    version of this layout of them, the algorithm's ``policy_format`` (under its key,
+    ``policy_version``). Root attribute ``kind`` = ``"policy"``.
     """
     state = algo.checkpoint_state()
     tree = {"algorithm": algo.name, "obs_dim": algo.obs_dim, "act_dim": algo.act_dim,
             "hidden": np.asarray(algo.config.hidden, np.int64),
             "config": json.dumps(config_dict), "env_step": env_step, "grad_step": grad_step,
             "policy": state["modules"][state["behaviour"]]}
-    write_tree(path, tree, {"kind": "policy"})
+    write_tree(path, algo.policy_format.stamp(tree), {"kind": "policy"})
 
 
 class PolicyFile(NamedTuple):
@@ -51,8 +53,9 @@ class PolicyFile(NamedTuple):
 
 def load_policy(path: Path) -> PolicyFile:
     """A policy file's behaviour module (built from its algorithm and config, with its
-    tensors loaded), config and steps; CheckpointError naming the file if it is not a policy
-    file or its tensors do not fit."""
+    tensors loaded, upgraded from an older version by the algorithm's ``policy_format``),
+    config and steps; CheckpointError naming the file if it is not a policy file or its
+    tensors do not fit or it is newer than this hpc_refer reads."""
     tree = read_tree(path)
     if "policy" not in tree:
         raise CheckpointError(f"{path}: not a policy file (no /{STATE_GROUP}/policy group)")
@@ -64,8 +67,12 @@ def load_policy(path: Path) -> PolicyFile:
         raise CheckpointError(f"{path}: its config is not valid here ({err})") from None
     if name not in ALGORITHMS or config.run.algorithm != name:
         raise CheckpointError(f"{path}: unknown algorithm {name!r}")
-    policy = ALGORITHMS[name].behaviour_policy(int(tree["obs_dim"]), int(tree["act_dim"]),
-                                               config.algorithm)
+    cls = ALGORITHMS[name]
+    try:
+        tree = cls.policy_format.upgrade(tree)  # a file of any version the algorithm reads
+    except FormatError as err:
+        raise CheckpointError(f"{path}: {err}") from None
+    policy = cls.behaviour_policy(int(tree["obs_dim"]), int(tree["act_dim"]), config.algorithm)
     try:
         policy.load_state_dict({k: torch.from_numpy(v) for k, v in tree["policy"].items()})
     except RuntimeError as err:

@@ -233,7 +233,14 @@ class Algorithm(ABC):
     state_format: ClassVar[TreeFormat] = TreeFormat("algorithm")
     """The format of the algorithm's checkpoint tree (:mod:`hpc_refer.report.formats`):
     version 1, the tree of :meth:`checkpoint_state`; an algorithm that changes what it stores
-    declares its own, with the upgrades from this one."""
+    declares its own, with the upgrades from this one (the built-in ones: version 2, their
+    heads' tensors under ``body.``, :func:`~hpc_refer.algorithms.kit.bodies.heads_with_bodies`)."""
+    policy_format: ClassVar[TreeFormat] = TreeFormat("policy file", key="policy_version")
+    """The format of the algorithm's policy files (:mod:`hpc_refer.loop.policy_file`, whose
+    tree holds the behaviour module's tensors as ``policy``): version 1 here; an algorithm
+    whose behaviour module changes its tensors declares its own, with the upgrades (the
+    built-in ones, whose behaviour modules hold a body:
+    :data:`~hpc_refer.algorithms.kit.bodies.BODY_POLICY_FORMAT`)."""
 
     def __init__(self, obs_dim: int, act_dim: int, config: AlgorithmConfig,
                  refer: ReferConfig, seed: int) -> None:

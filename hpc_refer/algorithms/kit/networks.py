@@ -1,4 +1,6 @@
-"""Networks (torch): input normalisation, MLP trunks and the Gaussian policy head.
+"""Networks (torch): input normalisation, MLP trunks (and their numpy forward), the critic
+Q(s, a), the interface of the behaviour modules actors sample from and their flat parameter
+vector. The bodies that heads are written over are :mod:`hpc_refer.algorithms.kit.bodies`.
 
 Also the diagonal-Gaussian formulas every algorithm with a parameterised policy needs:
 log-probabilities and the Kullback-Leibler divergence.
@@ -41,10 +43,6 @@ def gaussian_kl(
     return (
         torch.log(std_q / std_p) + (std_p.pow(2) + (mean_p - mean_q).pow(2)) / (2.0 * var_q) - 0.5
     ).sum(-1)
-
-
-def _inverse_softplus(y: float) -> float:
-    return y + math.log(-math.expm1(-y))
 
 
 class Normalizer(nn.Module):
@@ -174,14 +172,15 @@ class BehaviourPolicy(nn.Module):
 
     carry_dim: int = 0
     """Values of the recurrent state stored after the state in each row (0: feed-forward;
-    a recurrent policy also has ``numpy_step``, :mod:`hpc_refer.algorithms.kit.recurrent`)."""
+    :mod:`hpc_refer.algorithms.kit.recurrent`)."""
 
     def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
 
     def numpy_step(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """A function row -> (mean, std, carry'): :meth:`numpy_policy` of a recurrent policy
-        that also returns the carry after the step (recurrent policies only)."""
+        """A function row -> (mean, std, carry'): :meth:`numpy_policy` that also returns the
+        carry after the step, what actors of a recurrent policy call (the heads over a body,
+        :class:`~hpc_refer.algorithms.kit.bodies.BodyPolicy`, have one either way)."""
         raise NotImplementedError(f"{type(self).__name__} is not recurrent")
 
     def numpy_policy(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
@@ -203,56 +202,6 @@ def small_output_(trunk: nn.Sequential, scale: float = 0.1) -> None:
     with torch.no_grad():
         last.weight.mul_(scale)
         last.bias.zero_()
-
-
-class GaussianPolicyValueNet(BehaviourPolicy):
-    """V-RACER's single network: s -> (V_w(s), m_w(s), sigma_w).
-
-    One MLP trunk outputs the state value and the policy mean; the standard deviation is a
-    state-independent learned vector sigma = softplus(p), initialised to ``sigma_init`` (as in
-    the reference code). The output layer starts small so that m_w(s) ~ 0 and V_w(s) ~ 0.
-    """
-
-    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], sigma_init: float):
-        super().__init__()
-        self.act_dim = act_dim
-        self.normalizer = Normalizer(obs_dim)
-        self.trunk = mlp([obs_dim, *hidden, 1 + act_dim])
-        small_output_(self.trunk)
-        self.sigma_param = nn.Parameter(torch.full((act_dim,), _inverse_softplus(sigma_init)))
-
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Return V [B], mean [B, dA] and std [dA]."""
-        out = self.trunk(self.normalizer(obs))
-        return out[..., 0], out[..., 1:], nn.functional.softplus(self.sigma_param)
-
-    def sequences(self, obs: torch.Tensor, length: int
-                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """V, mean, std of a minibatch: each row on its own (a feed-forward network's
-        sequences are its rows; ``length`` is 1, and ignored), as the recurrent net's
-        :meth:`~hpc_refer.algorithms.kit.recurrent.RecurrentPolicyValueNet.sequences`."""
-        return self(obs)
-
-    def numpy_values(self) -> Callable[[np.ndarray], np.ndarray]:
-        """s -> V_w(s) in numpy (:class:`NumpyMLP` on views of the parameters: valid while
-        they stay in the same storage)."""
-        forward = NumpyMLP(self.trunk, self.normalizer)
-        return lambda obs: forward(obs)[:, 0]
-
-    def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The behaviour an actor samples from: mean [B, dA] and std [dA]."""
-        _, mean, std = self(obs)
-        return mean, std
-
-    def numpy_policy(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
-        """(m_w(s), softplus(p)) in numpy (see :meth:`BehaviourPolicy.numpy_policy`)."""
-        forward = NumpyMLP(self.trunk, self.normalizer)
-        p = self.sigma_param.detach().numpy()
-
-        def policy(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            return forward(obs)[..., 1:], np.logaddexp(np.float32(0.0), p)
-
-        return policy
 
 
 def flat_state(net: nn.Module) -> np.ndarray:

@@ -1,5 +1,7 @@
 """Recurrent networks for partially observed tasks: a GRU or LSTM cell over the states, its
-carry stored with every state, and truncated backpropagation through time over W steps.
+carry stored with every state, and truncated backpropagation through time over W steps. The
+cell is here; the network body around it, the per-row step and the unroll, is
+:class:`~hpc_refer.algorithms.kit.bodies.RecurrentBody`.
 
 The cell (``cell = gru | lstm``, width H; equations as ``torch.nn.GRUCell`` and
 ``torch.nn.LSTMCell``, written out so that the numpy actors and the compiled step trace the
@@ -40,15 +42,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hpc_refer.algorithms.kit.networks import (
-    BehaviourPolicy,
-    Normalizer,
-    NumpyMLP,
-    _inverse_softplus,
-    mlp,
-    small_output_,
-)
-from hpc_refer.config.modes import Activation, Cell
+from hpc_refer.config.modes import Cell
 
 
 class RecurrentCell(nn.Module):
@@ -124,117 +118,3 @@ class RecurrentCell(nn.Module):
             return h_new, h_new
 
         return step
-
-
-class RecurrentTrunk(nn.Module):
-    """Rows [s, c] -> outputs through h' = cell(x, c), x = normalise(s), and an MLP over
-    [x, h']: one step per row from its stored carry (:meth:`rows`), or sequences of W rows
-    unrolled from their first row's carry (:meth:`sequences`). Every recurrent network here
-    is one of these with its own reading of the outputs."""
-
-    def __init__(self, obs_dim: int, out_dim: int, hidden: tuple[int, ...], cell: Cell,
-                 width: int, activation: Activation = Activation.SOFTSIGN) -> None:
-        super().__init__()
-        self.obs_dim = obs_dim
-        self.normalizer = Normalizer(obs_dim)
-        self.cell = RecurrentCell(cell, obs_dim, width)
-        self.trunk = mlp([obs_dim + width, *hidden, out_dim], activation)
-        small_output_(self.trunk)
-
-    @property
-    def carry_dim(self) -> int:
-        return self.cell.carry_dim
-
-    def rows(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(outputs, h', carry') of rows [B, obs_dim + carry_dim], each from its own carry."""
-        x = self.normalizer(rows[..., :self.obs_dim])
-        h, carry = self.cell(x, rows[..., self.obs_dim:])
-        return self.trunk(torch.cat([x, h], dim=-1)), h, carry
-
-    def sequences(self, rows: torch.Tensor, length: int
-                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(outputs, h', carry') of rows [n W, D] that are n sequences of ``length`` = W
-        consecutive steps, unrolled from each sequence's first stored carry; flattened back
-        to [n W, ...] in the same order."""
-        seq = rows.reshape(-1, length, rows.shape[-1])
-        x = self.normalizer(seq[..., :self.obs_dim])
-        h, carry = self.cell.unroll(x, seq[:, 0, self.obs_dim:])
-        out = self.trunk(torch.cat([x, h], dim=-1))
-        return (out.reshape(rows.shape[0], -1), h.reshape(rows.shape[0], -1),
-                carry.reshape(rows.shape[0], -1))
-
-    def after(self, states: torch.Tensor, carry: torch.Tensor
-              ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(outputs, h') at the successor states [B, >= obs_dim] (only their first obs_dim
-        columns are read) of steps whose carries after the step are ``carry`` [B, C]: one
-        cell step (at a successor inside the sequence, the unroll's own next output)."""
-        out, h, _ = self.rows(torch.cat([states[..., :self.obs_dim], carry], dim=-1))
-        return out, h
-
-    def numpy_step(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
-        """rows -> (outputs, carry') in numpy, on views of the parameters."""
-        cell = self.cell.numpy_cell()
-        trunk = NumpyMLP(self.trunk, None)
-        mean, inv_std = self.normalizer.mean.numpy(), self.normalizer.inv_std.numpy()
-        d = self.obs_dim
-
-        def step(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            x = (rows[..., :d] - mean) * inv_std
-            h, carry = cell(x, rows[..., d:])
-            return trunk(np.concatenate([x, h], axis=-1)), carry
-
-        return step
-
-
-class RecurrentPolicyValueNet(BehaviourPolicy):
-    """V-RACER's network with a cell: row [s, c] -> (V_w, m_w, sigma_w), the trunk's outputs
-    [V, m] (:class:`RecurrentTrunk`) and sigma = softplus(p) as in the feed-forward net.
-
-    ``forward(rows)`` takes each row's stored carry (one step per row);
-    :meth:`sequences` unrolls sequences of W rows from the carry of their first row."""
-
-    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], sigma_init: float,
-                 cell: Cell, width: int) -> None:
-        super().__init__()
-        self.act_dim = act_dim
-        self.body = RecurrentTrunk(obs_dim, 1 + act_dim, hidden, cell, width)
-        self.carry_dim = self.body.carry_dim
-        self.sigma_param = nn.Parameter(torch.full((act_dim,), _inverse_softplus(sigma_init)))
-
-    def _read(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return out[..., 0], out[..., 1:], nn.functional.softplus(self.sigma_param)
-
-    def forward(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """V [B], mean [B, A], std [A] of rows [B, obs_dim + carry_dim], each from its own
-        stored carry."""
-        return self._read(self.body.rows(rows)[0])
-
-    def sequences(self, rows: torch.Tensor, length: int
-                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """V, mean, std of rows [n W, D] that are n sequences of ``length`` = W steps
-        (:meth:`RecurrentTrunk.sequences`)."""
-        return self._read(self.body.sequences(rows, length)[0])
-
-    def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        _, mean, std = self(obs)
-        return mean, std
-
-    def numpy_values(self) -> Callable[[np.ndarray], np.ndarray]:
-        """rows -> V_w, each row from its stored carry (through torch: a cell step)."""
-        def values(rows: np.ndarray) -> np.ndarray:
-            with torch.no_grad():
-                out: np.ndarray = self(torch.from_numpy(rows))[0].numpy()
-            return out
-
-        return values
-
-    def numpy_step(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """rows [..., obs_dim + carry_dim] -> (mean, std, carry'): the actor's step."""
-        step = self.body.numpy_step()
-        p = self.sigma_param.detach().numpy()
-
-        def policy(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            out, carry = step(rows)
-            return out[..., 1:], np.logaddexp(np.float32(0.0), p), carry
-
-        return policy
