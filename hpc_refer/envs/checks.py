@@ -17,6 +17,8 @@ from hpc_refer.config.modes import ConfigError
 from hpc_refer.envs.interface import SolverFault, Status, Team
 
 METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+FLOAT32 = np.dtype(np.float32)
+"""The dtype of states as stored (a state of another dtype is cast, one of this is copied)."""
 
 
 def metric_names(source: Any, where: str, attribute: str = "episode_metrics"
@@ -101,7 +103,7 @@ def check_state(obs: Any, obs_dim: int, agents: int = 1) -> np.ndarray:
                              + (" (n_agents, obs_dim)" if agents > 1 else ""))
     if raw.dtype.kind not in "biuf":
         raise InterfaceError(f"state has dtype {raw.dtype}, expected real numbers")
-    if raw.dtype == np.float32:
+    if raw.dtype is FLOAT32:
         state = raw.copy()  # (the solver may reuse its array)
     else:
         with np.errstate(over="ignore"):  # beyond float32's range: inf, refused below
@@ -139,6 +141,8 @@ def check_step(answer: Any, obs_dim: int) -> tuple[np.ndarray, float, Status]:
 
 def _status(status: Any) -> Status:
     """A solver's status as :class:`Status`; InterfaceError for another value."""
+    if type(status) is Status:  # the common answer, without the enum's lookup
+        return status
     try:
         return Status(status)
     except (ValueError, TypeError):
