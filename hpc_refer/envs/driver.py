@@ -23,6 +23,7 @@ import numpy as np
 from hpc_refer.envs.calls import (
     BUILD_TIMEOUT,
     NO_VALUES,
+    OK,
     STEP_TIMEOUT,
     TRACE,
     Answer,
@@ -186,7 +187,7 @@ class TeamDriver:
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         """A new episode's first state (float32, validated)."""
-        state: np.ndarray = self._call("reset", seed, TeamCommand.RESET)
+        state: np.ndarray = self._call("reset", seed)
         if self.external and not self.step_names:
             self.step_names = tuple(self.env.step_metric_names)  # known after the handshake
             self._open_series()
@@ -216,7 +217,7 @@ class TeamDriver:
         solver times out in :class:`~hpc_refer.envs.external.ExternalEnv`. A rebuild due
         after a fault runs first, timed apart (see the class docstring).
         """
-        result, values = self._call("step", action, TeamCommand.STEP)
+        result, values = self._call("step", action)
         self._probed = True
         self.step_values = values
         if self.series is not None:
@@ -232,7 +233,7 @@ class TeamDriver:
         (n_agents,) float64, statuses (n_agents,) int64 of :class:`Status` values)."""
         return self.step(actions)  # type: ignore[return-value]
 
-    def _call(self, call: str, arg: Any, command: TeamCommand) -> Any:
+    def _call(self, call: str, arg: Any) -> Any:
         """``call`` made by the whole team, after the rebuild a fault left due, shown to the
         watchdog as :attr:`busy` while it runs; its result, or the fault it was (see
         :meth:`_settle`)."""
@@ -249,13 +250,13 @@ class TeamDriver:
                 answer, where = attempt(self.env, call, arg, self.state_dim, True, deadline,
                                         self.step_names, self.n_agents), ""
             else:
-                answer, where = self._team_call(call, arg, command, deadline)
+                answer, where = self._team_call(call, arg, deadline)
         except CallTimeout:  # in this process (a team's part is awaited in _team_call)
             self._check_started(call)
             answer, where = Answer(Outcome.ERROR, error=self._late(STEP_TIMEOUT, self.timeout)), ""
         finally:
             self.busy = None
-        if answer.outcome is Outcome.OK:
+        if answer.outcome is OK:
             self._faulty = False
             self._started = True
             return answer.result
@@ -308,16 +309,18 @@ class TeamDriver:
         except SolverFault as fault:
             raise SolverFault(f"{self.name}: {fault}") from None
 
-    def _team_call(self, call: str, arg: Any, command: TeamCommand, deadline: float | None
-                   ) -> tuple[Answer, str]:
+    def _team_call(self, call: str, arg: Any, deadline: float | None) -> tuple[Answer, str]:
         """The call made by every rank of the team: broadcast it (a reset's seed, -1 for
         None, or the step's action, as float64), make this rank's part, agree on the
         outcome, then take the state rank's result (or the failed rank's error). Returns the
         answer and, for an error, which rank it was on."""
         team = self.team
         assert team is not None
-        team.send_command(command, np.array([-1 if arg is None else arg], np.float64)
-                          if call == "reset" else np.asarray(arg, np.float64))
+        if call == "reset":
+            team.send_command(TeamCommand.RESET, np.array([-1 if arg is None else arg],
+                                                          np.float64))
+        else:
+            team.send_command(TeamCommand.STEP, np.asarray(arg, np.float64))
         try:
             answer, where = self._agree(
                 attempt(self.env, call, arg, self.state_dim, self.state_rank == 0, deadline,

@@ -242,6 +242,8 @@ class Actor:
         self._bounded, self._center, self._half = action_box(env.low, env.high)
         self._box = bool(self._bounded.all())
         self._squash = action_bounds is ActionBounds.TANH
+        self._lower, self._upper = (np.full(env.act_dim, x, np.float32) for x in (-1.0, 1.0))
+        """The clip's bounds as arrays (a Python float is converted anew at every call)."""
         self._ou = exploration is Exploration.OU
         self._noise = np.zeros((*self._agent_shape, env.act_dim))
         self._lanes = [Lane() for _ in range(self.n_agents)]
@@ -275,7 +277,8 @@ class Actor:
     def to_env(self, u: np.ndarray) -> np.ndarray:
         """Map a Gaussian sample u to the environment's action box."""
         # (np.minimum of np.maximum: np.clip's Python wrapper costs more than the two ufuncs)
-        squashed = np.tanh(u) if self._squash else np.minimum(np.maximum(u, -1.0), 1.0)
+        squashed = (np.tanh(u) if self._squash
+                    else np.minimum(np.maximum(u, self._lower), self._upper))
         if self._box:
             return self._center + self._half * squashed
         return np.where(self._bounded, self._center + self._half * squashed, u)
