@@ -294,12 +294,10 @@ class Actor:
             mean, std, carry = self._numpy_step(obs)
         return mean, std if std.shape == mean.shape else np.broadcast_to(std, mean.shape), carry
 
-    def _row(self, state: np.ndarray, carry: np.ndarray | None) -> np.ndarray:
-        """The stored row of ``state``: the state itself, or [state, carry] for a recurrent
-        policy (the carry it enters the next step with,
-        :mod:`hpc_refer.algorithms.kit.recurrent`)."""
-        if carry is None:
-            return state
+    def _row(self, state: np.ndarray, carry: np.ndarray) -> np.ndarray:
+        """The stored row of ``state`` for a recurrent policy: [state, carry], the carry it
+        enters the next step with (:mod:`hpc_refer.algorithms.kit.recurrent`); a feed-forward
+        policy's row is the state itself."""
         return np.concatenate([state, carry], axis=-1).astype(np.float32)
 
     def _start(self, state: np.ndarray) -> np.ndarray:
@@ -336,7 +334,7 @@ class Actor:
                 self._seed = None
                 self._noise[:] = 0.0
                 self._running = list(range(self.n_agents))
-            u, mean, std, nxt, reward, status = self._transition(self._obs, explore=True)
+            u, mean, std, nxt, reward, status = self._transition(self._obs, True)
         except SolverFault as fault:
             self._count_fault(fault, "episode ended and environment reset")
             self._end_simulation()
@@ -382,7 +380,7 @@ class Actor:
         u = (mean + std * self._draw(mean.shape)).astype(np.float32) if explore else mean
         nxt, reward, status = self.env.step(self.to_env(u))
         self._faults_in_a_row = 0
-        return u, mean, std, self._row(nxt, carry), reward, status
+        return u, mean, std, nxt if carry is None else self._row(nxt, carry), reward, status
 
     def _close_lanes(self, ended: list[int], finals: Sequence[np.ndarray],
                      statuses: Sequence[Any]) -> None:
@@ -504,7 +502,7 @@ class Actor:
         ret, length = [0.0] * self.n_agents, [0] * self.n_agents
         running = list(range(self.n_agents))
         while running:
-            *_, obs, reward, status = self._transition(obs, explore=False)
+            *_, obs, reward, status = self._transition(obs, False)
             rewards, statuses = ((reward,), (status,)) if self._one else (reward, status)
             for i in running:
                 ret[i] += float(rewards[i])
