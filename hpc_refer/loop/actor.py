@@ -80,6 +80,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numba
 import numpy as np
 
 from hpc_refer.algorithms.kit.networks import BehaviourPolicy, load_flat_state
@@ -162,9 +163,10 @@ class Lane:
                           else [])
 
         def rows(x: list[np.ndarray]) -> np.ndarray:
-            return np.stack(x).astype(np.float32) if x else np.empty((0, act_dim), np.float32)
+            # (np.array of the rows: np.stack's Python loop over them cost 1 us per step)
+            return np.array(x, np.float32) if x else np.empty((0, act_dim), np.float32)
 
-        chunk = Chunk(obs=np.stack(obs).astype(np.float32), act=rows(self.act),
+        chunk = Chunk(obs=np.array(obs, np.float32), act=rows(self.act),
                       rew=np.asarray(self.rew, np.float32), mu_mean=rows(self.mean),
                       mu_std=rows(self.std), end=end, source=source, agent=agent)
         self.obs, self.act, self.rew, self.mean, self.std = [], [], [], [], []
@@ -174,7 +176,7 @@ class Lane:
         """The lane for a checkpoint: its pending steps as arrays (float32 rows, float64
         rewards: exact copies), its return, length and whether chunks of it were sent."""
         def rows(x: list[np.ndarray], width: int) -> np.ndarray:
-            return np.stack(x) if x else np.empty((0, width), np.float32)
+            return np.array(x) if x else np.empty((0, width), np.float32)
 
         return {"pending": {"obs": rows(self.obs, obs_dim), "act": rows(self.act, act_dim),
                             "rew": np.asarray(self.rew, np.float64),
@@ -196,6 +198,25 @@ class Lane:
 
 Outgoing = tuple[Chunk, EpisodeRecord | None]
 """A chunk waiting in the outbox, with the episode it ends."""
+
+
+@numba.njit(cache=True, nogil=True)
+def clipped_into_box(u: np.ndarray, center: np.ndarray, half: np.ndarray) -> np.ndarray:
+    """c + h min(max(u, -1), 1) over the last axis of u ([..., A], float32 or float64), as
+    float64: the numbers of ``c + h * np.minimum(np.maximum(u, -1), 1)`` bit for bit (the
+    clipped value exactly in u's precision, then the product and the sum rounded once each
+    in float64; nan stays nan), in one compiled call where those four ufunc calls cost
+    twice as much of an actor's step."""
+    out = np.empty(u.shape, np.float64)
+    for index in np.ndindex(u.shape):
+        x = float(u[index])  # (exact: float32 widens without rounding)
+        if x < -1.0:
+            x = -1.0
+        elif x > 1.0:
+            x = 1.0
+        j = index[-1]
+        out[index] = center[j] + half[j] * x
+    return out
 
 
 def action_box(low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -275,7 +296,10 @@ class Actor:
         self._limit = min(self.chunk_len, steps)
 
     def to_env(self, u: np.ndarray) -> np.ndarray:
-        """Map a Gaussian sample u to the environment's action box."""
+        """Map a Gaussian sample u to the environment's action box: c + h clip(u, -1, 1) or
+        c + h tanh(u) on its bounded dimensions (:func:`action_box`), u itself on the others."""
+        if self._box and not self._squash:
+            return clipped_into_box(u, self._center, self._half)  # type: ignore[no-any-return]
         # (np.minimum of np.maximum: np.clip's Python wrapper costs more than the two ufuncs)
         squashed = (np.tanh(u) if self._squash
                     else np.minimum(np.maximum(u, self._lower), self._upper))
