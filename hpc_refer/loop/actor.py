@@ -76,7 +76,6 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -366,26 +365,28 @@ class Actor:
         except SolverFailure as failure:
             self._interrupted = True
             raise self._failed(failure) from failure
-        rows: tuple[Any, ...] = (  # per agent; the single-agent form is agent 0's row
-            ((self._obs,), (u,), (mean,), (std,), (nxt,), (reward,), (status,)) if self._one
-            else (self._obs, u, mean, std, nxt, reward, status))
-        states, acts, means, stds, finals, rewards, statuses = rows
-        ended: list[int] = []
+        obs = self._obs
+        ended: list[tuple[int, ChunkEnd]] = []
         for i in self._running:
             lane = self._lanes[i]
-            r = float(rewards[i])
-            lane.obs.append(states[i])
-            lane.act.append(acts[i])
+            if self._one:  # the single-agent form: the answers are agent 0's own
+                state, act, r, mu, sigma, done = obs, u, reward, mean, std, status
+            else:
+                state, act, r, mu, sigma, done = (obs[i], u[i], float(reward[i]), mean[i],
+                                                  std[i], status[i])
+            lane.obs.append(state)
+            lane.act.append(act)
             lane.rew.append(r)
-            lane.mean.append(means[i])
-            lane.std.append(stds[i])
+            lane.mean.append(mu)
+            lane.std.append(sigma)
             lane.ret += r
             lane.length += 1
-            if statuses[i] != CONTINUE:
-                ended.append(i)
+            if done != CONTINUE:
+                ended.append((i, ChunkEnd.TERMINATED if done == TERMINAL
+                              else ChunkEnd.TRUNCATED))
         self._unsent += len(self._running)
         if ended:
-            self._close_lanes(ended, finals, statuses)
+            self._close_lanes(ended, nxt)
         self._obs = nxt if self._running else None
         if self._obs is not None and self._unsent >= self._limit:
             self._send_open()
@@ -406,19 +407,18 @@ class Actor:
         self._faults_in_a_row = 0
         return u, mean, std, nxt if carry is None else self._row(nxt, carry), reward, status
 
-    def _close_lanes(self, ended: list[int], finals: Sequence[np.ndarray],
-                     statuses: Sequence[Any]) -> None:
-        """The agents ``ended`` finished their episodes at this step: each one's last chunk
-        (at its final row of ``finals``) and record to the outbox. The simulation's metric
-        values go with them when no agent goes on (nan otherwise)."""
-        for i in ended:
+    def _close_lanes(self, ended: list[tuple[int, ChunkEnd]], nxt: np.ndarray) -> None:
+        """The agents ``ended`` finished their episodes at this step (how each chunk ends):
+        each one's last chunk (at its final row of ``nxt``) and record to the outbox. The
+        simulation's metric values go with them when no agent goes on (nan otherwise)."""
+        finals = (nxt,) if self._one else nxt
+        for i, _ in ended:
             self._running.remove(i)
         values = (self.env.end_episode() if not self._running
                   else (float("nan"),) * len(self.env.metric_names))
-        for i in ended:
+        for i, end in ended:
             lane = self._lanes[i]
             record = EpisodeRecord(lane.ret, lane.length, values, CLOCK.now(), i)
-            end = ChunkEnd.TERMINATED if statuses[i] == TERMINAL else ChunkEnd.TRUNCATED
             self._unsent -= len(lane.act)
             self._outbox.append((lane.chunk(end, finals[i], self.env.act_dim, self.source, i),
                                  record))
