@@ -4,8 +4,8 @@ per agent, measured on a solver that costs nothing (so the actor's own work is a
 
     python bench/bench_agents_actor.py [--agents 2 8 32 128] [--steps 2000] [--repeats 5]
 
-For each N: transitions/s of :class:`~hpc_refer.loop.agents_actor.AgentsActor` as it is (one
-batched numpy forward per step) and of the same actor with one forward per agent, interleaved
+For each N: transitions/s of :class:`~hpc_refer.loop.actor.Actor` as it is (one batched numpy
+forward per step over its N lanes) and of the same actor with one forward per agent, interleaved
 in one run so that their ratio holds on a loaded machine (2 x 128 softsign V-RACER network,
 obs_dim 8, act_dim 1, chunks of 256). Writes bench/results/agents_actor.json (``--out``:
 another directory). ``--smoke``: N = 2 and 4, 100 steps, one repeat (bench/common.py).
@@ -28,7 +28,7 @@ from hpc_refer.config.modes import ActionBounds
 from hpc_refer.config.tables import NetworkShape
 from hpc_refer.envs import TeamDriver
 from hpc_refer.envs.interface import Status
-from hpc_refer.loop.agents_actor import AgentsActor
+from hpc_refer.loop.actor import Actor
 
 OBS, ACT = 8, 1
 
@@ -61,7 +61,7 @@ class Free:
         """Nothing to release."""
 
 
-class PerAgentActor(AgentsActor):
+class PerAgentActor(Actor):
     """The actor of agents with one policy call per agent (what batching replaces)."""
 
     def _policy(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -70,7 +70,7 @@ class PerAgentActor(AgentsActor):
         return np.stack([m for m, _, _ in rows]), np.stack([s for _, s, _ in rows]), carry
 
 
-def rate(cls: type[AgentsActor], agents: int, steps: int) -> float:
+def rate(cls: type[Actor], agents: int, steps: int) -> float:
     """Transitions per second of ``steps`` simulation steps."""
     env = TeamDriver(Free(agents=agents), None)
     torch.manual_seed(0)
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     for n in args.agents:
         batched, per_agent = [], []
         for _ in range(args.repeats):
-            batched.append(rate(AgentsActor, n, args.steps))
+            batched.append(rate(Actor, n, args.steps))
             per_agent.append(rate(PerAgentActor, n, args.steps))
         out[str(n)] = {"batched_transitions_per_s": median(batched),
                        "per_agent_transitions_per_s": median(per_agent),

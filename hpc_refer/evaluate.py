@@ -35,8 +35,7 @@ from hpc_refer.config.resolve import build_config, load_toml
 from hpc_refer.envs.driver import serve_team
 from hpc_refer.envs.interface import SolverStartError
 from hpc_refer.envs.registry import SolverSpec, env_kind, make_driver
-from hpc_refer.loop.actor import action_box
-from hpc_refer.loop.agents_actor import actor_for
+from hpc_refer.loop.actor import Actor, action_box
 from hpc_refer.loop.checkpoint import CheckpointError
 from hpc_refer.loop.policy_file import load_policy
 from hpc_refer.parallel.solver_link import MpiLinks
@@ -60,7 +59,7 @@ def statistics(episodes: list[EpisodeRecord], names: tuple[str, ...]) -> dict[st
     for i, name in enumerate(names):
         out[f"{name}_mean"] = float(np.mean([e.values[i] for e in episodes]))
     agents = 1 + max((e.agent for e in episodes), default=0)
-    if agents > 1:  # one record per agent and simulation, in agent order (AgentsActor)
+    if agents > 1:  # one record per agent and simulation, in agent order (Actor.evaluate)
         per_sim = returns.reshape(-1, agents)
         out.update(agents=agents, return_mean_per_agent=per_sim.mean(axis=0).tolist(),
                    summed_return_mean=float(per_sim.sum(axis=1).mean()),
@@ -203,13 +202,13 @@ def main(argv: list[str] | None = None) -> int:
             action = baseline_action(args.baseline, env.low, env.high)
             reference = ConstantAction(action, env.low, env.high,
                                        config.action_bounds is ActionBounds.TANH)
-        actor = actor_for(env, saved.policy, config.action_bounds, args.seed,
-                          config.run.chunk_len, max_failures=config.run.max_env_failures)
+        actor = Actor(env, saved.policy, config.action_bounds, args.seed,
+                      config.run.chunk_len, max_failures=config.run.max_env_failures)
         episodes = actor.evaluate(args.episodes, seed=args.seed)
         if reference is not None:
-            uncontrolled = actor_for(env, reference, config.action_bounds, args.seed,
-                                     config.run.chunk_len,
-                                     max_failures=config.run.max_env_failures)
+            uncontrolled = Actor(env, reference, config.action_bounds, args.seed,
+                                 config.run.chunk_len,
+                                 max_failures=config.run.max_env_failures)
             baseline = uncontrolled.evaluate(args.episodes, seed=args.seed)
     except ConfigError as err:
         print(f"hpc_refer.evaluate: error: {err}", file=sys.stderr)

@@ -35,7 +35,7 @@ from hpc_refer.envs.checks import InterfaceError, agents_of, check_agents_step, 
 from hpc_refer.envs.interface import SolverFault
 from hpc_refer.envs.registry import SolverSpec, make_driver
 from hpc_refer.evaluate import main as evaluate_main
-from hpc_refer.loop.agents_actor import AgentsActor, actor_for
+from hpc_refer.loop.actor import Actor
 from hpc_refer.replay.kernels import HAS_ACTION
 from hpc_refer.replay.shard import ReplayShard
 from hpc_refer.report.agents import agent_count, simulations
@@ -103,17 +103,15 @@ def test_an_agent_count_that_changes_in_a_rebuild_fails_the_environment(in_tmp):
 
 # --- the actor -------------------------------------------------------------------------
 
-def points_actor(agents: int = 3, chunk_len: int = 12, **params: object) -> AgentsActor:
+def points_actor(agents: int = 3, chunk_len: int = 12, **params: object) -> Actor:
     env = make_driver(SolverSpec("agents_envs:Points", params={"agents": agents, **params}),
                       None)
     torch.manual_seed(0)  # the same policy copy in every actor (a learner's would be loaded)
     net = GaussianPolicyValueNet(Points.obs_dim, Points.act_dim, NetworkShape((8,)), sigma_init=0.5)
-    actor = actor_for(env, net, ActionBounds.CLIP, seed=3, chunk_len=chunk_len, source=7)
-    assert isinstance(actor, AgentsActor)
-    return actor
+    return Actor(env, net, ActionBounds.CLIP, seed=3, chunk_len=chunk_len, source=7)
 
 
-def run_actor(actor: AgentsActor, messages: int, budgets: list[int] | None = None) -> list:
+def run_actor(actor: Actor, messages: int, budgets: list[int] | None = None) -> list:
     out = []
     for k in range(messages):
         actor.grant(budgets[k % len(budgets)] if budgets else actor.chunk_len)
@@ -192,7 +190,7 @@ def test_chunks_never_exceed_the_budget_and_every_step_is_sent_once():
     for k, (chunk, _) in enumerate(messages):
         assert 1 <= chunk.act.shape[0] <= budgets[k % 5]
     sent = sum(c.act.shape[0] for c, _ in messages)
-    pending = sum(len(lane.pending.act) for lane in actor._lanes)
+    pending = sum(len(lane.act) for lane in actor._lanes)
     held = sum(c.act.shape[0] for c, _ in actor._outbox)
     taken = sum(r.length for _, r in messages if r is not None) + sum(
         lane.length for lane in actor._lanes)
@@ -379,15 +377,15 @@ def test_any_budgets_keep_every_agents_steps_in_order(agents, horizon, chunk_len
     actor = points_actor(agents=agents, chunk_len=chunk_len, horizon=horizon,
                          fault_at=fault_at)
     taken = [0]
-    step_agents = actor.env.step_agents
+    step = actor.env.step
 
     def counted(actions):  # transitions answered: one per agent active in the step
-        active = int(actor._active.sum())
-        answer = step_agents(actions)
+        active = len(actor._running)
+        answer = step(actions)
         taken[0] += active
         return answer
 
-    actor.env.step_agents = counted
+    actor.env.step = counted
     messages = run_actor(actor, 40, budgets)
     for k, (chunk, record) in enumerate(messages):
         assert chunk.act.shape[0] <= min(chunk_len, budgets[k % len(budgets)])
@@ -402,7 +400,7 @@ def test_any_budgets_keep_every_agents_steps_in_order(agents, horizon, chunk_len
                 assert steps <= horizon + 3 * agent
                 steps = 0
     sent = sum(c.act.shape[0] for c, _ in messages)
-    pending = sum(len(lane.pending.act) for lane in actor._lanes)
+    pending = sum(len(lane.act) for lane in actor._lanes)
     held = sum(c.act.shape[0] for c, _ in actor._outbox)
     assert sent + pending + held == taken[0]
 

@@ -24,7 +24,12 @@ from hpc_refer.algorithms.kit.bodies import policy_with_body
 from hpc_refer.algorithms.registry import algorithm_class, make_algorithm
 from hpc_refer.config.resolve import build_config
 from hpc_refer.loop import checkpoint
-from hpc_refer.loop.actor import ACTOR_FORMAT, history_and_series
+from hpc_refer.loop.actor import (
+    ACTOR_FORMAT,
+    ONE_AGENT_LANE,
+    history_and_series,
+    lanes_for_every_actor,
+)
 from hpc_refer.loop.checkpoint import (
     MANIFEST_FORMAT,
     clock_and_tree_versions,
@@ -133,7 +138,7 @@ def test_every_owner_declares_its_current_version():
     assert {f.owner: f.version for f in (MANIFEST_FORMAT, LEARNER_FORMAT, REPLAY_FORMAT,
                                          LOOP_FORMAT, ACTOR_FORMAT, Algorithm.state_format)} == {
         "checkpoint manifest": 3, "learner": 2, "replay shard": 2, "learner loop": 2,
-        "actor": 2, "algorithm": 1}
+        "actor": 3, "algorithm": 1}
     assert MANIFEST_FORMAT.version == checkpoint.SCHEMA_VERSION
     assert MANIFEST_FORMAT.key == "schema_version"
     assert Algorithm.policy_format.version == 1  # a plug-in's own behaviour module
@@ -222,6 +227,32 @@ def test_actor_1_to_2_gives_schema_1_actors_no_history(name):
     assert "history" in out and "series" in out
     assert same({k: v for k, v in out.items() if k != "history"},
                 {k: v for k, v in tree.items() if k != "history"})
+
+
+@pytest.mark.parametrize("name", sorted(set(OLD) - {"schema2_agents"}))
+def test_actor_2_to_3_makes_a_one_agent_actors_episode_its_lane_0(name):
+    tree = pure(history_and_series, part(name, "actor-0.h5")["actor"])
+    assert "lanes" not in tree
+    out = pure(lanes_for_every_actor, tree)
+    assert same(out["lanes"], {"0": {k: tree[k] for k in ONE_AGENT_LANE}})
+    in_progress = tree["obs"] is not None
+    assert in_progress == (out["lanes"]["0"]["length"] > 0) and (in_progress or name in SCHEMA1)
+    assert same(out["active"], np.array([in_progress]))
+    assert out["outbox"] == {}
+    assert same(out["noise"], tree["noise"][None])
+    assert out["obs"] is None if not in_progress else same(out["obs"], tree["obs"][None])
+    assert same({k: v for k, v in out.items() if k not in ("lanes", "active", "outbox", "noise",
+                                                           "obs")},
+                {k: v for k, v in tree.items() if k not in (*ONE_AGENT_LANE, "noise", "obs")})
+
+
+def test_actor_2_to_3_keeps_the_lanes_of_an_actor_of_agents_and_drops_its_unused_episode():
+    tree = pure(history_and_series, part("schema2_agents", "actor-0.h5")["actor"])
+    assert tree["pending"]["act"].shape[0] == 0 and not tree["sent"]  # never used
+    out = pure(lanes_for_every_actor, tree)
+    assert same(out, {k: v for k, v in tree.items() if k not in ONE_AGENT_LANE})
+    assert len(out["lanes"]) == len(out["active"]) == 2 == out["obs"].shape[0]
+    assert out["noise"].shape == (2, 1)
 
 
 @pytest.mark.parametrize("name", sorted(OLD))

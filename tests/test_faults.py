@@ -536,7 +536,8 @@ def test_actor_checkpoint_round_trip_gives_identical_chunks(env_id, exploration,
     run(actor, k)
     tree = copy.deepcopy(actor.checkpoint_state())
     assert_state_tree(tree)
-    assert tree["env"] is not None and tree["pending"]["act"].shape == (k % 16, actor.env.act_dim)
+    assert tree["env"] is not None and tree["lanes"]["0"]["pending"]["act"].shape == (
+        k % 16, actor.env.act_dim)
     policy = flat_state(actor.net).copy()
     want = run(actor, m)
     fresh = gym_actor(env_id, 1, exploration)

@@ -21,7 +21,6 @@ from hpc_refer.envs.history import History, ObservationStack
 from hpc_refer.envs.registry import SolverSpec, env_kind, make_driver
 from hpc_refer.evaluate import main as evaluate_main
 from hpc_refer.loop.actor import Actor
-from hpc_refer.loop.agents_actor import actor_for
 from hpc_refer.loop.policy_file import load_policy
 
 
@@ -108,7 +107,7 @@ def test_agents_stack_their_own_states():
     env = make_driver(SolverSpec("agents_envs:Points", params={"agents": 3},
                                  history=History(2)), None)
     net = GaussianPolicyValueNet(env.obs_dim, env.act_dim, NetworkShape((8,)), sigma_init=0.5)
-    actor = actor_for(env, net, ActionBounds.CLIP, seed=3, chunk_len=6)
+    actor = Actor(env, net, ActionBounds.CLIP, seed=3, chunk_len=6)
     assert env.obs_dim == 4
     sent = run_actor(actor, 6)
     assert {chunk.agent for chunk, _ in sent} == {0, 1, 2}

@@ -29,7 +29,6 @@ from hpc_refer.config.tables import NetworkShape
 from hpc_refer.envs.registry import SolverSpec, make_driver
 from hpc_refer.evaluate import main as evaluate_main
 from hpc_refer.loop.actor import Actor
-from hpc_refer.loop.agents_actor import actor_for
 from hpc_refer.loop.learner import Learner
 from hpc_refer.replay.kernels import HAS_ACTION, TERMINAL
 from hpc_refer.replay.sequences import follow
@@ -183,7 +182,7 @@ def test_each_agent_carries_its_own_state():
     config = build_config({"vracer": {"cell": "gru", "cell_width": 4, "hidden": [8]}})
     net = algorithm_class("vracer").behaviour_policy(env.obs_dim, env.act_dim,
                                                      config.algorithm)
-    actor = actor_for(env, net, ActionBounds.CLIP, seed=3, chunk_len=6)
+    actor = Actor(env, net, ActionBounds.CLIP, seed=3, chunk_len=6)
     step = net.numpy_step()
     sent = run_actor(actor, 9)
     for chunk, _ in sent:

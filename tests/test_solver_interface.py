@@ -20,7 +20,9 @@ from hpc_refer.config.layout import SeedRole, role_seed
 from hpc_refer.config.modes import ConfigError
 from hpc_refer.config.resolve import build_config
 from hpc_refer.envs import TeamDriver
+from hpc_refer.envs.checks import all_finite, check_state
 from hpc_refer.envs.diffusion import HORIZON
+from hpc_refer.envs.interface import SolverFault
 from hpc_refer.envs.registry import SolverSpec, env_kind, make_driver
 from hpc_refer.report.series import read_series
 from hpc_refer.run.main import main as run_main
@@ -190,6 +192,23 @@ def test_after_the_probe_a_wrong_answer_is_a_counted_fault():
     from hpc_refer.envs import SolverFault
     with pytest.raises(SolverFault, match="reward has shape"):
         env.step(np.zeros(4))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("shape", [(17,), (3, 5)])
+def test_a_non_finite_value_anywhere_in_a_state_is_found(bad, shape):
+    """check_state's one-dot-product test: a state of float32's largest values is finite, and
+    one nan or +-inf in any place of it (of one agent or several) is not."""
+    agents, obs_dim = (1, *shape) if len(shape) == 1 else shape
+    for k in range(int(np.prod(shape))):
+        state = np.full(shape, np.finfo(np.float32).max, np.float32)
+        state.reshape(-1)[k % 2] *= -1
+        assert all_finite(state)
+        state.reshape(-1)[k] = bad
+        assert not all_finite(state)
+        with pytest.raises(SolverFault, match=r"is not finite in float32 \(1 such values\)"):
+            check_state(state, obs_dim, agents)
+    assert all_finite(np.zeros(0, np.float32))
 
 
 def test_the_interface_names_import_without_gymnasium():

@@ -53,6 +53,11 @@ class Outcome(IntEnum):
     ERROR = 2
 
 
+OK = Outcome.OK
+"""(A module constant for the answer of every valid step: a member read through its enum
+class is a descriptor's lookup.)"""
+
+
 class Answer(NamedTuple):
     outcome: Outcome
     result: Any = None
@@ -68,14 +73,14 @@ NO_VALUES = np.zeros(0)
 """The step values of a solver without ``step_metrics`` (one array, not one per step)."""
 
 
-def guarded(work: Callable[[], Any], deadline: float | None) -> Answer:
-    """``work()`` (the solver's code and the checks of its answer) as an answer: OK with its
-    result, FINISHED for :class:`EnvironmentFinished`, ERROR for an exception (the text of a
-    :class:`SolverFault`, an :class:`InterfaceError`'s prefixed by :data:`INTERFACE`; any
-    other exception named with its type and traceback). :class:`CallTimeout` (the
+def guarded(work: Callable[..., Any], deadline: float | None, *args: Any) -> Answer:
+    """``work(*args)`` (the solver's code and the checks of its answer) as an answer: OK with
+    its result, FINISHED for :class:`EnvironmentFinished`, ERROR for an exception (the text
+    of a :class:`SolverFault`, an :class:`InterfaceError`'s prefixed by :data:`INTERFACE`;
+    any other exception named with its type and traceback). :class:`CallTimeout` (the
     ``deadline`` passed, see :func:`~hpc_refer.envs.timeouts.call_with_alarm`) propagates."""
     try:
-        return Answer(Outcome.OK, call_with_alarm(work, deadline))
+        return Answer(OK, call_with_alarm(work, deadline, *args))
     except EnvironmentFinished:
         return Answer(Outcome.FINISHED)
     except InterfaceError as fault:
@@ -94,23 +99,26 @@ def attempt(env: Any, call: str, arg: Any, obs_dim: int, check: bool,
     :func:`guarded` answers it; its answer validated when ``check``: the state (reset), or
     ((state, reward, status), the values of ``step_names`` from ``step_values()``) (step),
     in the form of a solver of ``agents`` agents (:func:`~hpc_refer.envs.checks.check_answer`)."""
-    def answer() -> Any:
-        result = getattr(env, call)(arg)
-        if not check:
-            return None
-        if call == "reset":
-            return check_state(result, obs_dim, agents)
-        values = check_values(env.step_values(), step_names) if step_names else NO_VALUES
-        return check_answer(result, obs_dim, agents), values
+    return guarded(_checked_call, deadline, env, call, arg, obs_dim, check, step_names, agents)
 
-    return guarded(answer, deadline)
+
+def _checked_call(env: Any, call: str, arg: Any, obs_dim: int, check: bool,
+                  step_names: tuple[str, ...], agents: int) -> Any:
+    """The solver's ``env.<call>(arg)`` and the checks of its answer (see :func:`attempt`)."""
+    result = getattr(env, call)(arg)
+    if not check:
+        return None
+    if call == "reset":
+        return check_state(result, obs_dim, agents)
+    values = check_values(env.step_values(), step_names) if step_names else NO_VALUES
+    return check_answer(result, obs_dim, agents), values
 
 
 def construct(factory: Callable[[Any], Any], team: Team | None,
                deadline: float | None) -> Answer:
     """One rank's construction ``factory(team)`` as :func:`guarded` answers it (the solver is
     the result); EnvironmentFinished, which only ``reset`` may raise, is an ERROR here."""
-    answer = guarded(lambda: factory(team), deadline)
+    answer = guarded(factory, deadline, team)
     if answer.outcome is Outcome.FINISHED:
         return Answer(Outcome.ERROR, error="raised EnvironmentFinished (only reset may)")
     return answer

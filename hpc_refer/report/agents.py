@@ -1,6 +1,6 @@
 """The run report's section on several agents in one simulation (``episodes.csv``'s
-``agent`` column, :mod:`hpc_refer.loop.agents_actor`): each agent's return and the return summed
-over the agents of each simulation, against environment steps.
+``agent`` column, the lanes of :mod:`hpc_refer.loop.actor`): each agent's return and the return
+summed over the agents of each simulation, against environment steps.
 
 A simulation's episodes are found from the rows alone: the rows of one actor (``rank``) in
 the order they were written hold each agent once per simulation, so a simulation ends where

@@ -27,7 +27,6 @@ from hpc_refer.envs.registry import SolverSpec, env_kind, make_driver
 from hpc_refer.envs.supervision import Watchdog, end_stuck_process
 from hpc_refer.loop.actor import Actor
 from hpc_refer.loop.actor_checkpoint import restore_actor, write_actor_part
-from hpc_refer.loop.agents_actor import actor_for
 from hpc_refer.loop.checkpoint import Resume
 from hpc_refer.loop.learner import Learner
 from hpc_refer.loop.learner_checkpoint import restore_learner
@@ -80,15 +79,14 @@ def make_learner(config: Config, obs_dim: int, act_dim: int, reducer: Reducer) -
 
 
 def make_actor(config: Config, env: TeamDriver, index: int, source: int) -> Actor:
-    """The actor of environment ``index`` with a fresh copy of the behaviour policy (one of
-    several agents' simulation for a solver that declares them, see
-    :mod:`hpc_refer.loop.agents_actor`)."""
+    """The actor of environment ``index`` (a lane per agent of its simulation, see
+    :mod:`hpc_refer.loop.actor`) with a fresh copy of the behaviour policy."""
     cls = algorithm_class(config.run.algorithm)
     net: BehaviourPolicy = cls.behaviour_policy(env.obs_dim, env.act_dim, config.algorithm)
-    return actor_for(env, net, config.action_bounds,
-                     role_seed(config.run.seed, SeedRole.ACTOR, index), config.run.chunk_len,
-                     source=source, exploration=config.algorithm.exploration,
-                     max_failures=config.run.max_env_failures)
+    return Actor(env, net, config.action_bounds,
+                 role_seed(config.run.seed, SeedRole.ACTOR, index), config.run.chunk_len,
+                 source=source, exploration=config.algorithm.exploration,
+                 max_failures=config.run.max_env_failures)
 
 
 def outputs_of(config: Config, run_dir: Path | None) -> dict[str, Any]:
