@@ -29,8 +29,8 @@ simulation's episode ends when every agent has finished; the next call is ``rese
 ``episode_values()`` and ``episode_field()`` belong to the simulation. One policy is shared by
 all agents of all environments; each agent's trajectory is an episode of its own in the
 replay (:class:`hpc_refer.loop.actor.Actor`, a lane per agent), and ``episodes.csv`` names its
-``agent``. The answers are checked as one agent's are, naming the field and the agent (``statuses[2] = 7 is
-unknown``); a count that is not an integer >= 1 is a start-up error, one that changes in a
+``agent``. The answers are checked as one agent's are, naming the field and the agent
+(``statuses[2] = 7 is unknown``); a count that is not an integer >= 1 is a start-up error, one that changes in a
 rebuild fails the environment. A PettingZoo ``ParallelEnv`` of homogeneous agents is such a
 solver through :class:`~hpc_refer.envs.pettingzoo_env.PettingZooEnv`.
 
