@@ -23,16 +23,16 @@ declares K agents with the same spaces (``obs_dim``, ``act_dim``, ``low``, ``hig
 agent's): ``reset`` returns states of shape (K, obs_dim), ``step`` receives actions of shape
 (K, act_dim) and returns (states (K, obs_dim), rewards (K,), statuses (K,)). An agent whose
 status is TERMINAL or TRUNCATED has finished its episode; it takes no further part in the
-simulation's episode (its rows of later actions are its policy mean, to be ignored; its rows
-of later answers are ignored, but checked to be finite: repeat its last state). The
-simulation's episode ends when every agent has finished; the next call is ``reset``.
-``episode_values()`` and ``episode_field()`` belong to the simulation. One policy is shared by
-all agents of all environments; each agent's trajectory is an episode of its own in the
-replay (:class:`hpc_refer.loop.actor.Actor`, a lane per agent), and ``episodes.csv`` names its
+simulation's episode (its rows of later actions are its policy mean, to be ignored; its rows of
+later answers are ignored, but checked to be finite: repeat its last state). The simulation's
+episode ends when every agent has finished; the next call is ``reset``. ``episode_values()``
+and ``episode_field()`` belong to the simulation. One policy is shared by all agents of all
+environments; each agent's trajectory is an episode of its own in the replay
+(:class:`hpc_refer.loop.actor.Actor`, a lane per agent), and ``episodes.csv`` names its
 ``agent``. The answers are checked as one agent's are, naming the field and the agent
-(``statuses[2] = 7 is unknown``); a count that is not an integer >= 1 is a start-up error, one that changes in a
-rebuild fails the environment. A PettingZoo ``ParallelEnv`` of homogeneous agents is such a
-solver through :class:`~hpc_refer.envs.pettingzoo_env.PettingZooEnv`.
+(``statuses[2] = 7 is unknown``); a count that is not an integer >= 1 is a start-up error, one
+that changes in a rebuild fails the environment. A PettingZoo ``ParallelEnv`` of homogeneous
+agents is such a solver through :class:`~hpc_refer.envs.pettingzoo_env.PettingZooEnv`.
 
 Parameters. The run's ``[env]`` table (``--env.KEY VALUE``) is given to the constructor as
 keyword arguments, checked at start-up against its signature by its kind
