@@ -26,7 +26,7 @@ from common import median, parse, smoke, write
 from hpc_refer.algorithms.vracer import GaussianPolicyValueNet
 from hpc_refer.config.modes import ActionBounds
 from hpc_refer.config.tables import NetworkShape
-from hpc_refer.envs import TeamDriver
+from hpc_refer.envs.driver import TeamDriver
 from hpc_refer.envs.interface import Status
 from hpc_refer.loop.actor import Actor
 

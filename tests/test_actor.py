@@ -13,7 +13,7 @@ from hpc_refer.algorithms.vracer import GaussianPolicyValueNet, VRacer
 from hpc_refer.config.modes import ActionBounds
 from hpc_refer.config.resolve import build_config
 from hpc_refer.config.tables import NetworkShape
-from hpc_refer.envs import TeamDriver
+from hpc_refer.envs.driver import TeamDriver
 from hpc_refer.envs.external import SolverFault
 from hpc_refer.envs.gym_env import GymEnv, Status
 from hpc_refer.loop.actor import Actor, clipped_into_box

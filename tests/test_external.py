@@ -35,7 +35,7 @@ from hpc_refer.client import (
 )
 from hpc_refer.config.modes import ConfigError
 from hpc_refer.config.resolve import build_config
-from hpc_refer.envs import TeamDriver
+from hpc_refer.envs.driver import TeamDriver
 from hpc_refer.envs.external import (
     ExternalEnv,
     ExternalSolverError,
@@ -465,7 +465,8 @@ STUCK_DRIVER = """
 import sys, time
 import numpy as np
 from mpi4py import MPI
-from hpc_refer.envs import SolverFailure, SolverStartError, TeamDriver
+from hpc_refer.envs.driver import TeamDriver
+from hpc_refer.envs.interface import SolverFailure, SolverStartError
 from hpc_refer.envs.external import ExternalEnv
 from hpc_refer.parallel.solver_link import MpiLinks
 

@@ -32,7 +32,7 @@ from hpc_refer.client import (
     TRUNCATED,
     Client,
 )
-from hpc_refer.envs import TeamDriver
+from hpc_refer.envs.driver import TeamDriver
 from hpc_refer.envs.external import ExternalEnv, ExternalSolverError, SolverFault
 from hpc_refer.envs.interface import SolverStartError
 
@@ -352,7 +352,8 @@ def test_a_step_gives_each_agent_its_row_of_the_action():
 DRIVER = """
 import json, sys
 import numpy as np
-from hpc_refer.envs import SolverFault, TeamDriver
+from hpc_refer.envs.driver import TeamDriver
+from hpc_refer.envs.interface import SolverFault
 from hpc_refer.envs.external import ExternalEnv
 from hpc_refer.parallel.solver_link import MpiLinks
 

@@ -22,17 +22,11 @@ from hpc_refer.algorithms.kit.networks import flat_state
 from hpc_refer.algorithms.vracer import GaussianPolicyValueNet
 from hpc_refer.config.modes import ActionBounds, ConfigError, Exploration
 from hpc_refer.config.tables import NetworkShape
-from hpc_refer.envs import (
-    SolverFailure,
-    SolverFault,
-    SolverStartError,
-    TeamDriver,
-    check_step,
-    serve_team,
-)
 from hpc_refer.envs.calls import factory_label, start_solver
+from hpc_refer.envs.checks import check_step
+from hpc_refer.envs.driver import TeamDriver, serve_team
 from hpc_refer.envs.gym_env import GymEnv, Status
-from hpc_refer.envs.interface import TeamCommand
+from hpc_refer.envs.interface import SolverFailure, SolverFault, SolverStartError, TeamCommand
 from hpc_refer.envs.registry import SolverSpec, make_driver
 from hpc_refer.envs.timeouts import CallTimeout, call_with_alarm, deadline_after, poll_until
 from hpc_refer.loop.actor import Actor

@@ -26,8 +26,8 @@ from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.config.modes import ActionBounds, ConfigError, KLDirection, ReferMode
 from hpc_refer.config.resolve import build_config
 from hpc_refer.config.tables import ReferConfig
-from hpc_refer.envs import TeamDriver
 from hpc_refer.envs.diffusion import Diffusion1D
+from hpc_refer.envs.driver import TeamDriver
 from hpc_refer.loop.actor import Actor
 from hpc_refer.loop.learner import Learner
 from hpc_refer.replay.near import NearBounds, is_far

@@ -308,8 +308,8 @@ def test_a_solver_gathering_its_state_on_another_rank():
     the same states, rewards and statuses as from the one-rank solver."""
     from mpi_envs import GatheredOnLastRank
 
-    from hpc_refer.envs import TeamDriver, serve_team
     from hpc_refer.envs.diffusion import Diffusion1D
+    from hpc_refer.envs.driver import TeamDriver, serve_team
     from hpc_refer.parallel.world import MpiTeam
 
     team = MpiTeam(COMM)
@@ -330,8 +330,8 @@ def test_a_solver_gathering_its_state_on_another_rank():
 
 def test_a_state_rank_outside_the_team_is_refused():
     from hpc_refer.config.modes import ConfigError
-    from hpc_refer.envs import TeamDriver
     from hpc_refer.envs.diffusion import Diffusion1D
+    from hpc_refer.envs.driver import TeamDriver
 
     env = Diffusion1D(None)
     env.state_rank = 1

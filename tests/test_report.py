@@ -18,7 +18,7 @@ from output_lines import one_error_line
 
 from hpc_refer.algorithms.ddpg import DDPG
 from hpc_refer.config.resolve import build_config
-from hpc_refer.envs import TeamDriver
+from hpc_refer.envs.driver import TeamDriver
 from hpc_refer.envs.ks import HORIZON, KuramotoSivashinsky, N
 from hpc_refer.report.build import Run, main, render, write_run_report
 from hpc_refer.report.metrics import RunDirectory, machine_info

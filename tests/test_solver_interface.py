@@ -19,9 +19,9 @@ from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.config.layout import SeedRole, role_seed
 from hpc_refer.config.modes import ConfigError
 from hpc_refer.config.resolve import build_config
-from hpc_refer.envs import TeamDriver
 from hpc_refer.envs.checks import all_finite, check_state
 from hpc_refer.envs.diffusion import HORIZON
+from hpc_refer.envs.driver import TeamDriver
 from hpc_refer.envs.interface import SolverFault
 from hpc_refer.envs.registry import SolverSpec, env_kind, make_driver
 from hpc_refer.report.series import read_series

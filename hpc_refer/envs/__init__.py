@@ -136,8 +136,9 @@ which the run report draws (KS: u(x, t)).
 
 from __future__ import annotations
 
-from hpc_refer.envs.checks import check_step
-from hpc_refer.envs.driver import TeamDriver, serve_team
+# The solver writer's names (solvers/README.md: ``from hpc_refer.envs import SolverFault,
+# Status``): the one facade of the package, kept for users' solvers; hpc_refer's own modules
+# import them from hpc_refer.envs.interface, their address.
 from hpc_refer.envs.interface import (
     EnvironmentFinished,
     SolverFailure,
@@ -154,7 +155,4 @@ __all__ = [
     "SolverStartError",
     "Status",
     "Team",
-    "TeamDriver",
-    "check_step",
-    "serve_team",
 ]

@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
-from hpc_refer.envs import TeamDriver
 from hpc_refer.envs.calls import BUILD_TIMEOUT, STEP_TIMEOUT
+from hpc_refer.envs.driver import TeamDriver
 from hpc_refer.report.metrics import RunDirectory
 
 

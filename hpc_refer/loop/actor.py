@@ -85,7 +85,7 @@ import numpy as np
 from hpc_refer.algorithms.kit.networks import BehaviourPolicy, load_flat_state
 from hpc_refer.config.modes import ActionBounds, Exploration
 from hpc_refer.config.tables import RunConfig
-from hpc_refer.envs import TeamDriver
+from hpc_refer.envs.driver import TeamDriver
 from hpc_refer.envs.external import SolverFailure, SolverFault
 from hpc_refer.envs.interface import Status
 from hpc_refer.report.clock import CLOCK

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from hpc_refer.config.resolve import Config
-from hpc_refer.envs import EnvironmentFinished, SolverFailure
+from hpc_refer.envs.interface import EnvironmentFinished, SolverFailure
 from hpc_refer.envs.supervision import STOP
 from hpc_refer.loop.actor import Actor
 from hpc_refer.loop.actor_checkpoint import write_actor_part
