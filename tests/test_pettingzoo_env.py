@@ -508,3 +508,23 @@ def test_a_parallel_env_on_a_team_of_two_trains_checkpoints_resumes_and_evaluate
     assert done.returncode == 0, done.stderr[-3000:]
     stats = json.loads((run / "evaluation.json").read_text())
     assert stats["agents"] == 3 and stats["episodes"] == 6 and stats["env_step"] == 600
+
+
+def test_a_parallel_env_of_one_agent_answers_in_the_single_agent_form(in_tmp):
+    """n_agents = 1 is the solver interface's single-agent form: a state (obs_dim,), a float
+    reward and a Status; it trains end to end as a one-agent environment."""
+    env = adapter(n_agents=1, max_cycles=3)
+    state = env.reset(seed=0)
+    assert state.shape == (env.obs_dim,) and state.dtype == np.float32
+    nxt, reward, status = env.step(np.zeros(env.act_dim))
+    assert nxt.shape == (env.obs_dim,) and isinstance(reward, float)
+    assert status is Status.CONTINUE
+    from hpc_refer.run.main import main as run_main
+
+    assert run_main(["--env", ID, "--env.n_agents", "1", "--env.max_cycles", "12",
+                     "--steps", "300", "--replay.size", "1000", "--replay.learn-start", "100",
+                     "--vracer.batch", "16", "--vracer.hidden", "8,8", "--run-dir", "one"]) == 0
+    with (in_tmp / "one" / "episodes.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert rows and {r["agent"] for r in rows} == {"0"}
+    assert all(1 <= int(r["length"]) <= 12 for r in rows)

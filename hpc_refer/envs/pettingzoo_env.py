@@ -15,6 +15,10 @@ The interface it offers (every array in ``possible_agents`` order)::
                                                     int64 (n_agents,) of Status
     close()
 
+A ParallelEnv of one agent answers in the interface's single-agent form (a state of shape
+(obs_dim,), a float reward, a Status; an action of shape (act_dim,)), as the solver interface
+asks of n_agents = 1, so that it runs as any one-agent environment.
+
 Homogeneous agents. Every agent's observation space and action space must be a gymnasium
 ``Box`` of the same shape and the same bounds as the first agent's (and the same dtype for
 actions), the action space a continuous (floating-point) Box; otherwise the construction is
@@ -166,7 +170,22 @@ class PettingZooEnv:
         return flat
 
     def reset(self, seed: int | None = None) -> np.ndarray:
-        """Every agent's first observation, (n_agents, obs_dim) float32."""
+        """Every agent's first observation, (n_agents, obs_dim) float32; (obs_dim,) for a
+        ParallelEnv of one agent (the single-agent form of the solver interface)."""
+        states = self._reset_agents(seed)
+        return states[0] if self.n_agents == 1 else states
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, Any, Any]:
+        """One step of every agent still active: (states, rewards, statuses), see the module
+        docstring; for a ParallelEnv of one agent the single-agent form: the action
+        (act_dim,) in, (state (obs_dim,), reward, Status) out."""
+        if self.n_agents > 1:
+            return self._step_agents(np.asarray(actions))
+        states, rewards, statuses = self._step_agents(np.asarray(actions).reshape(1, -1))
+        return states[0], float(rewards[0]), Status(int(statuses[0]))
+
+    def _reset_agents(self, seed: int | None) -> np.ndarray:
+        """:meth:`reset` in the (n_agents, obs_dim) form whatever the count."""
         obs, _ = self.env.reset(seed=seed)
         if not self._reads:  # another team rank reads the answer
             self._reset_once = True
@@ -185,9 +204,8 @@ class PettingZooEnv:
         self._reset_once = True
         return states.copy()
 
-    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """One step of every agent still active: (states, rewards, statuses), see the
-        module docstring."""
+    def _step_agents(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`step` in the (n_agents, ...) form whatever the count."""
         if not self._reset_once:
             raise RuntimeError(f"{self.env_id}: step before the first reset")
         actions = np.asarray(actions)
