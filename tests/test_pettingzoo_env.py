@@ -81,9 +81,10 @@ class PointMasses(ParallelEnv):
         if set(actions) != set(self.agents):
             raise ValueError(f"actions for {sorted(actions)}, expected {self.agents}")
         self.cycles += 1
+        moves = self._moves(actions)
         obs, rewards, terms, truncs = {}, {}, {}, {}
         for a in self.agents:
-            self.pos[a] = self.pos[a] + self.speed * np.clip(actions[a], -1.0, 1.0)
+            self.pos[a] = self.pos[a] + moves[a]
             dist = float(np.linalg.norm(self.target[a] - self.pos[a]))
             obs[a], rewards[a] = self._observe(a), -dist
             terms[a] = dist < self.radius
@@ -91,6 +92,10 @@ class PointMasses(ParallelEnv):
         infos = {a: {} for a in self.agents}
         self.agents = [a for a in self.agents if not (terms[a] or truncs[a])]
         return obs, rewards, terms, truncs, infos
+
+    def _moves(self, actions: dict) -> dict:
+        """Each active agent's displacement: speed times its action clipped to [-1, 1]."""
+        return {a: self.speed * np.clip(actions[a], -1.0, 1.0) for a in self.agents}
 
 
 def point_masses(**params: Any) -> PointMasses:
@@ -116,10 +121,8 @@ class SplitPointMasses(PointMasses):
         obs, infos = super().reset(seed, options)  # every rank draws the targets from the seed
         return (obs, infos) if self._answers() else ({}, {})
 
-    def step(self, actions: dict) -> tuple[dict, dict, dict, dict, dict]:
-        if set(actions) != set(self.agents):
-            raise ValueError(f"actions for {sorted(actions)}, expected {self.agents}")
-        self.cycles += 1
+    def _moves(self, actions: dict) -> dict:
+        """Rank r computes the moves of its agents, the team sums them."""
         size, rank = (1, 0) if self.team is None else (self.team.size, self.team.rank)
         moves = np.zeros((len(self.possible_agents), 2))
         for i, a in enumerate(self.possible_agents):
@@ -127,20 +130,11 @@ class SplitPointMasses(PointMasses):
                 moves[i] = self.speed * np.clip(actions[a], -1.0, 1.0)
         if self.team is not None:
             moves = self.team.sum_array(moves.reshape(-1)).reshape(moves.shape)
-        obs, rewards, terms, truncs = {}, {}, {}, {}
-        for i, a in enumerate(self.possible_agents):
-            if a not in self.agents:
-                continue
-            self.pos[a] = self.pos[a] + moves[i]
-            dist = float(np.linalg.norm(self.target[a] - self.pos[a]))
-            obs[a], rewards[a] = self._observe(a), -dist
-            terms[a] = dist < self.radius
-            truncs[a] = self.cycles >= self.max_cycles
-        infos = {a: {} for a in self.agents}
-        self.agents = [a for a in self.agents if not (terms[a] or truncs[a])]
-        if not self._answers():
-            return {}, {}, {}, {}, {}
-        return obs, rewards, terms, truncs, infos
+        return {a: moves[i] for i, a in enumerate(self.possible_agents) if a in self.agents}
+
+    def step(self, actions: dict) -> tuple[dict, dict, dict, dict, dict]:
+        answer = super().step(actions)
+        return answer if self._answers() else ({}, {}, {}, {}, {})
 
 
 def split_point_masses(team: Team | None = None, n_agents: int = 3,
