@@ -16,15 +16,15 @@ from torch.distributions.transforms import TanhTransform
 
 from hpc_refer.algorithms.kit.base import ReferTerms, TensorBatch
 from hpc_refer.algorithms.kit.networks import flat_state, gaussian_log_prob
-from hpc_refer.algorithms.kit.step import EagerStep
-from hpc_refer.algorithms.registry import ALGORITHMS, make_algorithm
-from hpc_refer.algorithms.sac import (
-    SAC,
-    actor_loss,
-    critic_target,
+from hpc_refer.algorithms.kit.soft import (
+    soft_actor_loss,
+    soft_target,
     squashed_log_prob,
     temperature_loss,
 )
+from hpc_refer.algorithms.kit.step import EagerStep
+from hpc_refer.algorithms.registry import ALGORITHMS, make_algorithm
+from hpc_refer.algorithms.sac import SAC
 from hpc_refer.algorithms.tables.sac import SACConfig
 from hpc_refer.config.modes import ActionBounds
 from hpc_refer.config.resolve import build_config
@@ -88,11 +88,11 @@ def test_critic_target_actor_and_temperature_losses_by_hand():
     rew, done = torch.tensor([1.0, 2.0]), torch.tensor([0.0, 1.0])
     q_next, log_pi_next = torch.tensor([3.0, 5.0]), torch.tensor([-1.0, 4.0])
     alpha = torch.tensor(0.5)
-    y = critic_target(rew, done, 0.9, q_next, alpha, log_pi_next)
+    y = soft_target(rew, done, 0.9, q_next, alpha, log_pi_next)
     torch.testing.assert_close(y, torch.tensor([1.0 + 0.9 * (3.0 + 0.5), 2.0]))
     log_pi = torch.tensor([-2.0, 1.0], requires_grad=True)
     q_pi = torch.tensor([4.0, -1.0], requires_grad=True)
-    l_pi = actor_loss(alpha.requires_grad_(), log_pi, q_pi)
+    l_pi = soft_actor_loss(alpha.requires_grad_(), log_pi, q_pi)
     torch.testing.assert_close(l_pi.detach(), torch.tensor([0.5 * -2.0 - 4.0, 0.5 + 1.0]))
     l_pi.sum().backward()
     assert alpha.grad is None, "alpha is held fixed in the actor's loss"
@@ -279,7 +279,7 @@ def test_modules_targets_and_optimizers_as_built():
 
 def test_critic_target_subtracts_alpha_times_log_pi_next():
     """y = r + gamma (1 - done) (q' - alpha log pi') where alpha / log pi' would differ."""
-    y = critic_target(torch.tensor([0.5, 1.0]), torch.tensor([0.0, 0.0]), 0.5,
+    y = soft_target(torch.tensor([0.5, 1.0]), torch.tensor([0.0, 0.0]), 0.5,
                       torch.tensor([2.0, -1.0]), torch.tensor(0.5), torch.tensor([2.0, -4.0]))
     torch.testing.assert_close(y, torch.tensor([0.5 + 0.5 * (2.0 - 1.0),
                                                 1.0 + 0.5 * (-1.0 + 2.0)]))

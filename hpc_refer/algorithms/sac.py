@@ -11,7 +11,7 @@ and the KL penalty of eq. 11 is the closed form between the two Gaussians: both 
 critics Q_i(s, a) (i = 1, 2, on the normalised action) with Polyak targets Q'_i, and the
 temperature alpha = exp(log alpha) tuned toward the target entropy H (Haarnoja et al. 2018b,
 sec. 5). Per sample k, with fresh samples u' ~ pi(.|s_{k+1}), u~ = m_w + sigma_w eps ~ pi(.|s_k)
-(reparameterised, eps ~ N(0, I)):
+(reparameterised, eps ~ N(0, I); the terms of :mod:`hpc_refer.algorithms.kit.soft`):
 
     log pi~(a|s) = log N(u; m, sigma^2) - sum_i log(1 - tanh(u_i)^2)   (2018a eq. 26: tanh)
     y_k     = r_{k+1} + gamma (1 - done_k) [min_i Q'_i(s', tanh u') - alpha log pi~(u'|s')]
@@ -37,10 +37,7 @@ cell step from the carry after step k.
 
 from __future__ import annotations
 
-import math
-
 import torch
-from torch import nn
 
 from hpc_refer.algorithms.kit.actors import SquashedGaussianActor
 from hpc_refer.algorithms.kit.base import Algorithm, Losses, TensorBatch, adam
@@ -54,49 +51,19 @@ from hpc_refer.algorithms.kit.refer import (
     refer_loss,
     rule1_mask,
 )
-from hpc_refer.algorithms.kit.shared import squared_td_loss, td_target
+from hpc_refer.algorithms.kit.shared import squared_td_loss
+from hpc_refer.algorithms.kit.soft import (
+    Temperature,
+    soft_actor_loss,
+    soft_target,
+    squashed_log_prob,
+    temperature_loss,
+)
 from hpc_refer.algorithms.registry import register
 from hpc_refer.algorithms.tables.sac import SACConfig
 from hpc_refer.config.tables import AlgorithmConfig, ReferConfig
 from hpc_refer.replay.near import NearBounds
 from hpc_refer.report.formats import TreeFormat
-
-
-def squashed_log_prob(u: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-    """log pi~(tanh u | s) = log N(u; m, sigma^2) - sum_i log(1 - tanh(u_i)^2) (Haarnoja et
-    al. 2018a, eq. 26), with log(1 - tanh(x)^2) = 2 (log 2 - x - softplus(-2 x)) for
-    stability."""
-    correction = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))
-    return gaussian_log_prob(u, mean, std) - correction.sum(-1)
-
-
-def critic_target(rew: torch.Tensor, done: torch.Tensor, gamma: float, q_next: torch.Tensor,
-                  alpha: torch.Tensor, log_pi_next: torch.Tensor) -> torch.Tensor:
-    """y_k = r_{k+1} + gamma (1 - done_k) [min_i Q'_i(s', a') - alpha log pi~(a'|s')], fixed
-    (``q_next`` is the minimum over the target critics)."""
-    return td_target(rew, done, gamma, q_next - alpha * log_pi_next)
-
-
-def actor_loss(alpha: torch.Tensor, log_pi: torch.Tensor, q_pi: torch.Tensor) -> torch.Tensor:
-    """Per-sample L_pi,k = alpha log pi~(u~|s_k) - min_i Q_i(s_k, tanh u~) (eq. 10 of
-    Haarnoja et al. 2018b), alpha held fixed; ``q_pi`` from critics with detached parameters,
-    so the gradient reaches the actor only (through the reparameterised u~)."""
-    return alpha.detach() * log_pi - q_pi
-
-
-def temperature_loss(log_alpha: torch.Tensor, log_pi: torch.Tensor,
-                     target: float) -> torch.Tensor:
-    """Per-sample L_alpha = -log alpha (log pi~(u~|s) + H), log pi~ held fixed (eq. 18 of
-    Haarnoja et al. 2018b, on log alpha): alpha grows while the entropy -log pi~ is below H."""
-    return -log_alpha * (log_pi.detach() + target)
-
-
-class Temperature(nn.Module):
-    """log alpha, a parameter of its own (its own Adam), so that alpha > 0."""
-
-    def __init__(self, alpha: float) -> None:
-        super().__init__()
-        self.log_alpha = nn.Parameter(torch.tensor(math.log(alpha)))
 
 
 @register
@@ -151,14 +118,15 @@ class SAC(Algorithm):
             u_next = m_next + s_next * torch.randn_like(m_next)
             a_next = torch.tanh(u_next)
             q_next = self.critics.min_target(next_obs, a_next)
-            y = critic_target(batch.rew, batch.done, self.config.gamma, q_next, alpha,
+            y = soft_target(batch.rew, batch.done, self.config.gamma, q_next, alpha,
                               squashed_log_prob(u_next, m_next, s_next))
         act = torch.tanh(batch.act)
         q1, q2 = self.critics(obs, act)
         l_q = squared_td_loss(y, q1) + squared_td_loss(y, q2)
         u = mean + std * torch.randn_like(mean)
         log_pi = squashed_log_prob(u, mean, std)
-        l_pi = actor_loss(alpha, log_pi, self.critics.min_detached(obs.detach(), torch.tanh(u)))
+        l_pi = soft_actor_loss(alpha, log_pi,
+                               self.critics.min_detached(obs.detach(), torch.tanh(u)))
         kl = kl_penalty(batch.mu_mean, batch.mu_std, mean, std, self.refer_config.kl_direction)
         l_alpha = temperature_loss(log_alpha, log_pi, self.target_entropy)
         keep = rule1_mask(near, mode, l_q)
