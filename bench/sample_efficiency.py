@@ -13,7 +13,8 @@ the return in the last window and of the last evaluation of the mean policy, the
 percentiles, wall time, and ``over_sac``, the ratio to SB3 SAC's of the same run set),
 ``<name>.md`` (the table) and ``<name>.png`` (return against env steps, mean over seeds with the
 20-80 % band, one panel per task). The published anchors at 10^5 steps are in the JSON beside
-them. An agent is SB3's (``sb3-sac``, ``sb3-td3``: bench/sb3_runner.py, the ``bench`` extra) or
+them. An agent is SB3's (``sb3-sac``, ``sb3-td3``, sb3-contrib's ``sb3-crossq`` and
+``sb3-crossq-256``: bench/sb3_runner.py, the ``bench`` extra) or
 one of hpc_refer's named settings (:data:`HPC_AGENTS`: flags of ``python -m hpc_refer.run``).
 
 ``--smoke`` (bench/common.py): ``run`` of ``vracer`` and ``sac-er`` on Pendulum-v1, one seed,
@@ -59,9 +60,14 @@ HPC_AGENTS: dict[str, list[str]] = {
     "sac-refer-beta1": ["--algorithm", "sac", "--refer.beta-init", "1", *LEARN_START],
     "td3": ["--algorithm", "td3", *LEARN_START],
     "td3-er": ["--algorithm", "td3", "--refer.mode", "er", *LEARN_START],
+    "crossq": ["--algorithm", "crossq", *LEARN_START],
+    "crossq-er": ["--algorithm", "crossq", "--refer.mode", "er", *LEARN_START],
+    "crossq-256": ["--algorithm", "crossq", "--crossq.critic-hidden", "256,256", *LEARN_START],
+    "crossq-er-256": ["--algorithm", "crossq", "--refer.mode", "er", "--crossq.critic-hidden",
+                      "256,256", *LEARN_START],
 }
 """hpc_refer's settings by name: flags of ``python -m hpc_refer.run``."""
-SB3_AGENTS = ("sb3-sac", "sb3-td3")
+SB3_AGENTS = ("sb3-sac", "sb3-td3", "sb3-crossq", "sb3-crossq-256")
 
 PUBLISHED = {
     "Tianshou SAC (10 seeds)": {"HalfCheetah-v5": 6515, "Hopper-v5": 2613, "Walker2d-v5": 1305},

@@ -1,16 +1,18 @@
 """One Stable-Baselines3 run for bench/sample_efficiency.py, in files a run directory of
 hpc_refer would hold, so that one reader compares both:
 
-    python bench/sb3_runner.py {sac,td3} ENV_ID STEPS SEED RUN_DIR [--eval-every N]
-        [--eval-episodes K] [--learning-starts N]
+    python bench/sb3_runner.py {sac,td3,crossq,crossq-256} ENV_ID STEPS SEED RUN_DIR
+        [--eval-every N] [--eval-episodes K] [--learning-starts N]
     python bench/sb3_runner.py --smoke [--out DIR]
 
 writes ``RUN_DIR/episodes.csv`` (env_step, rank, return, length, wall_s: every training
 episode, at the step where it ended), ``RUN_DIR/eval.csv`` (the deterministic policy every
 ``--eval-every`` steps, ``--eval-episodes`` episodes) and ``RUN_DIR/state.txt`` (finished).
 SB3's defaults otherwise (256 x 256, Adam 3e-4 for SAC and 1e-3 for TD3, B = 256, one gradient
-step per env step), with ``learning_starts`` 10,000 as the RL Zoo's MuJoCo settings. Needs the
-``bench`` extra (``pip install -e ".[bench]"``). ``--smoke`` (bench/common.py): SAC on
+step per env step), with ``learning_starts`` 10,000 as the RL Zoo's MuJoCo settings;
+``crossq`` is sb3-contrib's CrossQ with its defaults (actor 256 x 256, critics 1024 x 1024,
+Adam 1e-3 with beta1 0.5, policy delay 3), ``crossq-256`` the same with 256 x 256 critics.
+Needs the ``bench`` extra (``pip install -e ".[bench]"``). ``--smoke`` (bench/common.py): SAC on
 Pendulum-v1, 300 steps from 100, one evaluation episode every 150 steps, in DIR/sb3-sac (the
 run's files, no JSON).
 """
@@ -29,6 +31,7 @@ import numpy as np
 import torch
 from common import parse, smoke
 from stable_baselines3 import SAC, TD3
+from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.noise import NormalActionNoise
 
@@ -83,6 +86,24 @@ class Recorder(BaseCallback):
         self.eval_env.close()
 
 
+def crossq() -> type[BaseAlgorithm]:
+    """sb3-contrib's CrossQ (imported when asked for: the ``bench`` extra holds it)."""
+    from sb3_contrib import CrossQ
+
+    return CrossQ
+
+
+ALGORITHMS: dict[str, tuple[Any, dict[str, Any]]] = {
+    "sac": (lambda: SAC, {}),
+    "td3": (lambda: TD3, {}),
+    "crossq": (crossq, {}),
+    "crossq-256": (crossq, {"policy_kwargs": {"net_arch": {"pi": [256, 256],
+                                                           "qf": [256, 256]}}}),
+}
+"""Each runner's algorithm (a function that imports its class) and its keywords beyond SB3's
+defaults."""
+
+
 def smoke_runs(out: Path) -> list[list[str | Path]]:
     return [["sac", "Pendulum-v1", "300", "0", out / "sb3-sac", "--eval-every", "150",
              "--eval-episodes", "1", "--learning-starts", "100"]]
@@ -91,7 +112,7 @@ def smoke_runs(out: Path) -> list[list[str | Path]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("algorithm", choices=("sac", "td3"))
+    parser.add_argument("algorithm", choices=tuple(ALGORITHMS))
     parser.add_argument("env_id")
     parser.add_argument("steps", type=int)
     parser.add_argument("seed", type=int)
@@ -110,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.algorithm == "td3":
         n = env.action_space.shape[0]
         kwargs["action_noise"] = NormalActionNoise(np.zeros(n), 0.1 * np.ones(n))
-    model = (SAC if args.algorithm == "sac" else TD3)("MlpPolicy", env, **kwargs)
+    cls, extra = ALGORITHMS[args.algorithm]
+    model = cls()("MlpPolicy", env, **kwargs, **extra)
     recorder = Recorder(args.run_dir, args.env_id, args.seed, args.eval_every,
                         args.eval_episodes)
     model.learn(total_timesteps=args.steps, callback=recorder)

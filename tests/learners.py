@@ -14,6 +14,16 @@ from hpc_refer.run.roles import make_learner
 OBS, ACT = 3, 2
 """The state and action sizes of the synthetic chunks these learners store."""
 
+SMALL_NETWORKS: dict[str, dict[str, Any]] = {"crossq": {"critic_hidden": [32, 32]}}
+"""Beyond ``hidden``, the widths that make an algorithm's networks small in the tests
+(CrossQ's critics default to 1024 x 1024)."""
+
+
+def small_table(algorithm: str, **table: Any) -> dict[str, Any]:
+    """An algorithm's table of small networks (``hidden`` [16, 16] unless given) with
+    ``table``'s keys over it."""
+    return {"hidden": [16, 16], **SMALL_NETWORKS.get(algorithm, {}), **table}
+
 
 def small_learner(algorithm: str = VRacer.name, refer: dict[str, Any] | None = None,
                   **replay: Any) -> Learner:
@@ -21,7 +31,7 @@ def small_learner(algorithm: str = VRacer.name, refer: dict[str, Any] | None = N
     B = 32, N = 512 states, training from 64, 1000 run steps; ``refer`` and the ``[replay]``
     keys given override those."""
     cfg = build_config({"run": {"algorithm": algorithm, "steps": 1000},
-                        algorithm: {"hidden": [16], "batch": 32},
+                        algorithm: small_table(algorithm, hidden=[16], batch=32),
                         "refer": refer or {},
                         "replay": {"size": 512, "learn_start": 64, **replay}})
     return make_learner(cfg, OBS, ACT, SerialReducer())

@@ -80,6 +80,16 @@ OWN_ROWS: dict[str, tuple[Row, ...]] = {
         ("alpha_init", (0, 0.0, -0.1), (1e-6, 0.5, 1, 2.0), "values > 0"),
         ("activation", ("ReLU", "tanh", ""), ("softsign", "relu"), "softsign, relu"),
     ),
+    "crossq": (
+        ("critic_hidden", ((), (0,), (64, -1)), ((1,), (256, 256), (1024, 1024)),
+         "a non-empty list of positive integers"),
+        ("adam_beta1", (-0.1, 1, 1.0, 1.5), (0, 0.0, 0.5, 0.9, 0.999), "0 <= beta1 < 1"),
+        ("policy_delay", (0, -1), (1, 3, 5), "integers >= 1"),
+        ("alpha_init", (0, 0.0, -0.1), (1e-6, 0.5, 1, 2.0), "values > 0"),
+        ("renorm_momentum", (0, 0.0, -0.1, 1.0001, 2), (1e-6, 0.01, 1, 1.0), "0 < m <= 1"),
+        ("renorm_eps", (0, 0.0, -1e-3), (1e-9, 1e-3, 1), "values > 0"),
+        ("renorm_warmup", (-1, -100), (0, 1, 100_000), "integers >= 0"),
+    ),
     "td3": (
         ("activation", ("ReLU", "tanh", ""), ("softsign", "relu"), "softsign, relu"),
         TAU_ROW,
@@ -97,7 +107,8 @@ def own_rows(name: str) -> tuple[Row, ...]:
     """The rows of the fields of ``name``'s table beyond the shared ones."""
     return (*(RECURRENT_ROWS if name in RECURRENT else ()), *OWN_ROWS[name])
 
-UNCHECKED: dict[str, frozenset[str]] = {"sac": frozenset({"target_entropy"})}
+UNCHECKED: dict[str, frozenset[str]] = {"sac": frozenset({"target_entropy"}),
+                                        "crossq": frozenset({"target_entropy"})}
 """Own fields a table declares without a bound (any float is a valid target entropy)."""
 
 SHARED_FIELDS = frozenset(f.name for f in dataclasses.fields(AlgorithmConfig))

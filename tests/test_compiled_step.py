@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from learners import small_table
 from log_records import own_records
 from output_lines import lines_with, one_line_with
 
@@ -53,19 +54,21 @@ def make_batch(algo: Algorithm, n: int, seed: int) -> Batch:
 
 
 class OtherLearner:
-    """A reducer of two learners whose other learner's gradient is a fixed vector: the
-    average is (g + g_other) / 2, so a step that skipped the reduction would differ."""
+    """A reducer of two learners whose other learner's values are a fixed vector per size
+    (the gradient; CrossQ's running statistics): the average is (g + g_other) / 2, so a step
+    that skipped a reduction would differ."""
 
     size = 2
 
     def __init__(self, seed: int) -> None:
         self.rng = np.random.default_rng(seed)
-        self.other: np.ndarray | None = None
+        self.other: dict[int, np.ndarray] = {}
 
     def average_(self, flat: np.ndarray) -> None:
-        if self.other is None:
-            self.other = (1e-2 * self.rng.standard_normal(flat.size)).astype(np.float32)
-        flat += self.other
+        if flat.size not in self.other:
+            self.other[flat.size] = (1e-2 * self.rng.standard_normal(flat.size)).astype(
+                np.float32)
+        flat += self.other[flat.size]
         flat *= np.float32(0.5)
 
     def sum(self, values: np.ndarray) -> np.ndarray:
@@ -101,7 +104,7 @@ def pair(name: str, reducer_seed: int | None = None, **table: Any) -> tuple[Trai
     """An eager and a compiled step of algorithms with the same networks (and reducers
     alike); ``table``: more of the algorithm's settings."""
     config = build_config({"run": {"algorithm": name, "compile": "off"},
-                           name: {"hidden": [16, 16], "batch": 32, **table}})
+                           name: small_table(name, batch=32, **table)})
     out = []
     for compiled in (False, True):
         reducer = None if reducer_seed is None else OtherLearner(reducer_seed)
@@ -124,7 +127,11 @@ def assert_same_state(eager: Algorithm, compiled: Algorithm) -> None:
             assert s.keys() == sb["state"][i].keys()
             for key, value in s.items():
                 assert value.dtype == sb["state"][i][key].dtype, (k, i, key)
-                torch.testing.assert_close(sb["state"][i][key], value, rtol=1e-4, atol=1e-8,
+                # round-off relative to the moment's largest entry: where the rows meet in
+                # batch statistics (CrossQ) every gradient entry carries the sums' round-off
+                scale = value.abs().max().item()
+                torch.testing.assert_close(sb["state"][i][key], value, rtol=1e-4,
+                                           atol=max(1e-8, 1e-5 * scale),
                                            msg=f"{k} state {i} {key}")
 
 

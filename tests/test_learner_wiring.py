@@ -20,6 +20,7 @@ from hpc_refer.algorithms.ddpg import DDPG
 from hpc_refer.algorithms.kit.collectives import SerialReducer
 from hpc_refer.algorithms.kit.networks import Normalizer, gaussian_kl, gaussian_log_prob
 from hpc_refer.algorithms.kit.refer import beta_update, importance_ratio, kl_penalty
+from hpc_refer.algorithms.kit.renorm import BatchRenorm
 from hpc_refer.algorithms.kit.step import EagerStep, due
 from hpc_refer.algorithms.registry import ALGORITHMS
 from hpc_refer.algorithms.vracer import VRacer
@@ -271,7 +272,8 @@ def test_actor_stores_the_raw_gaussian_sample_and_its_mu(algorithm):
 
 class HalfOfTwoLearners:
     """A reducer of two learners whose other learner holds ``other`` (a flat gradient):
-    ``average_`` gives (mine + other) / 2, as MpiReducer's Allreduce would."""
+    ``average_`` gives (mine + other) / 2, as MpiReducer's Allreduce would; a vector of
+    another size (CrossQ's running statistics) is taken as the other learner's too."""
 
     size = 2
     rank = 0
@@ -281,8 +283,9 @@ class HalfOfTwoLearners:
 
     def average_(self, flat: np.ndarray) -> None:
         assert self.other is not None
-        flat += self.other
-        flat /= 2
+        if flat.size == self.other.size:
+            flat += self.other
+            flat /= 2
 
     def sum(self, values: np.ndarray) -> np.ndarray:
         return values
@@ -301,9 +304,11 @@ def _flat_grads(algo) -> np.ndarray:
 
 @pytest.mark.parametrize("algorithm", ALGOS)
 def test_gradients_are_averaged_over_learners_in_one_flat_vector(algorithm, monkeypatch):
-    """Two learners with halves of a minibatch end with the full minibatch's gradient in
-    every parameter (the order of the flat vector matches the parameters'). A loss's noise
-    (SAC's reparameterised actions) is zero: halves would draw other noise than the whole."""
+    """Two learners with halves of a minibatch end with the mean of the halves' gradients in
+    every parameter (the order of the flat vector matches the parameters'): the full
+    minibatch's gradient, but where the samples meet in batch statistics (CrossQ's batch
+    renormalisation: each learner normalises its own rows). A loss's noise (SAC's
+    reparameterised actions) is zero: halves would draw other noise than the whole."""
     monkeypatch.setattr(torch, "randn_like", torch.zeros_like)
     learner = make(algorithm)
     fill(learner)
@@ -312,15 +317,21 @@ def test_gradients_are_averaged_over_learners_in_one_flat_vector(algorithm, monk
     # Learning rate 0: the optimizers' steps leave the weights as they are.
     learner.algo.optimizers = {k: spec._replace(lr0=0.0)
                                for k, spec in learner.algo.optimizers.items()}
-    twin = copy.deepcopy(learner.algo)
+    twin, other_half, alone = (copy.deepcopy(learner.algo) for _ in range(3))
     EagerStep(learner.algo)(replay.batch(rows), learner.terms, 0)
     full = _flat_grads(learner.algo)
-    EagerStep(twin)(replay.batch(rows[16:]), learner.terms, 0)
-    other = _flat_grads(twin)
+    EagerStep(other_half)(replay.batch(rows[16:]), learner.terms, 0)
+    other = _flat_grads(other_half)
+    EagerStep(alone)(replay.batch(rows[:16]), learner.terms, 0)
+    halves = (_flat_grads(alone) + other) / 2
     reducer = HalfOfTwoLearners()
     reducer.other = other
     EagerStep(twin, reducer)(replay.batch(rows[:16]), learner.terms, 0)  # type: ignore[arg-type]
-    np.testing.assert_allclose(_flat_grads(twin), full, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(_flat_grads(twin), halves, rtol=1e-5, atol=1e-7)
+    batch_statistics = any(isinstance(m, BatchRenorm) for module in twin.modules.values()
+                           for m in module.modules())
+    if not batch_statistics:
+        np.testing.assert_allclose(_flat_grads(twin), full, rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.parametrize("algorithm", ALGOS)
@@ -490,6 +501,32 @@ def test_constant_rewards_keep_a_unit_reward_scale():
     learner = make(VRacer.name)
     fill(learner, reward_std=0.0)
     assert learner.replay.reward_scale == 1.0
+
+
+@pytest.mark.parametrize(("scaling", "states", "rewards"), [
+    ("both", True, True), ("states", True, False), ("rewards", False, True),
+    ("none", False, False)])
+def test_replay_scaling_normalises_only_what_it_names(scaling, states, rewards):
+    """``replay.scaling``: the networks' normalisers get the replay's state moments and the
+    replay its reward scale 1/std(r) where named; otherwise they stay the identity and 1."""
+    learner = make(VRacer.name, scaling=scaling)
+    fill(learner, reward_std=0.5)
+    mean, std, r_std = learner.replay.scaling_sums().moments()
+    assert learner.replay.reward_scale == (pytest.approx(1 / r_std) if rewards else 1.0)
+    norms = [m for m in learner.algo.behaviour.modules() if isinstance(m, Normalizer)]
+    assert norms
+    for norm in norms:
+        if states:
+            np.testing.assert_allclose(norm.mean.numpy(), mean, rtol=1e-6, atol=1e-7)
+            np.testing.assert_allclose(norm.inv_std.numpy(), 1 / std, rtol=1e-6)
+        else:
+            assert not norm.mean.numpy().any() and (norm.inv_std.numpy() == 1).all()
+
+
+def test_replay_scaling_refuses_an_unknown_choice():
+    with pytest.raises(ConfigError, match=r"^replay.scaling = 'obs' is invalid: allowed "
+                                          r"values are both, states, rewards, none"):
+        build_config({"replay": {"scaling": "obs"}})
 
 
 @pytest.mark.parametrize(("scaling", "rows", "lr_scale"), [

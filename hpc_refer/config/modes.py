@@ -66,6 +66,28 @@ class Sampling(StrEnum):
     PER = "per"
 
 
+class Scaling(StrEnum):
+    """What the learner normalises with the replay's statistics (refreshed every
+    ``replay.stats_every`` gradient steps): the networks' input states (x = (s - mean) /
+    std), the rewards (r / std(r)), both (the reference code's, the default), or none
+    (states and rewards as the environment gives them, as Stable-Baselines3 learns)."""
+
+    BOTH = "both"
+    STATES = "states"
+    REWARDS = "rewards"
+    NONE = "none"
+
+    @property
+    def states(self) -> bool:
+        """The networks' input states are normalised."""
+        return self in (Scaling.BOTH, Scaling.STATES)
+
+    @property
+    def rewards(self) -> bool:
+        """The rewards are divided by their standard deviation."""
+        return self in (Scaling.BOTH, Scaling.REWARDS)
+
+
 class BatchScaling(StrEnum):
     """How the minibatch grows with the number L of learners: ``fixed`` (the global batch B
     is split, B / L rows per learner: the same optimisation as one learner) or

@@ -26,6 +26,7 @@ from hpc_refer.config.modes import (
     KLDirection,
     ReferMode,
     Sampling,
+    Scaling,
     choices,
     enum_field,
     require,
@@ -84,6 +85,12 @@ class ReplayConfig:
     stats_every: int = option(
         1000, "gradient steps between refreshes of the state and reward scaling from the RM"
     )
+    scaling: Scaling = option(
+        Scaling.BOTH,
+        "what the replay's statistics normalise: both (the networks' input states and the "
+        "rewards, the reference code's), states, rewards, or none (as Stable-Baselines3)",
+        choices(Scaling),
+    )
     sampling: Sampling = option(
         Sampling.UNIFORM,
         "uniform, or per: proportional prioritized replay, p = (|delta| + eps)^alpha, with "
@@ -113,6 +120,7 @@ class ReplayConfig:
         enum_field(self, "sampling", Sampling)
         enum_field(self, "batch_scaling", BatchScaling)
         enum_field(self, "forget", Forget)
+        enum_field(self, "scaling", Scaling)
         require(self.size == 0 or self.size >= 2, "replay.size", self.size,
                  "0 (the algorithm's N) or integers >= 2")
         require(self.learn_start == -1 or self.learn_start > 0, "replay.learn_start",

@@ -248,7 +248,8 @@ class Learner:
         return follow(starts, length, self.replay.next, self.replay.flags)
 
     def refresh_scaling(self) -> None:
-        """Set the input normalisation and the reward scale 1/std(r) from the whole RM.
+        """Set the input normalisation and the reward scale 1/std(r) from the whole RM,
+        each where ``replay.scaling`` names it (the other stays the identity).
 
         The moments are combined over learners from their shards' sums, so every learner
         gets the same scaling. V-tbc of the whole shard is recomputed with the new reward
@@ -256,8 +257,11 @@ class Learner:
         """
         sums = ScalingSums.unpack(self.reducer.sum(self.replay.scaling_sums().pack()))
         mean, std, r_std = sums.moments()
-        self.algo.set_input_scaling(mean, std)
-        self.replay.reward_scale = 1.0 / r_std if r_std > 1e-8 else 1.0
+        scaling = self.config.replay.scaling
+        if scaling.states:
+            self.algo.set_input_scaling(mean, std)
+        if scaling.rewards:
+            self.replay.reward_scale = 1.0 / r_std if r_std > 1e-8 else 1.0
         self.replay.recompute_all_vtbc()
         self.replay.recount_far(self.refer.c_max)
 

@@ -1,6 +1,7 @@
 """The actors of the actor-critic algorithms, each a head written once over a network body
 (feed-forward or recurrent, :mod:`hpc_refer.algorithms.kit.bodies`), and what each gives the
-losses of a minibatch: the kit that DDPG, TD3 and SAC are built from.
+losses of a minibatch: the kit that DDPG, TD3 and SAC are built from; and CrossQ's
+squashed Gaussian over batch renormalisation, feed-forward only.
 
 Deterministic (DDPG, TD3; Lillicrap et al. 2016, Fujimoto et al. 2018): m_w(s) =
 tanh(outputs) in the normalised action box [-1, 1]^A, with the behaviour policy
@@ -25,6 +26,8 @@ import torch
 
 from hpc_refer.algorithms.kit.base import TensorBatch
 from hpc_refer.algorithms.kit.bodies import BodyPolicy, make_body
+from hpc_refer.algorithms.kit.networks import BehaviourPolicy, Normalizer, small_output_
+from hpc_refer.algorithms.kit.renorm import NumpyRenormMLP, RenormMLP, RenormShape, Updates
 from hpc_refer.config.tables import NetworkShape
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
@@ -136,3 +139,43 @@ class SquashedGaussianActor(BodyPolicy):
             succ = self.body.after(batch.next_obs, now.carry)
         return SquashedInputs(*squashed_gaussian(now.out, self.act_dim), now.seen,
                               *squashed_gaussian(succ.out, self.act_dim), succ.seen)
+
+
+# --- squashed Gaussian over batch renormalisation (CrossQ) -----------------------------------
+
+
+class RenormSquashedActor(BehaviourPolicy):
+    """CrossQ's actor (Bhatt et al. 2024): the squashed Gaussian of
+    :func:`squashed_gaussian` over a :class:`~hpc_refer.algorithms.kit.renorm.RenormMLP` of 2 A
+    outputs (feed-forward only), its last layer started small as every head's (m ~ 0,
+    sigma ~ 1). Its behaviour (:meth:`policy`, what the actors sample from
+    and ReF-ER's rho and KL read) is the evaluation with the running statistics;
+    :meth:`train_gaussian` is the training forward of the actor's loss."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...],
+                 shape: RenormShape) -> None:
+        super().__init__()
+        self.act_dim = act_dim
+        self.normalizer = Normalizer(obs_dim)
+        self.trunk = RenormMLP([obs_dim, *hidden, 2 * act_dim], shape)
+        small_output_(self.trunk.layers)
+
+    def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean [B, A] and std [B, A] of u, in evaluation."""
+        return squashed_gaussian(self.trunk(self.normalizer(obs)), self.act_dim)
+
+    def train_gaussian(self, obs: torch.Tensor
+                       ) -> tuple[torch.Tensor, torch.Tensor, Updates]:
+        """Mean and std of u on a training batch, and the new buffers (``trunk.*``)."""
+        out, new = self.trunk.train_forward(self.normalizer(obs))
+        return (*squashed_gaussian(out, self.act_dim), {f"trunk.{k}": v for k, v in new.items()})
+
+    def numpy_step(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The evaluation in numpy (:class:`~hpc_refer.algorithms.kit.renorm.NumpyRenormMLP`);
+        no carry (an empty one)."""
+        forward, a = NumpyRenormMLP(self.trunk, self.normalizer), self.act_dim
+
+        def step(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            return (*numpy_squashed_gaussian(forward(rows), a), rows[..., rows.shape[-1]:])
+
+        return step

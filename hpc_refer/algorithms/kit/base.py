@@ -115,6 +115,12 @@ class Losses(NamedTuple):
     """V_w(s_k) (detached) for algorithms with V-tbc, else None."""
     error: torch.Tensor
     """Per-sample error that prioritized replay ranks rows by (detached)."""
+    updates: dict[str, torch.Tensor] | None = None
+    """New values of module buffers that the loss computed (batch renormalisation's running
+    statistics), by ``<module>.<buffer>`` (a name of ``modules``, then the buffer's
+    state-dict name): the gradient step writes each after the step, when the optimizer that
+    holds its module's parameters steps (:class:`~hpc_refer.algorithms.kit.step.BufferWrites`).
+    None: the loss changes no buffer."""
 
 
 class StepResult(NamedTuple):
@@ -141,11 +147,13 @@ class OptimizerSpec(NamedTuple):
 
 
 def adam(params: Iterable[nn.Parameter], lr: float, weight_decay: float = 0.0,
-         every: int = 1) -> OptimizerSpec:
-    """Adam over ``params`` at the initial rate ``lr`` (torch's fused CPU kernel, one group: the
-    form the compiled step takes over), as an optimizer the step applies at the gradient steps
-    t with t % ``every`` == 0 (1: every time; TD3's delayed actor: 2)."""
-    opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, foreach=False, fused=True)
+         every: int = 1, betas: tuple[float, float] = (0.9, 0.999)) -> OptimizerSpec:
+    """Adam over ``params`` at the initial rate ``lr`` with moment rates ``betas`` (torch's
+    fused CPU kernel, one group: the form the compiled step takes over), as an optimizer the
+    step applies at the gradient steps t with t % ``every`` == 0 (1: every time; TD3's
+    delayed actor: 2)."""
+    opt = torch.optim.Adam(params, lr=lr, betas=betas, weight_decay=weight_decay,
+                           foreach=False, fused=True)
     return OptimizerSpec(opt, lr, every)
 
 

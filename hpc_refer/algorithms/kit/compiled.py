@@ -52,7 +52,13 @@ from torch.func import functional_call, grad
 
 from hpc_refer.algorithms.kit.base import Algorithm, Losses, ReferTerms, StepResult, TensorBatch
 from hpc_refer.algorithms.kit.collectives import Reducer, SerialReducer
-from hpc_refer.algorithms.kit.step import EagerStep, GradientAverage, due, step_result
+from hpc_refer.algorithms.kit.step import (
+    BufferWrites,
+    EagerStep,
+    GradientAverage,
+    due,
+    step_result,
+)
 from hpc_refer.replay.near import NearBounds
 from hpc_refer.replay.shard import Batch
 
@@ -60,8 +66,8 @@ LOG = logging.getLogger(__name__)
 
 Aux = dict[str, Any]
 """The loss's auxiliary outputs inside the graph: ``stats`` (the minibatch means as one
-vector, one host transfer) named by ``stat_names``, ``rho``, ``error`` and, for algorithms
-with V-tbc, ``value``."""
+vector, one host transfer) named by ``stat_names``, ``rho``, ``error``, for algorithms
+with V-tbc ``value``, and for those whose loss computes new buffers ``updates``."""
 
 
 def adam_(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: list[torch.Tensor],
@@ -106,6 +112,8 @@ class _LossModule(nn.Module):
                "rho": out.rho, "error": out.error}
         if out.value is not None:  # torch.func's auxiliary outputs are tensors only
             aux["value"] = out.value
+        if out.updates:
+            aux["updates"] = out.updates  # (no gradient: running statistics, counts)
         return out.loss, aux
 
 
@@ -189,6 +197,7 @@ class CompiledStep:
     def __init__(self, algo: Algorithm, reducer: Reducer | None = None) -> None:
         self.algo = algo
         self.average = GradientAverage(reducer or SerialReducer())
+        self.write = BufferWrites(algo, reducer)
         self.root = _LossModule(algo)
         names = {id(p): n for n, p in self.root.named_parameters()}
         self.groups = [_Group(spec.optimizer, spec.lr0, names)
@@ -275,6 +284,7 @@ class CompiledStep:
             if not self.compiled:
                 self.compile_seconds = time.perf_counter() - start
         self.compiled = True
+        self.write(aux.get("updates"), now)
         self.algo.after_step(t)
         stats = dict(zip(aux["stat_names"], aux["stats"].tolist(), strict=True))
         return step_result(stats, aux["rho"], aux.get("value"), aux["error"])

@@ -6,6 +6,9 @@ Either way one step at gradient step t (the count of steps taken before it) is
     g  = grad_w L(w; batch, beta, c_max)           the algorithm's :meth:`Algorithm.losses`
     g <- (1 / L) sum_l g_l                         with L > 1 learners: one allreduce
     w <- Adam_k(w, g)  for every optimizer k due   t % every_k == 0 (``OptimizerSpec.every``)
+    b <- b_new         for the loss's buffer updates of the modules of every optimizer due
+                                                   (``Losses.updates``: batch renormalisation's
+                                                   running statistics)
     after_step(t)                                  e.g. Polyak targets
 
 with each optimizer's learning rate eta0_k times ReF-ER's factor (eq. 13). An optimizer that
@@ -92,6 +95,42 @@ class GradientAverage:
             offset += g.numel()
 
 
+class BufferWrites:
+    """Writes the new buffer values a loss computed (:attr:`Losses.updates`) into the
+    algorithm's modules after the step: ``<module>.<buffer>`` where the optimizer that holds
+    that module's parameters is due at the step (a module whose optimizer rests keeps its
+    statistics, as its weights). With L > 1 learners the floating-point values are first
+    averaged over them (one reduction), so that every learner keeps the same buffers: each
+    learner's batch statistics are its own B / L rows' (as data-parallel batch normalisation
+    without synchronisation), their running averages the learners' mean."""
+
+    def __init__(self, algo: Algorithm, reducer: Reducer | None = None) -> None:
+        self.algo = algo
+        self.average = GradientAverage(reducer or SerialReducer())
+        self._targets: dict[str, tuple[torch.Tensor, int]] = {}
+
+    def _target(self, name: str) -> tuple[torch.Tensor, int]:
+        if name not in self._targets:
+            module_name, _, path = name.partition(".")
+            module = self.algo.modules[module_name]
+            mine = {id(p) for p in module.parameters()}
+            owner = next(i for i, spec in enumerate(self.algo.optimizers.values())
+                         if any(id(p) in mine for g in spec.optimizer.param_groups
+                                for p in g["params"]))
+            self._targets[name] = (module.get_buffer(path), owner)
+        return self._targets[name]
+
+    def __call__(self, updates: dict[str, torch.Tensor] | None, now: tuple[bool, ...]) -> None:
+        if not updates:
+            return
+        with torch.no_grad():
+            self.average([v for v in updates.values() if v.is_floating_point()])
+            for name, value in updates.items():
+                buffer, owner = self._target(name)
+                if now[owner]:
+                    buffer.copy_(value)
+
+
 class EagerStep:
     """Autograd on :meth:`Algorithm.losses`, the gradients averaged over learners, then
     torch's Adam of every optimizer due at this step."""
@@ -103,6 +142,7 @@ class EagerStep:
     def __init__(self, algo: Algorithm, reducer: Reducer | None = None) -> None:
         self.algo = algo
         self.average = GradientAverage(reducer or SerialReducer())
+        self.write = BufferWrites(algo, reducer)
 
     def __call__(self, batch: Batch, terms: ReferTerms, t: int) -> StepResult:
         algo = self.algo
@@ -113,10 +153,12 @@ class EagerStep:
         out.loss.backward()
         self.average([p.grad for spec in specs for g in spec.optimizer.param_groups
                       for p in g["params"] if p.grad is not None])
-        for spec, now in zip(specs, due(algo, t), strict=True):
-            if now:
+        now = due(algo, t)
+        for spec, stepping in zip(specs, now, strict=True):
+            if stepping:
                 for group in spec.optimizer.param_groups:
                     group["lr"] = spec.lr0 * terms.lr_factor
                 spec.optimizer.step()
+        self.write(out.updates, now)
         algo.after_step(t)
         return step_result(minibatch_means(out.stats), out.rho, out.value, out.error)
