@@ -17,6 +17,7 @@ import torch
 from learners import ACT, OBS, small_learner
 
 from hpc_refer.algorithms.ddpg import DDPG
+from hpc_refer.algorithms.kit.base import ReferTerms
 from hpc_refer.algorithms.kit.collectives import SerialReducer
 from hpc_refer.algorithms.kit.networks import Normalizer, gaussian_kl, gaussian_log_prob
 from hpc_refer.algorithms.kit.refer import beta_update, importance_ratio, kl_penalty
@@ -32,7 +33,7 @@ from hpc_refer.envs.driver import TeamDriver
 from hpc_refer.loop.actor import Actor
 from hpc_refer.loop.learner import Learner
 from hpc_refer.replay.near import NearBounds, is_far
-from hpc_refer.replay.shard import HAS_ACTION, TERMINAL
+from hpc_refer.replay.shard import HAS_ACTION, TERMINAL, Batch
 from hpc_refer.report.records import TERMINATED, TRUNCATED, Chunk
 from hpc_refer.run.roles import make_learner
 
@@ -681,3 +682,40 @@ def test_the_actors_numpy_policy_is_the_torch_policy_under_input_scaling(algorit
         np.testing.assert_allclose(np.broadcast_to(np_std, mean[k].shape),
                                    np.broadcast_to(std[k] if std.ndim == 2 else std,
                                                    mean[k].shape), rtol=1e-4, atol=1e-6)
+
+
+def _all_far_batch(algo, n: int = 4) -> Batch:
+    """``n`` transitions whose stored actions lie 6 sigma from the current policy's mean,
+    with mu centred on them: rho = e^-7 for every row (far at any c_max below e^7)."""
+    rng = np.random.default_rng(5)
+    obs = rng.standard_normal((n, OBS)).astype(np.float32)
+    with torch.no_grad():
+        mean, std = algo.behaviour.policy(torch.from_numpy(obs))
+    std = std.expand_as(mean)
+    mu_mean = (mean + 6 * std).numpy()
+    std = std.numpy().copy()
+    log_mu = gaussian_log_prob(*map(torch.from_numpy, (mu_mean, mu_mean, std))).numpy()
+    done = np.zeros(n, np.float32)
+    return Batch(np.arange(n), obs, mu_mean, mu_mean, std, log_mu,
+                 rng.standard_normal(n).astype(np.float32),
+                 rng.standard_normal((n, OBS)).astype(np.float32), done, None,
+                 np.ones(n, np.float32))
+
+
+@pytest.mark.parametrize("critics", [True, False])
+@pytest.mark.parametrize("algorithm", ["crossq", "ddpg", "sac", "td3"])
+def test_rule_1_on_the_critics_is_an_option(algorithm, critics):
+    """``refer.rule1_critics``: with the paper's rule (true) a far-policy minibatch gives no
+    gradient at all; with false the critics still regress on it while the actor gets none
+    (beta = 1: no KL term)."""
+    algo = make(algorithm, refer={"rule1_critics": critics}).algo
+    out = algo.losses(_all_far_batch(algo), ReferTerms(1.0, 2.0, 1.0))
+    assert out.stats["near_fraction"].float().mean() == 0.0
+    for spec in algo.optimizers.values():
+        spec.optimizer.zero_grad(set_to_none=False)
+    out.loss.backward()
+    biggest = {name: max(p.grad.abs().max().item() for g in spec.optimizer.param_groups
+                         for p in g["params"]) for name, spec in algo.optimizers.items()}
+    assert biggest["actor"] == 0.0
+    critic = biggest["critics" if "critics" in biggest else "critic"]
+    assert (critic > 0.0) == (not critics), biggest

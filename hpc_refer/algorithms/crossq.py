@@ -40,11 +40,11 @@ from hpc_refer.algorithms.kit.actors import RenormSquashedActor
 from hpc_refer.algorithms.kit.base import Algorithm, Losses, TensorBatch, adam
 from hpc_refer.algorithms.kit.networks import BehaviourPolicy, gaussian_log_prob
 from hpc_refer.algorithms.kit.refer import (
+    critic_mask,
     importance_ratio,
     kl_penalty,
     near_policy,
     refer_loss,
-    rule1_mask,
 )
 from hpc_refer.algorithms.kit.renorm import RenormQ, RenormShape, Updates
 from hpc_refer.algorithms.kit.shared import squared_td_loss
@@ -162,7 +162,7 @@ class CrossQ(Algorithm):
                         for i, q in enumerate(self.critics, 1)])
         l_pi = soft_actor_loss(alpha, log_pi, q_pi)
         l_alpha = temperature_loss(log_alpha, log_pi, self.target_entropy)
-        keep = rule1_mask(near, mode, l_q)
+        keep = critic_mask(near, self.refer_config, l_q)
         loss = (refer_loss(l_pi, kl, near, beta, mode, weight)
                 + (keep * weight * l_q).mean() + ((weight > 0) * l_alpha).mean())
         stats = {"loss_q": l_q, "loss_pi": l_pi, "kl": kl, "near_fraction": near,

@@ -45,11 +45,11 @@ from hpc_refer.algorithms.kit.bodies import BODY_POLICY_FORMAT, heads_with_bodie
 from hpc_refer.algorithms.kit.critics import Critics
 from hpc_refer.algorithms.kit.networks import BehaviourPolicy, gaussian_log_prob
 from hpc_refer.algorithms.kit.refer import (
+    critic_mask,
     importance_ratio,
     kl_penalty,
     near_policy,
     refer_loss,
-    rule1_mask,
 )
 from hpc_refer.algorithms.kit.shared import squared_td_loss
 from hpc_refer.algorithms.kit.soft import (
@@ -129,7 +129,7 @@ class SAC(Algorithm):
                                self.critics.min_detached(obs.detach(), torch.tanh(u)))
         kl = kl_penalty(batch.mu_mean, batch.mu_std, mean, std, self.refer_config.kl_direction)
         l_alpha = temperature_loss(log_alpha, log_pi, self.target_entropy)
-        keep = rule1_mask(near, mode, l_q)
+        keep = critic_mask(near, self.refer_config, l_q)
         loss = (refer_loss(l_pi, kl, near, beta, mode, weight)
                 + (keep * weight * l_q).mean() + ((weight > 0) * l_alpha).mean())
         stats = {"loss_q": l_q, "loss_pi": l_pi, "kl": kl, "near_fraction": near,

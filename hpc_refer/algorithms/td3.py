@@ -35,11 +35,11 @@ from hpc_refer.algorithms.kit.bodies import BODY_POLICY_FORMAT, heads_with_bodie
 from hpc_refer.algorithms.kit.critics import Critics
 from hpc_refer.algorithms.kit.networks import BehaviourPolicy, gaussian_log_prob
 from hpc_refer.algorithms.kit.refer import (
+    critic_mask,
     importance_ratio,
     kl_penalty,
     near_policy,
     refer_loss,
-    rule1_mask,
 )
 from hpc_refer.algorithms.kit.shared import (
     detached_critic,
@@ -136,7 +136,7 @@ class TD3(Algorithm):
         near = near_policy(rho, bounds)
         l_mu = actor_loss(detached_critic(self.critics.q[0], obs.detach(), mean))
         kl = kl_penalty(batch.mu_mean, batch.mu_std, mean, sigma, self.refer_config.kl_direction)
-        keep = rule1_mask(near, mode, l_q)
+        keep = critic_mask(near, self.refer_config, l_q)
         loss = refer_loss(l_mu, kl, near, beta, mode, weight) + (keep * weight * l_q).mean()
         stats = {"loss_q": l_q, "loss_mu": l_mu, "kl": kl, "near_fraction": near, "q": q1}
         return Losses(loss, stats, rho, None, (y - q1).detach())

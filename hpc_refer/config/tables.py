@@ -59,6 +59,11 @@ class ReferConfig:
         "mu_pi: penalise KL(mu || pi) as in eq. 11; pi_mu: KL(pi || mu) as the reference code",
         choices(KLDirection),
     )
+    rule1_critics: bool = option(
+        True, "Rule 1 also takes far-policy samples' gradient out of the critics' regression "
+        "(DDPG, TD3, SAC, CrossQ: the paper's rule); false: out of the actor's loss only (their "
+        "TD targets use no rho)"
+    )
 
     def __post_init__(self) -> None:
         enum_field(self, "mode", ReferMode)

@@ -10,7 +10,8 @@ parameterised policy uses it the same way:
 2. form its per-sample objective L_k (whose gradient is the algorithm's g_k) and the per-sample
    penalty KL_k (:func:`kl_penalty`, eq. 11), and minimise :func:`refer_loss`, which is eq.
    10 in loss form together with Rule 1 (:func:`rule1_mask`: algorithms with several terms
-   mask each the same way);
+   mask each the same way; a critic's regression through :func:`critic_mask`, which
+   ``refer.rule1_critics = false`` leaves unmasked);
 3. after the step, feed the replay memory's far-policy count to :meth:`ReferState.update`
    (eq. 12) and read the annealed c_max and learning rate (eq. 13).
 
@@ -55,6 +56,16 @@ def rule1_mask(near: torch.Tensor, mode: ReferMode, like: torch.Tensor) -> torch
     dtype and shape of ``like``): far-policy samples then give no gradient of the term it
     multiplies."""
     return near.to(like.dtype) if mode.rule1 else torch.ones_like(like)
+
+
+def critic_mask(near: torch.Tensor, refer: ReferConfig, like: torch.Tensor) -> torch.Tensor:
+    """Rule 1 for a critic's regression (DDPG, TD3, SAC, CrossQ): :func:`rule1_mask` where
+    ``refer.rule1_critics`` (the paper's rule: a far-policy sample gives no gradient at all),
+    else 1 (Rule 1 on the actor's loss only: the critics' TD targets use no rho, so every
+    stored transition is a valid regression sample)."""
+    if refer.rule1_critics:
+        return rule1_mask(near, refer.mode, like)
+    return torch.ones_like(like)
 
 
 def kl_penalty(mu_mean: torch.Tensor, mu_std: torch.Tensor, mean: torch.Tensor,
