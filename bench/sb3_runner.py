@@ -2,7 +2,7 @@
 hpc_refer would hold, so that one reader compares both:
 
     python bench/sb3_runner.py {sac,td3,crossq,crossq-256} ENV_ID STEPS SEED RUN_DIR
-        [--eval-every N] [--eval-episodes K] [--learning-starts N]
+        [--eval-every N] [--eval-episodes K] [--learning-starts N] [--critic-width W]
     python bench/sb3_runner.py --smoke [--out DIR]
 
 writes ``RUN_DIR/episodes.csv`` (env_step, rank, return, length, wall_s: every training
@@ -11,7 +11,8 @@ episode, at the step where it ended), ``RUN_DIR/eval.csv`` (the deterministic po
 SB3's defaults otherwise (256 x 256, Adam 3e-4 for SAC and 1e-3 for TD3, B = 256, one gradient
 step per env step), with ``learning_starts`` 10,000 as the RL Zoo's MuJoCo settings;
 ``crossq`` is sb3-contrib's CrossQ with its defaults (actor 256 x 256, critics 1024 x 1024,
-Adam 1e-3 with beta1 0.5, policy delay 3), ``crossq-256`` the same with 256 x 256 critics.
+Adam 1e-3 with beta1 0.5, policy delay 3), ``crossq-256`` the same with 256 x 256 critics
+(``--critic-width W``: W x W critics for either).
 Needs the ``bench`` extra (``pip install -e ".[bench]"``). ``--smoke`` (bench/common.py): SAC on
 Pendulum-v1, 300 steps from 100, one evaluation episode every 150 steps, in DIR/sb3-sac (the
 run's files, no JSON).
@@ -120,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-every", type=int, default=10_000)
     parser.add_argument("--eval-episodes", type=int, default=5)
     parser.add_argument("--learning-starts", type=int, default=10_000)
+    parser.add_argument("--critic-width", type=int, default=None,
+                        help="CrossQ's critics W x W (default: the algorithm's)")
     args = parse(parser, argv, smoke_runs)
     if args.smoke:
         return smoke(main, smoke_runs, args.out)
@@ -132,6 +135,11 @@ def main(argv: list[str] | None = None) -> int:
         n = env.action_space.shape[0]
         kwargs["action_noise"] = NormalActionNoise(np.zeros(n), 0.1 * np.ones(n))
     cls, extra = ALGORITHMS[args.algorithm]
+    if args.critic_width is not None:
+        if not args.algorithm.startswith("crossq"):
+            parser.error("--critic-width is CrossQ's")
+        width = [args.critic_width] * 2
+        extra = {"policy_kwargs": {"net_arch": {"pi": [256, 256], "qf": width}}}
     model = cls()("MlpPolicy", env, **kwargs, **extra)
     recorder = Recorder(args.run_dir, args.env_id, args.seed, args.eval_every,
                         args.eval_episodes)

@@ -50,6 +50,9 @@ EXPECTED: dict[str, dict[str, set[str]]] = {
                                                               "gru_over_mlp",
                                                               "replay_states"}},
     "checkpoint.py": {"checkpoint.json": WRITE | {"checkpoint_every", "filesystem", "results"}},
+    "crossq_speed.py": {"crossq_speed.json": WRITE | {"env", "critic_width", "rates",
+                                                      "median_steps_per_s",
+                                                      "ratio_hpc_refer_over_sb3"}},
     "cylinder_control.py": {"cylinder_control.json": WRITE | {"train_command", "layout", "eval",
                                                               "learning", "pngs"},
                             "cylinder_control-learning.png": set(),
@@ -75,7 +78,7 @@ EXPECTED: dict[str, dict[str, set[str]]] = {
                  "turek.md": set()},
 }
 """Per script, the files its smoke run writes into --out (the keys a JSON must hold)."""
-NEEDS = {"sb3_runner.py": "stable_baselines3"}
+NEEDS = {"sb3_runner.py": "stable_baselines3", "crossq_speed.py": "sb3_contrib"}
 """Scripts that cannot run without an optional package."""
 SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if p.name not in LIBRARIES)
 

@@ -118,13 +118,11 @@ def test_a_feature_constant_over_the_batch_gives_a_finite_gradient():
             torch.isfinite(p.grad).all() for p in layer.parameters())
 
 
-sb3_layers = pytest.importorskip("sb3_contrib.common.torch_layers")
-
-
 @pytest.mark.parametrize("steps", [0, 11])
 def test_the_layer_matches_sb3_contribs_batch_renorm(steps):
     """Same buffers and parameters, same batch: outputs, gradients (of x, gamma, b) and the
     running statistics after, to float32 round-off."""
+    sb3_layers = pytest.importorskip("sb3_contrib.common.torch_layers")
     ours = a_layer(6, steps)
     theirs = sb3_layers.BatchRenorm1d(6, eps=EPS, momentum=MOMENTUM, warmup_steps=10)
     theirs.load_state_dict({"ra_mean": ours.ra_mean, "ra_var": ours.ra_var,
@@ -311,6 +309,7 @@ def sb3_model(steps: int, warmup: int):
     their step), every renormalisation's count at ``steps``."""
     import gymnasium as gym
     from sb3_contrib import CrossQ as SB3CrossQ
+    from sb3_contrib.common.torch_layers import BatchRenorm1d
     from stable_baselines3.common.logger import configure
 
     model = SB3CrossQ("MlpPolicy", gym.make("Pendulum-v1"), learning_rate=0.0, batch_size=8,
@@ -321,7 +320,7 @@ def sb3_model(steps: int, warmup: int):
     gen = torch.Generator().manual_seed(7)
     with torch.no_grad():
         for module in model.policy.modules():
-            if isinstance(module, sb3_layers.BatchRenorm1d):
+            if isinstance(module, BatchRenorm1d):
                 module.steps.fill_(steps)
                 module.ra_mean.copy_(torch.randn(module.ra_mean.shape, generator=gen))
                 module.ra_var.copy_(torch.rand(module.ra_var.shape, generator=gen) + 0.5)
