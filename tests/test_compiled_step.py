@@ -620,3 +620,15 @@ def test_direct_graph_keeps_no_record_of_later_calls() -> None:
     for _ in range(3):
         step("k", torch.ones(2))
     assert step._plans["k"] is None and step._calls == []
+
+
+def test_a_compiled_step_goes_on_after_a_reset_of_the_networks() -> None:
+    """A reset (``replay.reset_every``) restores fresh weights and empty Adam states into
+    the same tensors: the compiled step takes it (new moments, t from 0) as the eager one."""
+    eager, compiled = pair(VRacer.name)
+    take_steps(eager, compiled, 2)
+    for trainee in (eager, compiled):
+        trainee.algo.reset_networks(11)
+    assert_same_state(eager.algo, compiled.algo)
+    take_steps(eager, compiled, 2)
+    assert compiled.algo.optimizers["adam"].optimizer.state_dict()["state"][0]["step"] == 2

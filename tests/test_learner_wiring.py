@@ -31,7 +31,7 @@ from hpc_refer.config.tables import ReferConfig
 from hpc_refer.envs.diffusion import Diffusion1D
 from hpc_refer.envs.driver import TeamDriver
 from hpc_refer.loop.actor import Actor
-from hpc_refer.loop.learner import Learner
+from hpc_refer.loop.learner import Learner, reset_seed
 from hpc_refer.replay.near import NearBounds, is_far
 from hpc_refer.replay.shard import HAS_ACTION, TERMINAL, Batch
 from hpc_refer.report.records import TERMINATED, TRUNCATED, Chunk
@@ -719,3 +719,38 @@ def test_rule_1_on_the_critics_is_an_option(algorithm, critics):
     assert biggest["actor"] == 0.0
     critic = biggest["critics" if "critics" in biggest else "critic"]
     assert (critic > 0.0) == (not critics), biggest
+
+
+@pytest.mark.parametrize("algorithm", ["sac", "crossq"])
+def test_a_reset_starts_the_networks_afresh_and_keeps_the_replay_and_the_scaling(algorithm):
+    """``replay.reset_every = 3``: after the third step every network holds the weights a new
+    algorithm of the reset's seed starts with, the normalisers the replay's statistics,
+    every optimizer an empty state; the replay and torch's generator are as without the
+    reset, and training goes on."""
+    runs = {}
+    for every in (3, 0):
+        learner = make(algorithm, reset_every=every)
+        fill(learner)
+        torch.manual_seed(0)
+        for _ in range(3):
+            learner.train_step()
+        runs[every] = (learner, torch.get_rng_state())
+    (learner, rng), (plain, plain_rng) = runs[3], runs[0]
+    assert torch.equal(rng, plain_rng), "the reset leaves torch's generator alone"
+    assert learner.replay.size == plain.replay.size
+    algo = learner.algo
+    fresh = type(algo)(algo.obs_dim, algo.act_dim, algo.config, algo.refer_config,
+                       reset_seed(learner.seed, 1))
+    for name, module in algo.modules.items():
+        for (key, got), want, trained in zip(module.state_dict().items(),
+                                             fresh.modules[name].state_dict().values(),
+                                             plain.algo.modules[name].state_dict().values(),
+                                             strict=True):
+            if "normalizer" in key:
+                assert torch.equal(got, trained), (name, key)
+                assert not torch.equal(got, want), "the replay's statistics, not a fresh start"
+            else:
+                assert torch.equal(got, want), (name, key)
+    assert all(not o.optimizer.state for o in algo.optimizers.values())
+    learner.train_step()
+    assert learner.grad_steps == 4 and all(o.optimizer.state for o in algo.optimizers.values())

@@ -87,6 +87,11 @@ class ReplayConfig:
     )
     learn_start: int = option(-1, "stored states before the first gradient step; -1: N / 2")
     grad_ratio: float = option(1.0, "gradient steps per environment step once training runs")
+    reset_every: int = option(
+        0, "gradient steps between resets of every network and optimizer to a fresh start, "
+        "the replay memory and the input scaling kept (SR-SAC's and BRO's stabiliser of high "
+        "grad_ratio); 0: never"
+    )
     stats_every: int = option(
         1000, "gradient steps between refreshes of the state and reward scaling from the RM"
     )
@@ -131,6 +136,8 @@ class ReplayConfig:
         require(self.learn_start == -1 or self.learn_start > 0, "replay.learn_start",
                  self.learn_start, "-1 or integers > 0")
         require(self.grad_ratio > 0, "replay.grad_ratio", self.grad_ratio, "values > 0")
+        require(self.reset_every >= 0, "replay.reset_every", self.reset_every,
+                "integers >= 0")
         require(self.stats_every > 0, "replay.stats_every", self.stats_every, "integers > 0")
         require(self.per_alpha >= 0, "replay.per_alpha", self.per_alpha, "values >= 0")
         require(0 <= self.per_beta <= 1, "replay.per_beta", self.per_beta, "0 <= beta <= 1")

@@ -104,6 +104,11 @@ def per_beta_at(t: int, beta0: float, total: int) -> float:
     return beta0 + (1.0 - beta0) * min(1.0, t / max(total, 1))
 
 
+def reset_seed(seed: int, k: int) -> int:
+    """The seed of the networks after the k-th reset of a run of ``seed`` (k >= 1)."""
+    return seed + 7919 * k
+
+
 def make_step(algo: Algorithm, reducer: Reducer | None, compiled: bool) -> Step:
     """The learners' gradient step of ``algo`` over ``reducer``: compiled (falling back to
     eager where it cannot be built) or eager (``run.compile``, :attr:`Config.compiles`);
@@ -136,6 +141,7 @@ class Learner:
         self.step = make_step(algo, self.reducer,
                               config.compiles if compiled is None else compiled)
         self.rng = np.random.default_rng(seed)
+        self.seed = seed
         self.start_env_steps: int | None = None
 
     @property
@@ -209,7 +215,10 @@ class Learner:
         4. PER priorities from the rows' errors;
         5. beta by eq. 12 from the global far-policy fraction, t += 1 (eq. 13: the count of
            gradient steps);
-        6. every ``stats_every`` steps, new state and reward scaling from the replay.
+        6. every ``stats_every`` steps, new state and reward scaling from the replay;
+        7. every ``reset_every`` steps (if set), every network and optimizer afresh
+           (:meth:`~hpc_refer.algorithms.kit.base.Algorithm.reset_networks`, seeded from the
+           run's seed and the count of resets: the same on every learner).
         """
         replay, c_max = self.replay, self.refer.c_max
         rows, valid = self.sample()
@@ -234,6 +243,9 @@ class Learner:
         self.refer.update(*self.far_counts())
         if self.grad_steps % self.config.replay.stats_every == 0:
             self.refresh_scaling()
+        every = self.config.replay.reset_every
+        if every and self.grad_steps % every == 0:
+            self.algo.reset_networks(reset_seed(self.seed, self.grad_steps // every))
         return result
 
     def sample(self) -> tuple[np.ndarray, np.ndarray | None]:

@@ -353,6 +353,26 @@ class Algorithm(ABC):
             except ValueError as err:
                 raise ValueError(f"optimizer {k}: {err}") from None
 
+    def reset_networks(self, seed: int) -> None:
+        """Every network and optimizer afresh, as a new instance seeded with ``seed`` starts,
+        keeping the input scaling (the replay's statistics in the normalisers): the periodic
+        resets of high update-to-data ratios (D'Oro et al. 2023, "Sample-Efficient
+        Reinforcement Learning by Breaking the Replay Ratio Barrier"; Nauman et al. 2024,
+        BRO), which keep the replay memory. The fresh instance's state is restored into this
+        one (its tensors stay where they are: a compiled step keeps its graphs); torch's
+        generator is left where it was."""
+        generator = torch.get_rng_state()
+        try:
+            fresh = type(self)(self.obs_dim, self.act_dim, self.config, self.refer_config, seed)
+        finally:
+            torch.set_rng_state(generator)
+        for name, module in self.modules.items():
+            kept = [m for m in module.modules() if isinstance(m, Normalizer)]
+            new = [m for m in fresh.modules[name].modules() if isinstance(m, Normalizer)]
+            for old, normaliser in zip(kept, new, strict=True):
+                normaliser.load_state_dict(old.state_dict())
+        self.restore_state(fresh.checkpoint_state())
+
     def checksum(self) -> float:
         """Sum of every module's parameters and buffers (float64), to compare learners."""
         return float(sum(flat_state(m).astype(np.float64).sum() for m in self.modules.values()))
