@@ -107,7 +107,8 @@ def own_rows(name: str) -> tuple[Row, ...]:
     """The rows of the fields of ``name``'s table beyond the shared ones."""
     return (*(RECURRENT_ROWS if name in RECURRENT else ()), *OWN_ROWS[name])
 
-UNCHECKED: dict[str, frozenset[str]] = {"sac": frozenset({"target_entropy"}),
+UNCHECKED: dict[str, frozenset[str]] = {"sac": frozenset({"target_entropy", "critic_layer_norm"}),
+                                        "td3": frozenset({"critic_layer_norm"}),
                                         "crossq": frozenset({"target_entropy"})}
 """Own fields a table declares without a bound (any float is a valid target entropy)."""
 

@@ -443,3 +443,23 @@ def test_a_padding_row_adds_nothing_to_the_temperatures_step():
     g, g_other = alpha_grad(batch), alpha_grad(other)
     assert g.abs() > 0
     torch.testing.assert_close(g, g_other)
+
+
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_layer_normalised_critics_normalise_every_hidden_layer(layer_norm):
+    """``sac.critic_layer_norm``: each hidden pre-activation of every critic (and target) has
+    zero mean and unit variance over its units, per sample, at the start (LayerNorm's
+    affine map starts at 1 and 0); without it, no LayerNorm."""
+    algo = make_sac(critic_layer_norm=layer_norm)
+    obs, act = torch.randn(5, OBS), torch.randn(5, ACT)
+    for q in (*algo.critics.q, *algo.critics.targets):
+        x, seen = torch.cat([q.normalizer(obs), act], dim=-1), []
+        for layer in q.trunk:
+            x = layer(x)
+            if isinstance(layer, torch.nn.LayerNorm):
+                seen.append(x)
+        assert len(seen) == (2 if layer_norm else 0)
+        for out in seen:
+            torch.testing.assert_close(out.mean(-1), torch.zeros(5), atol=1e-5, rtol=0)
+            torch.testing.assert_close(out.var(-1, unbiased=False), torch.ones(5), atol=1e-3,
+                                       rtol=0)

@@ -82,7 +82,7 @@ class SAC(Algorithm):
         self.config: SACConfig = config
         self.actor = SquashedGaussianActor(obs_dim, act_dim, config.network)
         self.critics = Critics(self.actor.body.seen_dim, act_dim, config.hidden,
-                               config.activation)
+                               config.activation, layer_norm=config.critic_layer_norm)
         self.temperature = Temperature(config.alpha_init)
         self.target_entropy = config.target_entropy * act_dim
         self.modules = {"actor": self.actor, **self.critics.modules(),

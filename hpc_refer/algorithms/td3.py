@@ -96,7 +96,7 @@ class TD3(Algorithm):
         self.config: TD3Config = config
         self.actor = DeterministicActor(obs_dim, act_dim, config.network, config.sigma)
         self.critics = Critics(self.actor.body.seen_dim, act_dim, config.hidden,
-                               config.activation)
+                               config.activation, layer_norm=config.critic_layer_norm)
         self.target_actor = frozen_copy(self.actor)
         self.modules = {"actor": self.actor, "target_actor": self.target_actor,
                         **self.critics.modules()}

@@ -19,14 +19,17 @@ from hpc_refer.config.modes import Activation
 
 
 class Critics:
-    """``count`` critics Q_i over (s, a) of ``obs_dim`` + ``act_dim`` inputs, their targets
-    (built in that order: the critics, then copies of them, so seeding is unchanged)."""
+    """``count`` critics Q_i over (s, a) of ``obs_dim`` + ``act_dim`` inputs (``layer_norm``:
+    layer-normalised hidden layers), their targets (built in that order: the critics, then
+    copies of them, so seeding is unchanged)."""
 
     def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...],
-                 activation: Activation = Activation.SOFTSIGN, count: int = 2) -> None:
+                 activation: Activation = Activation.SOFTSIGN, count: int = 2,
+                 layer_norm: bool = False) -> None:
         if count < 1:
             raise ValueError(f"Critics needs at least one critic, got count = {count}")
-        self.q = tuple(QNetwork(obs_dim, act_dim, hidden, activation) for _ in range(count))
+        self.q = tuple(QNetwork(obs_dim, act_dim, hidden, activation, layer_norm)
+                       for _ in range(count))
         self.targets = tuple(frozen_copy(q) for q in self.q)
 
     def modules(self) -> dict[str, torch.nn.Module]:

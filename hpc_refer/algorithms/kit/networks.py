@@ -101,12 +101,17 @@ class Softsign(nn.Module):
         return _SoftsignFunction.apply(x)
 
 
-def mlp(sizes: list[int], activation: Activation = Activation.SOFTSIGN) -> nn.Sequential:
-    """Fully connected layers with ``activation`` between them (none after the last)."""
+def mlp(sizes: list[int], activation: Activation = Activation.SOFTSIGN,
+        layer_norm: bool = False) -> nn.Sequential:
+    """Fully connected layers with ``activation`` between them (none after the last); with
+    ``layer_norm`` a layer normalisation (Ba et al. 2016, with its affine map) after each
+    hidden linear layer, before the activation (BRO's and SimbaV2's critics)."""
     layers: list[nn.Module] = []
     for i, (n_in, n_out) in enumerate(itertools.pairwise(sizes)):
         layers.append(nn.Linear(n_in, n_out))
         if i < len(sizes) - 2:
+            if layer_norm:
+                layers.append(nn.LayerNorm(n_out))
             layers.append(Softsign() if activation is Activation.SOFTSIGN else nn.ReLU())
     return nn.Sequential(*layers)
 
@@ -151,13 +156,13 @@ class NumpyMLP:
 
 class QNetwork(nn.Module):
     """Q_w(s, a) = mlp([normalise(s), a]) (one output): the critic of DDPG, SAC and TD3-like
-    algorithms."""
+    algorithms (``layer_norm``: layer-normalised hidden layers, :func:`mlp`)."""
 
     def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...],
-                 activation: Activation = Activation.SOFTSIGN) -> None:
+                 activation: Activation = Activation.SOFTSIGN, layer_norm: bool = False) -> None:
         super().__init__()
         self.normalizer = Normalizer(obs_dim)
-        self.trunk = mlp([obs_dim + act_dim, *hidden, 1], activation)
+        self.trunk = mlp([obs_dim + act_dim, *hidden, 1], activation, layer_norm)
 
     def forward(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
         """Q [B]."""

@@ -29,6 +29,9 @@ class SACConfig(RecurrentConfig):
     activation: Activation = option(
         Activation.SOFTSIGN, "hidden layers' nonlinearity of the actor and the critics: "
         "softsign (the paper's networks) or relu (Haarnoja et al.'s)", choices(Activation))
+    critic_layer_norm: bool = option(
+        False, "layer normalisation after each hidden layer of the critics (BRO's and "
+        "SimbaV2's stabiliser of high replay.grad_ratio)")
     lr: float = option(3e-4, "Adam learning rate of the actor, the critics and the temperature")
     batch: int = option(256, "minibatch size B (global over all learners)")
     gamma: float = option(0.99, "discount factor")

@@ -26,6 +26,9 @@ class TD3Config(RecurrentConfig):
     activation: Activation = option(
         Activation.RELU, "hidden layers' nonlinearity of the actor and the critics: relu "
         "(Fujimoto et al.'s) or softsign (the ReF-ER paper's networks)", choices(Activation))
+    critic_layer_norm: bool = option(
+        False, "layer normalisation after each hidden layer of the critics (BRO's and "
+        "SimbaV2's stabiliser of high replay.grad_ratio)")
     lr: float = option(3e-4, "Adam learning rate of the actor and of the critics")
     batch: int = option(256, "minibatch size B (global over all learners)")
     gamma: float = option(0.99, "discount factor")
