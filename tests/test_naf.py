@@ -141,7 +141,7 @@ def test_td_loss_by_hand_uses_the_target_network():
     assert algo.net(torch.ones(1, OBS))[0] != algo.target(torch.ones(1, OBS))[0]
     batch = make_batch(algo, [False, True, False, False, True, False])
     assert batch.done.sum() == 2
-    loss, stats, _, _, error = algo.losses(batch, ReferTerms(1.0, 2.0, 1.0))
+    loss, stats, _, _, error, _ = algo.losses(batch, ReferTerms(1.0, 2.0, 1.0))
     with torch.no_grad():
         v, m, tril = (t.double().numpy() for t in algo.net(torch.from_numpy(batch.obs)))
         v_next = algo.target(torch.from_numpy(batch.next_obs))[0].double().numpy()
