@@ -8,7 +8,7 @@ ARGS ?=
 # count (pytest-mpi skips those whose min_size is larger, some skip without actor ranks). A
 # pass that runs another number fails (tests/conftest.py, --mpi-expect); N = 0 would state a
 # pass that runs none by design.
-MPI_TESTS ?= 1:12 2:36 3:36 4:36
+MPI_TESTS ?= 1:14 2:39 3:39 4:39
 # Which torch build `make install` puts in the venv (INSTALL.md, "Which torch"):
 #   index  torch==2.13.0 from the configured package index: on an ordinary Linux machine
 #          PyPI's CUDA build (about 2.5 GB with its libraries), for GPU clusters; on this

@@ -12,12 +12,14 @@ import csv
 import numpy as np
 import pytest
 import torch
+from learners import small_table
 from mpi4py import MPI
 
 import hpc_refer.loop.local_channel as local_channel
 import hpc_refer.run.roles as training
 from hpc_refer.algorithms.kit.collectives import SerialReducer
 from hpc_refer.algorithms.kit.networks import flat_state
+from hpc_refer.algorithms.kit.renorm import BatchRenorm
 from hpc_refer.algorithms.registry import ALGORITHMS
 from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.config.layout import Role, compute_layout
@@ -212,10 +214,12 @@ def store_episodes(learner: Learner, rng: np.random.Generator) -> None:
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
 def test_two_learners_average_to_the_full_batch_gradient(algorithm, monkeypatch):
-    """L = 2 with B/2 rows each gives the gradient of L = 1 with the same B rows, for every
-    algorithm (learning rate 0, so that the weights do not move between the two calls; the
-    noise of a stochastic loss, SAC's, set to 0: each learner draws its own, so the average
-    equals the full batch's gradient only in expectation)."""
+    """L = 2 with B/2 rows each gives the mean of the two halves' gradients, the gradient of
+    L = 1 with the same B rows for every algorithm whose samples do not meet in batch
+    statistics (CrossQ's: each learner normalises its own rows), and both learners keep the
+    same networks, running statistics included (learning rate 0, so that the weights do not
+    move between the calls; the noise of a stochastic loss, SAC's, set to 0: each learner
+    draws its own, so the average equals the full batch's gradient only in expectation)."""
     monkeypatch.setattr(torch, "randn_like", torch.zeros_like)
     comm = COMM.Split(0 if COMM.Get_rank() < 2 else MPI.UNDEFINED, COMM.Get_rank())
     if comm == MPI.COMM_NULL:
@@ -225,7 +229,7 @@ def test_two_learners_average_to_the_full_batch_gradient(algorithm, monkeypatch)
     def filled(reducer):
         # Same shard content for both: capacity N / L = 256 rows.
         cfg = build_config({"run": {"algorithm": algorithm, "compile": "off"},  # p.grad
-                            algorithm: {"hidden": [16, 16], "batch": 32},
+                            algorithm: small_table(algorithm, batch=32),
                             "replay": {"size": 256 * reducer.size, "learn_start": 64}})
         learner = make_learner(cfg, 3, 2, reducer)
         learner.algo.optimizers = {k: spec._replace(lr0=0.0)  # lr 0: the weights stay
@@ -241,10 +245,18 @@ def test_two_learners_average_to_the_full_batch_gradient(algorithm, monkeypatch)
     learner_1 = filled(SerialReducer())
     rows = learner_1.replay.sample_rows(32, rng)
     full = gradients(learner_1, rows)
+    halves = [gradients(filled(SerialReducer()), rows[k * 16 : (k + 1) * 16]) for k in (0, 1)]
     learner_2 = filled(MpiReducer(comm))
     half = rows[comm.Get_rank() * 16 : (comm.Get_rank() + 1) * 16]
-    for g_split, g_full in zip(gradients(learner_2, half), full, strict=True):
-        torch.testing.assert_close(g_split, g_full, rtol=1e-5, atol=1e-6)
+    batch_statistics = any(isinstance(m, BatchRenorm) for module in learner_2.algo.modules.values()
+                           for m in module.modules())
+    for g_split, g_full, g_0, g_1 in zip(gradients(learner_2, half), full, *halves,
+                                         strict=True):
+        torch.testing.assert_close(g_split, (g_0 + g_1) / 2, rtol=1e-5, atol=1e-6)
+        if not batch_statistics:
+            torch.testing.assert_close(g_split, g_full, rtol=1e-5, atol=1e-6)
+    sums = comm.allgather(learner_2.algo.checksum())
+    assert sums[0] == sums[1], "the learners keep the same networks and statistics"
     comm.Free()
 
 
