@@ -1,6 +1,6 @@
-"""Minibatches for the deterministic-actor algorithms' tests (DDPG, TD3): near- and
-far-policy rows around the actor's own mean, built from an algorithm's actor and its
-behaviour std ``config.sigma``."""
+"""Minibatches for the actor-critic algorithms' tests: near- and far-policy rows around the
+actor's own mean, for the deterministic actors (DDPG, TD3: their behaviour std
+``config.sigma``) and for the Gaussian ones (SAC, CrossQ: the behaviour's own std)."""
 
 from __future__ import annotations
 
@@ -41,3 +41,28 @@ def near_far_batch(algo: Algorithm, n: int = 4, far: tuple[int, ...] = (), seed:
 def rows(batch: Batch, idx: list[int]) -> Batch:
     """The minibatch of ``batch``'s rows ``idx``."""
     return Batch(*(None if x is None else x[idx] for x in batch))
+
+
+def gaussian_policy_batch(algo: Algorithm, n: int, far: tuple[int, ...] = (),
+                          seed: int = 0) -> Batch:
+    """Rows whose behaviour is the current policy (``algo.behaviour.policy``: rho = 1), but
+    for the rows ``far``, whose stored mu is shifted by 3 sigma (rho far from 1); the last
+    row is terminal."""
+    rng = np.random.default_rng(seed)
+    obs_dim, act_dim = algo.obs_dim, algo.act_dim
+    obs = rng.standard_normal((n, obs_dim)).astype(np.float32)
+    with torch.no_grad():
+        mean, std = (x.numpy() for x in algo.behaviour.policy(torch.from_numpy(obs)))
+    std = np.broadcast_to(std, mean.shape)
+    mu_mean = mean.copy()
+    mu_mean[list(far)] += 3.0 * std[list(far)]
+    act = (mu_mean + std * rng.standard_normal((n, act_dim))).astype(np.float32)
+    log_mu = gaussian_log_prob(*(torch.from_numpy(np.ascontiguousarray(x))
+                                 for x in (act, mu_mean, std))).numpy()
+    done = np.zeros(n, np.float32)
+    done[-1] = 1.0
+    return Batch(np.arange(n), obs, act, mu_mean.astype(np.float32),
+                 np.ascontiguousarray(std, np.float32), log_mu,
+                 rng.standard_normal(n).astype(np.float32),
+                 rng.standard_normal((n, obs_dim)).astype(np.float32), done, None,
+                 np.ones(n, np.float32))

@@ -13,6 +13,7 @@ import copy
 import numpy as np
 import pytest
 import torch
+from deterministic_batches import gaussian_policy_batch
 
 from hpc_refer.algorithms.crossq import CrossQ
 from hpc_refer.algorithms.kit.base import ReferTerms, TensorBatch
@@ -155,22 +156,7 @@ def make_crossq(mode: str = "er", **crossq) -> CrossQ:
 
 
 def make_batch(algo: CrossQ, n: int = 8, far: tuple[int, ...] = (), seed: int = 0) -> Batch:
-    """Rows whose behaviour is the current (evaluated) policy, but for the rows ``far``, whose
-    stored mu is shifted by 3 sigma; the last row is terminal."""
-    rng = np.random.default_rng(seed)
-    obs = rng.standard_normal((n, OBS)).astype(np.float32)
-    with torch.no_grad():
-        mean, std = (x.numpy() for x in algo.actor.policy(torch.from_numpy(obs)))
-    mu_mean = mean.copy()
-    mu_mean[list(far)] += 3.0 * std[list(far)]
-    act = (mu_mean + std * rng.standard_normal((n, ACT))).astype(np.float32)
-    log_mu = gaussian_log_prob(*(torch.from_numpy(x) for x in (act, mu_mean, std))).numpy()
-    done = np.zeros(n, np.float32)
-    done[-1] = 1.0
-    return Batch(np.arange(n), obs, act, mu_mean.astype(np.float32), std.astype(np.float32),
-                 log_mu, rng.standard_normal(n).astype(np.float32),
-                 rng.standard_normal((n, OBS)).astype(np.float32), done, None,
-                 np.ones(n, np.float32))
+    return gaussian_policy_batch(algo, n, far, seed)
 
 
 def test_registered_with_the_papers_settings():
