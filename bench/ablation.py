@@ -53,7 +53,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
-from common import out_flag, smoke, write
+from common import out_flag, repository_path, smoke, write
 from common import parse as parse_common
 from matplotlib.ticker import FuncFormatter
 
@@ -347,7 +347,8 @@ class Group:
             return [_finite(x) for x in a]
 
         return {"env": self.env, "algorithm": self.algorithm, "mode": self.mode,
-                "seeds": [r.seed for r in self.runs], "runs": [str(r.dir) for r in self.runs],
+                "seeds": [r.seed for r in self.runs],
+                "runs": [repository_path(r.dir) for r in self.runs],
                 "windows": self.centres.tolist(), "mean": floats(self.mean),
                 "p20": floats(self.p20), "p80": floats(self.p80),
                 "steps_reached": [r.steps for r in self.runs],
@@ -470,7 +471,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     text = table(groups)
     md.write_text(text)
     path = write(args.name,
-                 {"root": str(args.root), "window": args.window, "figure": png.name,
+                 {"root": repository_path(args.root), "window": args.window, "figure": png.name,
                   "table": md.name, "groups": [g.summary() for g in groups]})
     print(text)
     print(f"wrote {path}, {png} and {md}")

@@ -28,7 +28,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parent / "results"
+REPOSITORY = Path(__file__).resolve().parent.parent
+RESULTS = REPOSITORY / "bench" / "results"
 """The committed results: where a real run writes by default; a smoke run never does."""
 _OUTPUT = {"dir": RESULTS, "smoke": False}
 """Where :func:`write` puts results (set by :func:`parse`), and whether a smoke run is on."""
@@ -64,6 +65,13 @@ def rate(fn: Callable[[], None], n: int, repeats: int) -> list[float]:
             fn()
         out.append(n / (time.perf_counter() - t))
     return out
+
+
+def repository_path(path: Path) -> str:
+    """``path`` as results files store it: relative to the repository where it lies inside
+    it (so that a result reads the same on every checkout), else absolute."""
+    full = path.resolve()
+    return str(full.relative_to(REPOSITORY)) if full.is_relative_to(REPOSITORY) else str(full)
 
 
 def median(xs: list[float]) -> float:

@@ -38,7 +38,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 from ablation import Job, execute
-from common import RESULTS, out_flag, parse, smoke, write
+from common import RESULTS, out_flag, parse, repository_path, smoke, write
 
 from hpc_refer.report.curves import evaluation_rounds, seed_band, windowed_returns
 
@@ -214,7 +214,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)
     (args.out / f"{args.name}.md").write_text("\n".join(rows) + "\n")
-    path = write(args.name, {"window": window, "root": str(args.root), "tasks": results,
+    path = write(args.name, {"window": window, "root": repository_path(args.root), "tasks": results,
                              "published_at_1e5": PUBLISHED, "agents": HPC_AGENTS})
     print("\n".join(rows))
     print(f"wrote {path}, {png} and {png.with_suffix('.md')}")
