@@ -38,6 +38,7 @@ import torch
 
 from hpc_refer.algorithms.kit.actors import RenormSquashedActor
 from hpc_refer.algorithms.kit.base import Algorithm, Losses, TensorBatch, adam
+from hpc_refer.algorithms.kit.critics import minimum
 from hpc_refer.algorithms.kit.networks import BehaviourPolicy, gaussian_log_prob
 from hpc_refer.algorithms.kit.refer import (
     critic_mask,
@@ -71,24 +72,19 @@ def renorm_shape(config: CrossQConfig) -> RenormShape:
 
 def joint_critic_batch(critics: tuple[RenormQ, ...], obs: torch.Tensor, act: torch.Tensor,
                        next_obs: torch.Tensor, next_act: torch.Tensor
-                       ) -> tuple[list[torch.Tensor], list[torch.Tensor], Updates]:
+                       ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[Updates]]:
     """Each critic's training forward of [s_k; s'] x [a_k; a'] as one batch of 2 B (Bhatt et
-    al. sec. 4): Q_i(s_k, a_k) and Q_i(s', a') (both [B]), and the critics' new running
-    statistics (``critic<i>.*``)."""
+    al. sec. 4): Q_i(s_k, a_k) and Q_i(s', a') (both [B]), and each critic's new running
+    statistics (by its own buffer names)."""
     both_obs, both_act = torch.cat([obs, next_obs]), torch.cat([act, next_act])
-    now, succ, updates = [], [], {}
-    for i, q in enumerate(critics, 1):
+    now, succ, updates = [], [], []
+    for q in critics:
         values, new = q.train_forward(both_obs, both_act)
         first, second = values.split(obs.shape[0])
         now.append(first)
         succ.append(second)
-        updates.update({f"critic{i}.{k}": v for k, v in new.items()})
+        updates.append(new)
     return now, succ, updates
-
-
-def minimum(values: list[torch.Tensor]) -> torch.Tensor:
-    """The elementwise minimum over the critics."""
-    return torch.stack(values).min(dim=0).values
 
 
 @register
@@ -158,8 +154,8 @@ class CrossQ(Algorithm):
         u = mean + std * torch.randn_like(mean)
         log_pi = squashed_log_prob(u, mean, std)
         a_pi = torch.tanh(u)
-        q_pi = minimum([q.frozen(batch.obs, a_pi, _own(critic_updates, f"critic{i}"))
-                        for i, q in enumerate(self.critics, 1)])
+        q_pi = minimum([q.frozen(batch.obs, a_pi, new)
+                        for q, new in zip(self.critics, critic_updates, strict=True)])
         l_pi = soft_actor_loss(alpha, log_pi, q_pi)
         l_alpha = temperature_loss(log_alpha, log_pi, self.target_entropy)
         keep = critic_mask(near, self.refer_config, l_q)
@@ -167,11 +163,8 @@ class CrossQ(Algorithm):
                 + (keep * weight * l_q).mean() + ((weight > 0) * l_alpha).mean())
         stats = {"loss_q": l_q, "loss_pi": l_pi, "kl": kl, "near_fraction": near,
                  "entropy": -log_pi.detach(), "alpha": alpha.expand_as(l_q), "q": q_now[0]}
-        updates = {**{f"actor.{k}": v for k, v in actor_updates.items()}, **critic_updates}
+        updates = {f"actor.{k}": v for k, v in actor_updates.items()}
+        for i, new in enumerate(critic_updates, 1):
+            updates.update({f"critic{i}.{k}": v for k, v in new.items()})
         return Losses(loss, stats, rho, None, (y - q_now[0]).detach(), updates)
 
-
-def _own(updates: Updates, module: str) -> Updates:
-    """The entries of ``updates`` of one module, by the module's own buffer names."""
-    prefix = f"{module}."
-    return {k[len(prefix):]: v for k, v in updates.items() if k.startswith(prefix)}

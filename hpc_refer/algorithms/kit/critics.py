@@ -48,11 +48,11 @@ class Critics:
     def min_target(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
         """min_i Q'_i(s, a) over the targets (no gradient)."""
         with torch.no_grad():
-            return _minimum([t(obs, act) for t in self.targets])
+            return minimum([t(obs, act) for t in self.targets])
 
     def min_detached(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
         """min_i Q_i(s, a) with the critics' parameters detached: gradient to ``act`` only."""
-        return _minimum([detached_critic(q, obs, act) for q in self.q])
+        return minimum([detached_critic(q, obs, act) for q in self.q])
 
     def follow_(self, tau: float) -> None:
         """Every target follows its critic: w'_i <- (1 - tau) w'_i + tau w_i."""
@@ -60,8 +60,9 @@ class Critics:
             polyak_(target, q, tau)
 
 
-def _minimum(values: list[torch.Tensor]) -> torch.Tensor:
-    """The elementwise minimum of one or more tensors of one shape."""
+def minimum(values: list[torch.Tensor]) -> torch.Tensor:
+    """The elementwise minimum of one or more tensors of one shape (the critics' minimum;
+    also CrossQ's, whose critics have no targets)."""
     out = values[0]
     for v in values[1:]:
         out = torch.minimum(out, v)
