@@ -3,7 +3,9 @@
 
     python bench/sample_efficiency.py run [--tasks T ...] [--agents A ...] [--steps N]
         [--seeds S ...] [--root DIR] [--jobs J]
-    python bench/sample_efficiency.py report [--root DIR] [--name NAME] [--window W] [--out DIR]
+    python bench/sample_efficiency.py report [--root DIR ...] [--name NAME] [--window W]
+        [--reference FILE] [--out DIR]
+    python bench/sample_efficiency.py archive [--root DIR] [--to DIR]
     python bench/sample_efficiency.py --smoke [--out DIR]
 
 ``run`` starts every (task, agent, seed) not finished yet under ``--root`` (default
@@ -13,9 +15,24 @@ the return in the last window and of the last evaluation of the mean policy, the
 percentiles, wall time, and ``over_sac``, the ratio to SB3 SAC's of the same run set),
 ``<name>.md`` (the table) and ``<name>.png`` (return against env steps, mean over seeds with the
 20-80 % band, one panel per task). The published anchors at 10^5 steps are in the JSON beside
-them. An agent is SB3's (``sb3-sac``, ``sb3-td3``, sb3-contrib's ``sb3-crossq`` and
-``sb3-crossq-256``: bench/sb3_runner.py, the ``bench`` extra) or
-one of hpc_refer's named settings (:data:`HPC_AGENTS`: flags of ``python -m hpc_refer.run``).
+them. Across tasks (``aggregate`` in the JSON, a second table in the ``.md``), per budget and
+agent: the interquartile mean (IQM) over all runs of every task of the return normalised by SB3
+SAC's mean return on that task, x_{k,m} = R_{k,m} / Rbar_SAC,m, with its 95 % stratified-bootstrap
+confidence interval (runs resampled within each task; rliable, Agarwal et al. 2021, 50,000
+resamples), for the last window's return and for the evaluation of the mean policy. Rbar_SAC,m
+is ``sb3-sac``'s mean in the same report where it ran on task m, else the one in ``--reference``
+(default: the committed ``sample_efficiency.json``); an agent enters the aggregate only with runs
+on every task that has a reference, and with as many seeds on each as its fewest (the lowest
+seeds). Two agents differ only where their intervals do not overlap.
+
+``archive`` copies the text files of the finished runs under ``--root`` (config, episodes,
+evaluations, logs; no HDF5) into ``--to`` (default ``bench/results/seeds/sample_efficiency``),
+so that the runs behind a committed report are committed with it and a later session adds seeds
+to them: ``report --root bench/results/seeds/sample_efficiency NEW_ROOT``.
+
+An agent is SB3's (``sb3-sac``, ``sb3-td3``, sb3-contrib's ``sb3-crossq`` and
+``sb3-crossq-256``: bench/sb3_runner.py, the ``bench`` extra) or one of hpc_refer's named
+settings (:data:`HPC_AGENTS`: flags of ``python -m hpc_refer.run``).
 
 ``--smoke`` (bench/common.py): ``run`` of ``vracer`` and ``sac-er`` on Pendulum-v1, one seed,
 400 steps, evaluated every 200, under DIR/runs, with ``sb3-sac`` beside them where
@@ -28,7 +45,10 @@ from __future__ import annotations
 import argparse
 import csv
 import importlib.util
+import json
+import shutil
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -43,7 +63,13 @@ from common import RESULTS, out_flag, parse, repository_path, smoke, write
 from hpc_refer.report.curves import evaluation_rounds, seed_band, windowed_returns
 
 ROOT = Path(__file__).resolve().parent / "runs" / "sample_efficiency"
-TASKS = ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5")
+ARCHIVE = RESULTS / "seeds" / "sample_efficiency"
+"""Where ``archive`` keeps the text files of finished runs, committed beside the reports."""
+ARCHIVED = (".toml", ".csv", ".txt", ".json", ".jsonl")
+"""The kinds of file of a run directory that ``archive`` copies (no HDF5, no lock)."""
+REFERENCE = RESULTS / "sample_efficiency.json"
+"""The report whose ``sb3-sac`` means normalise the tasks the runs at hand have none for."""
+TASKS = ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5")
 WINDOW = 5_000
 """Environment steps per window of the learning curves (and of the final return)."""
 
@@ -71,7 +97,8 @@ SB3_AGENTS = ("sb3-sac", "sb3-td3", "sb3-crossq", "sb3-crossq-256")
 
 PUBLISHED = {
     "Tianshou SAC (10 seeds)": {"HalfCheetah-v5": 6515, "Hopper-v5": 2613, "Walker2d-v5": 1305},
-    "CrossQ": {"HalfCheetah-v5": 8112, "Hopper-v5": 2764, "Walker2d-v5": 3914},
+    "CrossQ": {"HalfCheetah-v5": 8112, "Hopper-v5": 2764, "Walker2d-v5": 3914,
+               "Ant-v5": 2299},
 }
 """Published mean returns at 10^5 environment steps (issue 24), for the report."""
 
@@ -139,17 +166,10 @@ def wall_seconds(run_dir: Path) -> float:
 def summary(runs: list[Path], steps: int, window: int = WINDOW) -> dict[str, Any]:
     """Mean over seeds (and 20th/80th percentiles) of the return in the last window before
     ``steps`` and of the evaluation round at the largest step <= ``steps``."""
-    finals, evals = [], []
-    for d in runs:
-        ends, means = windowed_returns(d, window)
-        inside = means[(ends <= steps) & np.isfinite(means)]
-        finals.append(float(inside[-1]) if inside.size else float("nan"))
-        rounds = evaluation_rounds(d)
-        if rounds is not None and (rounds[0] <= steps).any():
-            evals.append(float(rounds[1][rounds[0] <= steps][-1]))
+    values = final_values(runs, steps, window)
     out: dict[str, Any] = {"seeds": len(runs)}
-    for name, xs in (("return", finals), ("eval", evals)):
-        xs = [x for x in xs if np.isfinite(x)]
+    for name in ("return", "eval"):
+        xs = [x for x in values[name] if np.isfinite(x)]
         out[name] = float(np.mean(xs)) if xs else None
         out[f"{name}_p20_p80"] = ([float(v) for v in np.percentile(xs, [20, 80])]
                                   if xs else None)
@@ -157,13 +177,105 @@ def summary(runs: list[Path], steps: int, window: int = WINDOW) -> dict[str, Any
     return out
 
 
-def collect(root: Path) -> dict[str, dict[str, list[Path]]]:
-    """Finished runs by task and agent."""
+def finished_runs(root: Path) -> list[Path]:
+    return [d for d in sorted(root.glob("*/*-seed*")) if d.is_dir() and finished(d)]
+
+
+def collect(roots: list[Path]) -> dict[str, dict[str, list[Path]]]:
+    """Finished runs by task and agent, from every root (a run of the same task, agent and
+    seed in two roots raises ValueError: it would count twice)."""
     out: dict[str, dict[str, list[Path]]] = {}
-    for d in sorted(root.glob("*/*-seed*")):
-        if d.is_dir() and finished(d):
+    seen: dict[tuple[str, str], Path] = {}
+    for root in roots:
+        for d in finished_runs(root):
+            key = (d.parent.name, d.name)
+            if key in seen:
+                raise ValueError(f"{d} and {seen[key]} are the same run (task, agent, seed)")
+            seen[key] = d
             agent = d.name.rsplit("-seed", 1)[0]
             out.setdefault(d.parent.name, {}).setdefault(agent, []).append(d)
+    return out
+
+
+def seed_of(run_dir: Path) -> int:
+    return int(run_dir.name.rsplit("-seed", 1)[1])
+
+
+def final_values(runs: list[Path], steps: int, window: int) -> dict[str, list[float]]:
+    """Per run (in seed order): the return of the last window before ``steps`` and the
+    evaluation round at the largest step <= ``steps`` (nan where there is none)."""
+    out: dict[str, list[float]] = {"return": [], "eval": []}
+    for d in sorted(runs, key=seed_of):
+        ends, means = windowed_returns(d, window)
+        inside = means[(ends <= steps) & np.isfinite(means)]
+        out["return"].append(float(inside[-1]) if inside.size else float("nan"))
+        rounds = evaluation_rounds(d)
+        hit = rounds is not None and bool((rounds[0] <= steps).any())
+        out["eval"].append(float(rounds[1][rounds[0] <= steps][-1]) if hit and rounds is not None
+                           else float("nan"))
+    return out
+
+
+def reference_means(path: Path | None, budget: int) -> dict[str, float]:
+    """SB3 SAC's mean return per task at ``budget`` in a committed report ({} without one)."""
+    if path is None or not path.is_file():
+        return {}
+    tasks = json.loads(path.read_text()).get("tasks", {})
+    out = {}
+    for task, budgets in tasks.items():
+        sac = budgets.get(str(budget), {}).get("sb3-sac", {})
+        if sac.get("return"):
+            out[task] = float(sac["return"])
+    return out
+
+
+def iqm_intervals(scores: dict[str, np.ndarray], reps: int = 50_000,
+                  seed: int = 0) -> dict[str, tuple[float, float, float]]:
+    """Per agent, the IQM of its (runs x tasks) normalised scores and the 95 % stratified
+    bootstrap interval (rliable: runs resampled with replacement within each task)."""
+    from rliable import library, metrics
+
+    def iqm(x: np.ndarray) -> np.ndarray:
+        return np.array([metrics.aggregate_iqm(x)])
+
+    with warnings.catch_warnings():  # arch's notice about rliable's random_state argument
+        warnings.simplefilter("ignore", FutureWarning)
+        points, intervals = library.get_interval_estimates(
+            scores, iqm, reps=reps, random_state=np.random.RandomState(seed))
+    return {a: (float(points[a][0]), float(intervals[a][0, 0]), float(intervals[a][1, 0]))
+            for a in scores}
+
+
+def aggregate(found: dict[str, dict[str, list[Path]]], budget: int, window: int,
+              reference: dict[str, float], reps: int = 50_000) -> dict[str, Any]:
+    """IQM and 95 % CI across tasks of the returns normalised by SB3 SAC's mean (module doc):
+    for ``return`` (last window) and ``eval`` (mean policy), per agent."""
+    means = dict(reference)
+    for task, agents in found.items():
+        if "sb3-sac" in agents and last_step(agents["sb3-sac"], window) >= budget:
+            sac = final_values(agents["sb3-sac"], budget, window)["return"]
+            means[task] = float(np.nanmean(sac))
+    tasks = sorted(t for t in found if t in means and means[t] > 0)
+    out: dict[str, Any] = {"tasks": tasks, "sac_means": {t: means[t] for t in tasks},
+                           "agents": {}}
+    if not tasks:
+        return out
+    agents = set.intersection(*(set(found[t]) for t in tasks))
+    for kind in ("return", "eval"):
+        scores = {}
+        for agent in sorted(agents):
+            runs = [found[t][agent] for t in tasks]
+            if min(last_step(r, window) for r in runs) < budget:
+                continue
+            n = min(len(r) for r in runs)
+            cols = [np.array(final_values(r, budget, window)[kind][:n]) / means[t]
+                    for r, t in zip(runs, tasks, strict=True)]
+            matrix = np.stack(cols, axis=1)
+            if np.isfinite(matrix).all():
+                scores[agent] = matrix
+        for agent, (point, lo, hi) in iqm_intervals(scores, reps).items() if scores else ():
+            out["agents"].setdefault(agent, {"seeds": int(scores[agent].shape[0])})[kind] = {
+                "iqm": point, "ci95": [lo, hi]}
     return out
 
 
@@ -173,9 +285,15 @@ def last_step(runs: list[Path], window: int = WINDOW) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    found = collect(args.root)
+    roots = args.root
+    try:
+        found = collect(roots)
+    except ValueError as err:
+        print(f"sample_efficiency: {err}", file=sys.stderr)
+        return 2
     if not found:
-        print(f"sample_efficiency: no finished run under {args.root}", file=sys.stderr)
+        print(f"sample_efficiency: no finished run under {' '.join(map(str, roots))}",
+              file=sys.stderr)
         return 2
     results: dict[str, Any] = {}
     fig, axes = plt.subplots(1, len(found), figsize=(5.2 * len(found), 4.0), squeeze=False)
@@ -213,8 +331,23 @@ def cmd_report(args: argparse.Namespace) -> int:
     png = args.out / f"{args.name}.png"
     args.out.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)
+    aggregates = {}
+    rows += ["", "| budget | agent | seeds | IQM return / SB3 SAC [95 % CI] | "
+             "IQM eval / SB3 SAC [95 % CI] |", "|---|---|---|---|---|"]
+    for budget in sorted(set(args.budgets)):
+        agg = aggregate(found, budget, window, reference_means(args.reference, budget),
+                        args.reps)
+        if not agg["agents"]:
+            continue
+        aggregates[str(budget)] = agg
+        for agent, a in agg["agents"].items():
+            rows.append(f"| {budget:,} ({len(agg['tasks'])} tasks) | {agent} | {a['seeds']} | "
+                        f"{_ci(a.get('return'))} | {_ci(a.get('eval'))} |")
     (args.out / f"{args.name}.md").write_text("\n".join(rows) + "\n")
-    path = write(args.name, {"window": window, "root": repository_path(args.root), "tasks": results,
+    path = write(args.name, {"window": window, "root": [repository_path(r) for r in roots],
+                             "tasks": results, "aggregate": aggregates,
+                             "reference": (repository_path(args.reference)
+                                           if args.reference else None),
                              "published_at_1e5": PUBLISHED, "agents": HPC_AGENTS})
     print("\n".join(rows))
     print(f"wrote {path}, {png} and {png.with_suffix('.md')}")
@@ -225,6 +358,27 @@ def _f(x: float | None, digits: int = 0) -> str:
     return "-" if x is None else f"{x:,.{digits}f}"
 
 
+def _ci(x: dict[str, Any] | None) -> str:
+    return "-" if x is None else f"{x['iqm']:.2f} [{x['ci95'][0]:.2f}, {x['ci95'][1]:.2f}]"
+
+
+def cmd_archive(args: argparse.Namespace) -> int:
+    """Copy the text files of the finished runs under ``--root`` into ``--to`` (runs already
+    there are left as they are)."""
+    copied = 0
+    for d in finished_runs(args.root):
+        target = args.to / d.parent.name / d.name
+        if target.exists():
+            continue
+        target.mkdir(parents=True)
+        for f in sorted(d.iterdir()):
+            if f.is_file() and f.suffix in ARCHIVED:
+                shutil.copy2(f, target / f.name)
+        copied += 1
+    print(f"archived {copied} runs into {args.to}")
+    return 0
+
+
 def have_sb3() -> bool:
     return importlib.util.find_spec("stable_baselines3") is not None
 
@@ -233,7 +387,9 @@ def smoke_runs(out: Path) -> list[list[str | Path]]:
     agents = ["vracer", "sac-er", *(["sb3-sac"] if have_sb3() else [])]
     return [["run", "--tasks", "Pendulum-v1", "--agents", *agents, "--steps", "400",
              "--seeds", "0", "--eval-every", "200", "--jobs", "2", "--root", out / "runs"],
-            ["report", "--root", out / "runs", "--budgets", "400", "--window", "200"]]
+            ["report", "--root", out / "runs", "--budgets", "400", "--window", "200",
+             "--reps", "2000"],
+            ["archive", "--root", out / "runs", "--to", out / "seeds"]]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -249,19 +405,29 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--jobs", type=int, default=2)
     run.add_argument("--root", type=Path, default=ROOT)
     report = sub.add_parser("report", help="tables, JSON and the figure of the finished runs")
-    report.add_argument("--root", type=Path, default=ROOT)
+    report.add_argument("--root", type=Path, nargs="+", default=[ROOT],
+                        help="directories of runs (a run in two of them is refused)")
+    report.add_argument("--reference", type=Path, default=REFERENCE,
+                        help="report whose sb3-sac means normalise the tasks without sb3-sac "
+                             "runs here (default: the committed sample_efficiency.json)")
+    report.add_argument("--reps", type=int, default=50_000,
+                        help="bootstrap resamples of the IQM's interval (default 50,000)")
     report.add_argument("--name", default="sample_efficiency")
     report.add_argument("--budgets", nargs="+", type=int, default=[100_000, 300_000])
     report.add_argument("--window", type=int, default=WINDOW,
                         help=f"environment steps per window (default {WINDOW:,})")
     out_flag(report)
+    archive = sub.add_parser("archive", help="copy the finished runs' text files to commit them")
+    archive.add_argument("--root", type=Path, default=ROOT)
+    archive.add_argument("--to", type=Path, default=ARCHIVE)
     args = parse(parser, argv, smoke_runs, results=RESULTS)
     if args.smoke:
         if not have_sb3():
             print("sample_efficiency: stable-baselines3 is not installed (the bench extra): "
                   "the smoke run leaves out sb3-sac", flush=True)
         return smoke(main, smoke_runs, args.out)
-    return cmd_run(args) if args.command == "run" else cmd_report(args)
+    commands = {"run": cmd_run, "report": cmd_report, "archive": cmd_archive}
+    return commands[args.command](args)
 
 
 if __name__ == "__main__":

@@ -88,3 +88,50 @@ def test_the_expensive_preset_is_the_benchmarks_sac_er_relu_agent():
     agent = parse_args(se.HPC_AGENTS["sac-er-relu"])
     preset = parse_args(["--preset", "expensive"])
     assert dataclasses.replace(preset, run=dataclasses.replace(preset.run, preset="")) == agent
+
+
+def _three_seeds(root: Path, task: str, agent: str, finals: list[float]) -> None:
+    for seed, level in enumerate(finals):
+        fake_run(root, task, agent, seed, {9_000: level, 10_000: level}, {10_000: 2 * level})
+
+
+def test_aggregate_is_the_iqm_of_returns_over_sb3_sac_with_a_bootstrap_interval(tmp_path):
+    """x = R / mean R_SAC per task; the IQM over all runs of all tasks (the mean of the middle
+    half, scipy's trimmed mean at 25 %); the 95 % interval from resampling the runs of each
+    task holds the point and lies inside the range of the scores; an agent without runs on
+    every task is left out; a task without sb3-sac runs takes the reference's mean."""
+    from scipy.stats import trim_mean
+
+    root = tmp_path / "runs"
+    _three_seeds(root, "Hopper-v5", "sb3-sac", [100.0, 200.0, 300.0])
+    _three_seeds(root, "Hopper-v5", "crossq", [150.0, 400.0, 800.0])
+    _three_seeds(root, "Ant-v5", "crossq", [1000.0, 1500.0, 2600.0])
+    _three_seeds(root, "Hopper-v5", "vracer", [10.0, 20.0, 30.0])  # no Ant run: left out
+    found = se.collect([root])
+    agg = se.aggregate(found, 10_000, 5_000, {"Ant-v5": 500.0, "Hopper-v5": 1.0}, reps=2_000)
+    assert agg["tasks"] == ["Ant-v5", "Hopper-v5"]
+    assert agg["sac_means"] == {"Ant-v5": 500.0, "Hopper-v5": 200.0}, "the runs' own SAC first"
+    assert set(agg["agents"]) == {"crossq"}
+    x = [1000 / 500, 1500 / 500, 2600 / 500, 150 / 200, 400 / 200, 800 / 200]
+    crossq = agg["agents"]["crossq"]
+    assert crossq["seeds"] == 3
+    assert crossq["return"]["iqm"] == pytest.approx(trim_mean(x, 0.25))
+    assert crossq["eval"]["iqm"] == pytest.approx(2 * trim_mean(x, 0.25))
+    lo, hi = crossq["return"]["ci95"]
+    assert min(x) <= lo < crossq["return"]["iqm"] < hi <= max(x)
+
+
+def test_a_run_in_two_roots_is_refused_and_archive_copies_text_files_only(tmp_path, capsys):
+    root = tmp_path / "runs"
+    d = fake_run(root, "Hopper-v5", "crossq", 0, {10_000: 1.0}, {10_000: 1.0})
+    (d / "policy.h5").write_bytes(b"\x89HDF")
+    (d / "run.lock").write_text("pid")
+    fake_run(root, "Hopper-v5", "crossq", 1, {10_000: 1.0}, {})
+    (root / "Hopper-v5" / "crossq-seed1" / "state.txt").write_text("running\n")
+    assert se.main(["archive", "--root", str(root), "--to", str(tmp_path / "kept")]) == 0
+    kept = tmp_path / "kept" / "Hopper-v5"
+    assert [p.name for p in kept.iterdir()] == ["crossq-seed0"], "only finished runs"
+    assert sorted(p.name for p in (kept / "crossq-seed0").iterdir()) == [
+        "episodes.csv", "eval.csv", "state.txt"]
+    assert se.main(["report", "--root", str(root), str(tmp_path / "kept")]) == 2
+    assert "are the same run" in capsys.readouterr().err
