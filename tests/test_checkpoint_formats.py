@@ -29,6 +29,7 @@ from hpc_refer.loop.actor import (
     ONE_AGENT_LANE,
     history_and_series,
     lanes_for_every_actor,
+    warmup_counter,
 )
 from hpc_refer.loop.checkpoint import (
     MANIFEST_FORMAT,
@@ -138,7 +139,7 @@ def test_every_owner_declares_its_current_version():
     assert {f.owner: f.version for f in (MANIFEST_FORMAT, LEARNER_FORMAT, REPLAY_FORMAT,
                                          LOOP_FORMAT, ACTOR_FORMAT, Algorithm.state_format)} == {
         "checkpoint manifest": 3, "learner": 2, "replay shard": 2, "learner loop": 2,
-        "actor": 3, "algorithm": 1}
+        "actor": 4, "algorithm": 1}
     assert MANIFEST_FORMAT.version == checkpoint.SCHEMA_VERSION
     assert MANIFEST_FORMAT.key == "schema_version"
     assert Algorithm.policy_format.version == 1  # a plug-in's own behaviour module
@@ -254,6 +255,15 @@ def test_actor_2_to_3_keeps_the_lanes_of_an_actor_of_agents_and_drops_its_unused
     assert same(out, {k: v for k, v in tree.items() if k not in ONE_AGENT_LANE})
     assert len(out["lanes"]) == len(out["active"]) == 2 == out["obs"].shape[0]
     assert out["noise"].shape == (2, 1)
+
+
+@pytest.mark.parametrize("name", ["schema3_naf", "schema3_td3"])
+def test_actor_3_to_4_gives_actors_before_the_uniform_warm_up_none_of_it_left(name):
+    tree = pure(lanes_for_every_actor, part(name, "actor-0.h5")["actor"])  # version 2 -> 3
+    assert "warmup_left" not in tree
+    out = pure(warmup_counter, tree)
+    assert out["warmup_left"] == 0
+    assert same({k: v for k, v in out.items() if k != "warmup_left"}, tree)
 
 
 @pytest.mark.parametrize("name", sorted(OLD))

@@ -59,6 +59,15 @@ class ActionBounds(StrEnum):
     TANH = "tanh"
 
 
+class Warmup(StrEnum):
+    """How the actors act before training starts (``replay.learn_start`` stored states):
+    with the initial policy's Gaussian (the reference code's), or uniformly at random in the
+    action box (Stable-Baselines3's and CrossQ's ``learning_starts``)."""
+
+    POLICY = "policy"
+    UNIFORM = "uniform"
+
+
 class Sampling(StrEnum):
     """Minibatch sampling: uniform, or proportional prioritized replay (Schaul et al. 2016)."""
 

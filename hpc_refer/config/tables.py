@@ -27,6 +27,7 @@ from hpc_refer.config.modes import (
     ReferMode,
     Sampling,
     Scaling,
+    Warmup,
     choices,
     enum_field,
     require,
@@ -86,6 +87,13 @@ class ReplayConfig:
         "replay_size (vracer 2^18, ddpg and naf 2^19, sac 2^20)"
     )
     learn_start: int = option(-1, "stored states before the first gradient step; -1: N / 2")
+    warmup: Warmup = option(
+        Warmup.POLICY,
+        "how the actors act until learn_start states are stored: policy (the initial policy's "
+        "Gaussian) or uniform (uniformly in the action box, as Stable-Baselines3; every action "
+        "dimension must be bounded); ReF-ER's rho and KL stay exact (docs: loop/actor.py)",
+        choices(Warmup),
+    )
     grad_ratio: float = option(1.0, "gradient steps per environment step once training runs")
     reset_every: int = option(
         0, "gradient steps between resets of every network and optimizer to a fresh start, "
@@ -131,6 +139,7 @@ class ReplayConfig:
         enum_field(self, "batch_scaling", BatchScaling)
         enum_field(self, "forget", Forget)
         enum_field(self, "scaling", Scaling)
+        enum_field(self, "warmup", Warmup)
         require(self.size == 0 or self.size >= 2, "replay.size", self.size,
                  "0 (the algorithm's N) or integers >= 2")
         require(self.learn_start == -1 or self.learn_start > 0, "replay.learn_start",

@@ -12,6 +12,14 @@ Bounded action spaces: the policy acts in a normalised space where [-1, 1] maps 
 tanh (``tanh``, the reference code) before scaling. The stored action is always u itself, so
 rho and the KL are those of the Gaussian.
 
+The uniform warm-up (``replay.warmup = uniform``): the actor's first ``warmup_steps``
+environment steps draw each action uniformly in the box instead (as Stable-Baselines3's
+``learning_starts``). That behaviour is no Gaussian: the actor stores u (a, or atanh(a) under
+tanh) with mu's std set to the mark ``UNIFORM_STD`` (0, which no Gaussian has), and the learner
+stores the uniform's exact log mu for rho and, for Rule 2's KL, the Gaussian of its first two
+moments, whose KL to pi has the true KL's gradient
+(:func:`~hpc_refer.algorithms.kit.networks.uniform_behaviour`).
+
 The behaviour policy is the algorithm's
 (:class:`~hpc_refer.algorithms.kit.networks.BehaviourPolicy`):
 V-RACER's Gaussian, or N(m_w(s), sigma^2) around DDPG's or NAF's mean. Plain-ER DDPG may use
@@ -82,7 +90,12 @@ from typing import Any
 import numba
 import numpy as np
 
-from hpc_refer.algorithms.kit.networks import BehaviourPolicy, load_flat_state
+from hpc_refer.algorithms.kit.networks import (
+    UNIFORM_STD,
+    UNIFORM_U_BOUND,
+    BehaviourPolicy,
+    load_flat_state,
+)
 from hpc_refer.config.modes import ActionBounds, Exploration
 from hpc_refer.config.tables import RunConfig
 from hpc_refer.envs.driver import TeamDriver
@@ -133,8 +146,14 @@ def lanes_for_every_actor(tree: StateTree) -> StateTree:
     return out
 
 
-ACTOR_FORMAT = TreeFormat("actor", (history_and_series, lanes_for_every_actor))
-"""The actor's tree (:meth:`Actor.checkpoint_state`), version 3."""
+def warmup_counter(tree: StateTree) -> StateTree:
+    """Version 3 -> 4 of the actor's tree: ``warmup_left``, the uniform warm-up's steps still
+    to take, 0 (written before the option existed: the actor acted with its policy)."""
+    return {"warmup_left": 0, **tree}
+
+
+ACTOR_FORMAT = TreeFormat("actor", (history_and_series, lanes_for_every_actor, warmup_counter))
+"""The actor's tree (:meth:`Actor.checkpoint_state`), version 4."""
 
 LOG = logging.getLogger(__name__)
 
@@ -234,12 +253,16 @@ class Actor:
 
     ``max_failures`` (``run.max_env_failures``): that many solver faults in a row, without a
     valid step in between, raise :class:`~hpc_refer.envs.external.SolverFailure`.
+
+    ``warmup_steps`` (``replay.warmup = uniform``): the first that many environment steps
+    draw every agent's action uniformly in the action box instead of from the policy
+    (:meth:`_uniform`); the box must be bounded in every dimension.
     """
 
     def __init__(self, env: TeamDriver, net: BehaviourPolicy, action_bounds: ActionBounds,
                  seed: int, chunk_len: int, source: int = 0,
                  exploration: Exploration = Exploration.GAUSSIAN,
-                 max_failures: int = RunConfig.max_env_failures) -> None:
+                 max_failures: int = RunConfig.max_env_failures, warmup_steps: int = 0) -> None:
         self.env = env
         self.net = net
         self._numpy_policy = net.numpy_policy()
@@ -261,6 +284,13 @@ class Actor:
         self.rng = np.random.default_rng(seed)
         self._bounded, self._center, self._half = action_box(env.low, env.high)
         self._box = bool(self._bounded.all())
+        if warmup_steps and not self._box:
+            raise ValueError(
+                f"replay.warmup = uniform needs a bounded action box, and action dimensions "
+                f"{np.flatnonzero(~self._bounded).tolist()} of {env.act_dim} are unbounded: "
+                f"allowed for this environment is replay.warmup = policy")
+        self._warmup_left = warmup_steps
+        """Environment steps of the uniform warm-up still to take."""
         self._squash = action_bounds is ActionBounds.TANH
         self._lower, self._upper = (np.full(env.act_dim, x, np.float32) for x in (-1.0, 1.0))
         """The clip's bounds as arrays (a Python float is converted anew at every call)."""
@@ -337,6 +367,18 @@ class Actor:
         self._noise = (1.0 - OU_THETA) * self._noise + z
         return self._noise
 
+    def _uniform(self, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A step of the uniform warm-up: a ~ U(-1, 1) per action dimension, so that
+        :meth:`to_env` gives an action uniform in the box; the stored u is a (clip) or
+        atanh(a) with |a| <= :data:`~hpc_refer.algorithms.kit.networks.UNIFORM_U_BOUND`
+        (tanh), and mu's mean and std are 0 and
+        :data:`~hpc_refer.algorithms.kit.networks.UNIFORM_STD`, the mark the learner reads
+        (:meth:`~hpc_refer.loop.learner.Learner.store`)."""
+        a = self.rng.uniform(-1.0, 1.0, shape)
+        u = np.arctanh(np.clip(a, -UNIFORM_U_BOUND, UNIFORM_U_BOUND)) if self._squash else a
+        zeros = np.zeros(shape, np.float32)
+        return u.astype(np.float32), zeros, np.full(shape, UNIFORM_STD, np.float32)
+
     def step(self) -> tuple[Chunk | None, EpisodeRecord | None]:
         """One environment step of all active agents, or none while chunks wait to be sent;
         returns the outbox's next chunk, if any, and the episode it ends.
@@ -358,6 +400,7 @@ class Actor:
                 self._noise[:] = 0.0
                 self._running = list(range(self.n_agents))
             u, mean, std, nxt, reward, status = self._transition(self._obs, True)
+            self._warmup_left = max(self._warmup_left - 1, 0)
         except SolverFault as fault:
             self._count_fault(fault, "episode ended and environment reset")
             self._end_simulation()
@@ -402,7 +445,10 @@ class Actor:
         float and a Status for one agent, arrays of n for n agents); a valid answer resets
         the count of consecutive faults (a faulty one raises, see :meth:`_count_fault`)."""
         mean, std, carry = self._policy(obs)
-        u = (mean + std * self._draw(mean.shape)).astype(np.float32) if explore else mean
+        if explore and self._warmup_left:
+            u, mean, std = self._uniform(mean.shape)
+        else:
+            u = (mean + std * self._draw(mean.shape)).astype(np.float32) if explore else mean
         nxt, reward, status = self.env.step(self.to_env(u))
         self._faults_in_a_row = 0
         return u, mean, std, nxt if carry is None else self._row(nxt, carry), reward, status
@@ -540,11 +586,11 @@ class Actor:
         act_dim), the episode in progress (the current rows, agents x row_dim, None between
         episodes; each agent's lane; the active agents; the outbox's chunks with their
         records; whether it is interrupted), the first reset's seed if still unused, the
-        fault counters, the environment's state (None when it cannot give one, see
-        :meth:`~hpc_refer.envs.TeamDriver.checkpoint_state`), its stack of past states
-        (``env.history``; None without one) and the rows of its step series (None without
-        one). The policy copy is not part of it (the caller saves the parameters it
-        loads)."""
+        fault counters, the uniform warm-up's steps left, the environment's state (None when
+        it cannot give one, see :meth:`~hpc_refer.envs.TeamDriver.checkpoint_state`), its
+        stack of past states (``env.history``; None without one) and the rows of its step
+        series (None without one). The policy copy is not part of it (the caller saves the
+        parameters it loads)."""
         active = np.zeros(self.n_agents, bool)
         active[self._running] = True
         return ACTOR_FORMAT.stamp({
@@ -559,6 +605,7 @@ class Actor:
             "seed": self._seed,
             "faults": self.faults,
             "faults_in_a_row": self._faults_in_a_row,
+            "warmup_left": self._warmup_left,
             "env": self.env.checkpoint_state(),
             "history": None if self.env.stack is None else self.env.stack.state(),
             "series": self.env.series_state(),
@@ -584,6 +631,7 @@ class Actor:
         self._seed = None if tree["seed"] is None else int(tree["seed"])
         self.faults = int(tree["faults"])
         self._faults_in_a_row = int(tree["faults_in_a_row"])
+        self._warmup_left = int(tree["warmup_left"])
         if tree["series"] is not None:
             self.env.restore_series(tree["series"])
         restored = tree["env"] is not None and self.env.restore_state(tree["env"])

@@ -37,10 +37,14 @@ import torch
 from hpc_refer.algorithms.kit.base import Algorithm, ReferTerms, StepResult
 from hpc_refer.algorithms.kit.collectives import Reducer, SerialReducer
 from hpc_refer.algorithms.kit.compiled import CompiledOrEagerStep
-from hpc_refer.algorithms.kit.networks import gaussian_log_prob
+from hpc_refer.algorithms.kit.networks import (
+    UNIFORM_STD,
+    gaussian_log_prob,
+    uniform_behaviour,
+)
 from hpc_refer.algorithms.kit.refer import ReferState, importance_ratio
 from hpc_refer.algorithms.kit.step import EagerStep, Step
-from hpc_refer.config.modes import BatchScaling, Sampling
+from hpc_refer.config.modes import ActionBounds, BatchScaling, Sampling
 from hpc_refer.config.resolve import Config
 from hpc_refer.replay.sequences import follow
 from hpc_refer.replay.shard import (
@@ -143,6 +147,8 @@ class Learner:
         self.rng = np.random.default_rng(seed)
         self.seed = seed
         self.start_env_steps: int | None = None
+        self.squashed = config.action_bounds is ActionBounds.TANH
+        """Whether the actors squash their samples by tanh (the uniform warm-up's density)."""
 
     @property
     def grad_steps(self) -> int:
@@ -158,14 +164,24 @@ class Learner:
 
     def store(self, chunk: Chunk) -> np.ndarray:
         """Store an actor's chunk with log mu_k(a_k|s_k), the current V and rho, and V-tbc;
-        return the ring rows written."""
+        return the ring rows written. The steps of a uniform warm-up (``mu_std`` =
+        :data:`~hpc_refer.algorithms.kit.networks.UNIFORM_STD`) get the uniform's exact
+        log mu and, as their mu_mean and mu_std, the Gaussian of its first two moments that
+        Rule 2's KL reads (:func:`~hpc_refer.algorithms.kit.networks.uniform_behaviour`)."""
         replay = self.replay
         rows = replay.add(chunk, self.refer.c_max)
         acts = rows[(replay.flags[rows] & HAS_ACTION) != 0]
+        uniform = (replay.mu_std[acts] == UNIFORM_STD).all(-1)
+        gauss, warm = acts[~uniform], acts[uniform]
         with torch.no_grad():
-            replay.log_mu[acts] = gaussian_log_prob(
-                *(torch.from_numpy(x[acts]) for x in (replay.act, replay.mu_mean, replay.mu_std))
+            replay.log_mu[gauss] = gaussian_log_prob(
+                *(torch.from_numpy(x[gauss]) for x in (replay.act, replay.mu_mean, replay.mu_std))
             ).numpy()
+            if warm.size:
+                log_mu, mean, std = uniform_behaviour(torch.from_numpy(replay.act[warm]),
+                                                      self.squashed)
+                replay.log_mu[warm], replay.mu_mean[warm], replay.mu_std[warm] = (
+                    log_mu.numpy(), mean.numpy(), std.numpy())
         self.refresh(rows)
         return rows
 

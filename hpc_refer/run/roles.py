@@ -20,6 +20,7 @@ from hpc_refer.algorithms.kit.collectives import Reducer, SerialReducer
 from hpc_refer.algorithms.kit.networks import BehaviourPolicy, flat_state
 from hpc_refer.algorithms.registry import algorithm_class, make_algorithm
 from hpc_refer.config.layout import Layout, Role, SeedRole, role_seed
+from hpc_refer.config.modes import Warmup
 from hpc_refer.config.resolve import Config
 from hpc_refer.envs.driver import TeamDriver, serve_team
 from hpc_refer.envs.interface import SolverFailure, SolverStartError
@@ -78,15 +79,26 @@ def make_learner(config: Config, obs_dim: int, act_dim: int, reducer: Reducer) -
                    reducer)
 
 
-def make_actor(config: Config, env: TeamDriver, index: int, source: int) -> Actor:
-    """The actor of environment ``index`` (a lane per agent of its simulation, see
-    :mod:`hpc_refer.loop.actor`) with a fresh copy of the behaviour policy."""
+def warmup_steps(config: Config, envs: int, n_agents: int) -> int:
+    """The environment steps each of ``envs`` actors of ``n_agents`` agents acts uniformly
+    under ``replay.warmup = uniform``: ceil(learn_start / (envs n_agents)), so that together
+    they store about ``replay.learn_start`` uniform transitions (0 under ``policy``)."""
+    if config.replay.warmup is not Warmup.UNIFORM:
+        return 0
+    return -(-config.replay.start // (envs * n_agents))
+
+
+def make_actor(config: Config, env: TeamDriver, index: int, source: int,
+               envs: int = 1) -> Actor:
+    """The actor of environment ``index`` of ``envs`` (a lane per agent of its simulation,
+    see :mod:`hpc_refer.loop.actor`) with a fresh copy of the behaviour policy."""
     cls = algorithm_class(config.run.algorithm)
     net: BehaviourPolicy = cls.behaviour_policy(env.obs_dim, env.act_dim, config.algorithm)
     return Actor(env, net, config.action_bounds,
                  role_seed(config.run.seed, SeedRole.ACTOR, index), config.run.chunk_len,
                  source=source, exploration=config.algorithm.exploration,
-                 max_failures=config.run.max_env_failures)
+                 max_failures=config.run.max_env_failures,
+                 warmup_steps=warmup_steps(config, envs, env.n_agents))
 
 
 def outputs_of(config: Config, run_dir: Path | None) -> dict[str, Any]:
@@ -182,7 +194,7 @@ def actor_main(config: Config, layout: Layout, fabric: Fabric, run_dir: Path | N
                       **outputs_of(config, run_dir))
     if env_kind(config.run.env).declares_sizes:
         _agreed_solver(fabric, (env.obs_dim, env.act_dim, env.metric_names))
-    actor = make_actor(config, env, index, fabric.rank)
+    actor = make_actor(config, env, index, fabric.rank, layout.envs)
     if resume is not None:
         restore_actor(actor, resume, index)
     channel = ActorChannel(fabric.world, layout.learner_of(index), flat_state(actor.net).size)

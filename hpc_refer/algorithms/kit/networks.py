@@ -45,6 +45,45 @@ def gaussian_kl(
     ).sum(-1)
 
 
+def log_tanh_jacobian(u: torch.Tensor) -> torch.Tensor:
+    """log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2 u)) elementwise (the stable form):
+    the log-Jacobian of a = tanh(u)."""
+    return 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))
+
+
+UNIFORM_STD = 0.0
+"""The ``mu_std`` an actor stores for a step of the uniform warm-up (``replay.warmup =
+uniform``): a Gaussian's std is never 0 (the policies floor it at exp(-20)), so the value
+marks the rows whose behaviour is :func:`uniform_behaviour`'s, not a Gaussian."""
+UNIFORM_U_BOUND = 1.0 - 1e-6
+"""The largest |a| a squashed uniform warm-up step takes (its u = atanh(a) stays finite)."""
+
+
+def uniform_behaviour(u: torch.Tensor, squashed: bool
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The uniform warm-up's behaviour mu at stored actions u [..., A]: a ~ U(-1, 1)^A in
+    the normalised box, u = a (``clip``) or u = atanh(a) (``tanh``). Returns
+
+        log mu(u) = -A log 2                                        (clip)
+                  = sum_i [ log 1/2 + log(1 - tanh(u_i)^2) ]         (tanh: the density of a
+                                                                      times da/du)
+
+    and the mean and std of the Gaussian with mu's first two moments, N(0, v I): E[u_i] = 0,
+    v = E[u_i^2] = 1/3 (clip) or pi^2 / 12 (tanh: the integral of atanh(a)^2 over a). rho
+    uses the exact log mu; Rule 2 uses the Gaussian: E_mu[log N(u; m, s)] depends on mu only
+    through those moments, so KL(mu || pi) - KL(N(0, v) || pi) = H(N(0, v)) - H(mu) is a
+    constant and eq. 11's gradient in the paper's direction (``mu_pi``) is exact; in the
+    reference code's direction (``pi_mu``) the penalty is KL(pi || N(0, v)), since
+    KL(pi || mu) is infinite (clip: pi leaves the box) or has no closed form (tanh)."""
+    if squashed:
+        log_mu = (log_tanh_jacobian(u) - math.log(2.0)).sum(-1)
+        v = math.pi**2 / 12.0
+    else:
+        log_mu = torch.full(u.shape[:-1], -u.shape[-1] * math.log(2.0), dtype=u.dtype)
+        v = 1.0 / 3.0
+    return log_mu, torch.zeros_like(u), torch.full_like(u, math.sqrt(v))
+
+
 class Normalizer(nn.Module):
     """Affine input scaling x -> (x - mean) / std with statistics set from the replay memory."""
 

@@ -22,16 +22,14 @@ import math
 import torch
 from torch import nn
 
-from hpc_refer.algorithms.kit.networks import gaussian_log_prob
+from hpc_refer.algorithms.kit.networks import gaussian_log_prob, log_tanh_jacobian
 from hpc_refer.algorithms.kit.shared import td_target
 
 
 def squashed_log_prob(u: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
     """log pi~(tanh u | s) = log N(u; m, sigma^2) - sum_i log(1 - tanh(u_i)^2) (Haarnoja et
-    al. 2018a, eq. 26), with log(1 - tanh(x)^2) = 2 (log 2 - x - softplus(-2 x)) for
-    stability."""
-    correction = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))
-    return gaussian_log_prob(u, mean, std) - correction.sum(-1)
+    al. 2018a, eq. 26), the correction in :func:`log_tanh_jacobian`'s stable form."""
+    return gaussian_log_prob(u, mean, std) - log_tanh_jacobian(u).sum(-1)
 
 
 def soft_target(rew: torch.Tensor, done: torch.Tensor, gamma: float, q_next: torch.Tensor,
