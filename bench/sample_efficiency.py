@@ -91,6 +91,11 @@ HPC_AGENTS: dict[str, list[str]] = {
     "crossq-256": ["--algorithm", "crossq", "--crossq.critic-hidden", "256,256", *LEARN_START],
     "crossq-er-256": ["--algorithm", "crossq", "--refer.mode", "er", "--crossq.critic-hidden",
                       "256,256", *LEARN_START],
+    "crossq-beta1-256": ["--algorithm", "crossq", "--refer.beta-init", "1",
+                         "--crossq.critic-hidden", "256,256", *LEARN_START],
+    "crossq-er-sb3-256": ["--algorithm", "crossq", "--refer.mode", "er", "--crossq.critic-hidden",
+                          "256,256", "--replay.scaling", "none", "--replay.warmup", "uniform",
+                          "--chunk-len", "1", *LEARN_START],
 }
 """hpc_refer's settings by name: flags of ``python -m hpc_refer.run``."""
 SB3_AGENTS = ("sb3-sac", "sb3-td3", "sb3-crossq", "sb3-crossq-256")
@@ -112,16 +117,20 @@ class RunKey(NamedTuple):
         return root / self.task / f"{self.agent}-seed{self.seed}"
 
 
-def command(key: RunKey, steps: int, run_dir: Path, eval_every: int) -> list[str]:
-    """The command line of one run."""
+def command(key: RunKey, steps: int, run_dir: Path, eval_every: int,
+            learn_start: int | None = None) -> list[str]:
+    """The command line of one run; ``learn_start`` replaces every agent's 10,000 steps
+    before learning (a short task's budget)."""
     if key.agent in SB3_AGENTS:
+        start = [] if learn_start is None else ["--learning-starts", str(learn_start)]
         return [sys.executable, str(Path(__file__).with_name("sb3_runner.py")),
                 key.agent.removeprefix("sb3-"), key.task, str(steps), str(key.seed),
-                str(run_dir), "--eval-every", str(eval_every)]
+                str(run_dir), "--eval-every", str(eval_every), *start]
+    start = [] if learn_start is None else ["--replay.learn-start", str(learn_start)]
     return [sys.executable, "-m", "hpc_refer.run", "--env", key.task, "--steps", str(steps),
             "--seed", str(key.seed), "--run-dir", str(run_dir), "--eval-every",
             str(eval_every), "--eval-episodes", "5", "--log-every", str(eval_every),
-            "--checkpoint-every", "0", *HPC_AGENTS[key.agent]]
+            "--checkpoint-every", "0", *HPC_AGENTS[key.agent], *start]
 
 
 def finished(run_dir: Path) -> bool:
@@ -149,7 +158,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                     return 2
                 d.parent.mkdir(parents=True, exist_ok=True)
                 jobs.append(Job(f"{task} {agent} seed {seed}",
-                                command(key, args.steps, d, args.eval_every),
+                                command(key, args.steps, d, args.eval_every,
+                                        args.learn_start),
                                 d.with_name(d.name + ".log")))
     print(f"{len(jobs)} runs to go, {args.jobs} at a time")
     codes = execute(jobs, args.jobs)
@@ -402,6 +412,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--steps", type=int, default=100_000)
     run.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     run.add_argument("--eval-every", type=int, default=10_000)
+    run.add_argument("--learn-start", type=int, default=None,
+                     help="environment steps before learning, for every agent (default: "
+                          "10,000, the RL Zoo's MuJoCo setting)")
     run.add_argument("--jobs", type=int, default=2)
     run.add_argument("--root", type=Path, default=ROOT)
     report = sub.add_parser("report", help="tables, JSON and the figure of the finished runs")

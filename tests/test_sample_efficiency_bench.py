@@ -36,6 +36,14 @@ def test_commands_of_sb3_and_hpc_agents(tmp_path):
     hpc = se.command(se.RunKey("Hopper-v5", "sac-er", 1), 1000, tmp_path / "r", 500)
     assert hpc[1:3] == ["-m", "hpc_refer.run"] and "--seed" in hpc
     assert hpc[-len(se.HPC_AGENTS["sac-er"]):] == se.HPC_AGENTS["sac-er"]
+    # a short task's learning start, for both kinds (the last flag wins in hpc_refer.run)
+    sb3 = se.command(se.RunKey("Pendulum-v1", "sb3-sac", 0), 1000, tmp_path / "r", 500, 300)
+    hpc = se.command(se.RunKey("Pendulum-v1", "sac-er", 0), 1000, tmp_path / "r", 500, 300)
+    assert sb3[-2:] == ["--learning-starts", "300"] and hpc[-2:] == ["--replay.learn-start",
+                                                                     "300"]
+    from hpc_refer.run.main import parse_args
+
+    assert parse_args(hpc[3:]).replay.learn_start == 300
 
 
 def test_an_unfinished_run_is_refused_and_unknown_agents_named(tmp_path, capsys):
