@@ -342,14 +342,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)
     aggregates = {}
-    rows += ["", "| budget | agent | seeds | IQM return / SB3 SAC [95 % CI] | "
-             "IQM eval / SB3 SAC [95 % CI] |", "|---|---|---|---|---|"]
+    header = ["", "| budget | agent | seeds | IQM return / SB3 SAC [95 % CI] | "
+              "IQM eval / SB3 SAC [95 % CI] |", "|---|---|---|---|---|"]
     for budget in sorted(set(args.budgets)):
         agg = aggregate(found, budget, window, reference_means(args.reference, budget),
                         args.reps)
         if not agg["agents"]:
             continue
         aggregates[str(budget)] = agg
+        rows += header
+        header = []
         for agent, a in agg["agents"].items():
             rows.append(f"| {budget:,} ({len(agg['tasks'])} tasks) | {agent} | {a['seeds']} | "
                         f"{_ci(a.get('return'))} | {_ci(a.get('eval'))} |")
