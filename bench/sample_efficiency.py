@@ -93,6 +93,11 @@ HPC_AGENTS: dict[str, list[str]] = {
                       "256,256", *LEARN_START],
     "crossq-beta1-256": ["--algorithm", "crossq", "--refer.beta-init", "1",
                          "--crossq.critic-hidden", "256,256", *LEARN_START],
+    **{f"crossq-er-{name}-256": ["--algorithm", "crossq", "--refer.mode", "er",
+                                 "--crossq.critic-hidden", "256,256", *flags, *LEARN_START]
+       for name, flags in (("noscale", ["--replay.scaling", "none"]),
+                           ("uniform", ["--replay.warmup", "uniform"]),
+                           ("chunk1", ["--chunk-len", "1"]))},
     "crossq-er-sb3-256": ["--algorithm", "crossq", "--refer.mode", "er", "--crossq.critic-hidden",
                           "256,256", "--replay.scaling", "none", "--replay.warmup", "uniform",
                           "--chunk-len", "1", *LEARN_START],
