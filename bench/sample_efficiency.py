@@ -97,10 +97,9 @@ HPC_AGENTS: dict[str, list[str]] = {
                                  "--crossq.critic-hidden", "256,256", *flags, *LEARN_START]
        for name, flags in (("noscale", ["--replay.scaling", "none"]),
                            ("uniform", ["--replay.warmup", "uniform"]),
-                           ("chunk1", ["--chunk-len", "1"]))},
-    "crossq-er-sb3-256": ["--algorithm", "crossq", "--refer.mode", "er", "--crossq.critic-hidden",
-                          "256,256", "--replay.scaling", "none", "--replay.warmup", "uniform",
-                          "--chunk-len", "1", *LEARN_START],
+                           ("chunk1", ["--chunk-len", "1"]),
+                           ("sb3", ["--replay.scaling", "none", "--replay.warmup", "uniform",
+                                    "--chunk-len", "1"]))},
 }
 """hpc_refer's settings by name: flags of ``python -m hpc_refer.run``."""
 SB3_AGENTS = ("sb3-sac", "sb3-td3", "sb3-crossq", "sb3-crossq-256")
@@ -225,8 +224,8 @@ def final_values(runs: list[Path], steps: int, window: int) -> dict[str, list[fl
         inside = means[(ends <= steps) & np.isfinite(means)]
         out["return"].append(float(inside[-1]) if inside.size else float("nan"))
         rounds = evaluation_rounds(d)
-        hit = rounds is not None and bool((rounds[0] <= steps).any())
-        out["eval"].append(float(rounds[1][rounds[0] <= steps][-1]) if hit and rounds is not None
+        before = None if rounds is None else rounds[1][rounds[0] <= steps]
+        out["eval"].append(float(before[-1]) if before is not None and before.size
                            else float("nan"))
     return out
 
@@ -275,17 +274,17 @@ def aggregate(found: dict[str, dict[str, list[Path]]], budget: int, window: int,
                            "agents": {}}
     if not tasks:
         return out
-    agents = set.intersection(*(set(found[t]) for t in tasks))
+    values = {}  # agent -> per task, its runs' final values (each run read once)
+    for agent in sorted(set.intersection(*(set(found[t]) for t in tasks))):
+        runs = [found[t][agent] for t in tasks]
+        if min(last_step(r, window) for r in runs) >= budget:
+            values[agent] = [final_values(r, budget, window) for r in runs]
     for kind in ("return", "eval"):
         scores = {}
-        for agent in sorted(agents):
-            runs = [found[t][agent] for t in tasks]
-            if min(last_step(r, window) for r in runs) < budget:
-                continue
-            n = min(len(r) for r in runs)
-            cols = [np.array(final_values(r, budget, window)[kind][:n]) / means[t]
-                    for r, t in zip(runs, tasks, strict=True)]
-            matrix = np.stack(cols, axis=1)
+        for agent, per_task in values.items():
+            n = min(len(v[kind]) for v in per_task)
+            matrix = np.stack([np.array(v[kind][:n]) / means[t]
+                               for v, t in zip(per_task, tasks, strict=True)], axis=1)
             if np.isfinite(matrix).all():
                 scores[agent] = matrix
         for agent, (point, lo, hi) in iqm_intervals(scores, reps).items() if scores else ():
