@@ -74,6 +74,18 @@ WINDOW = 5_000
 """Environment steps per window of the learning curves (and of the final return)."""
 
 LEARN_START = ["--replay.learn-start", "10000"]
+CROSSQ_256 = ["--algorithm", "crossq", "--crossq.critic-hidden", "256,256"]
+SB3_LOOP = ["--replay.scaling", "none", "--replay.warmup", "uniform", "--chunk-len", "1"]
+"""Stable-Baselines3's loop settings: no input or reward scaling, uniform warm-up, the acting
+copy refreshed every step."""
+RESET_EVERY = "12000"
+"""Gradient steps between the resets of the ``-reset`` agents (issue 36, point 2): on Pendulum-v1
+(learning from 1,000 steps, evaluated at 5,000) two resets at ratio 8 and one at 4, the last
+1,000 environment steps before the evaluation."""
+UTD = {"": [], **{f"-utd{r}": ["--replay.grad-ratio", str(r), "--compile", "on"]
+                    for r in (4, 8)}}
+"""Update-to-data ratio suffixes of the high-ratio agents (none: ratio 1), compiled learner
+step always (``--compile auto`` leaves a short run with fewer than 20,000 steps eager)."""
 HPC_AGENTS: dict[str, list[str]] = {
     "vracer": [*LEARN_START],
     "vracer-er": [*LEARN_START, "--refer.mode", "er"],
@@ -98,8 +110,19 @@ HPC_AGENTS: dict[str, list[str]] = {
        for name, flags in (("noscale", ["--replay.scaling", "none"]),
                            ("uniform", ["--replay.warmup", "uniform"]),
                            ("chunk1", ["--chunk-len", "1"]),
-                           ("sb3", ["--replay.scaling", "none", "--replay.warmup", "uniform",
-                                    "--chunk-len", "1"]))},
+                           ("sb3", SB3_LOOP))},
+    **{f"crossq{mode}-sb3-256{utd}{reset}": [*CROSSQ_256, *er, *SB3_LOOP, *ratio, *resets,
+                                             *LEARN_START]
+       for mode, er in (("", []), ("-er", ["--refer.mode", "er"]))
+       for utd, ratio in UTD.items()
+       for reset, resets in (("", []), ("-reset", ["--replay.reset-every", RESET_EVERY]))
+       if utd or not reset},
+    "crossq-sb3-actor1-256": [*CROSSQ_256, *SB3_LOOP, "--refer.rule1-critics", "false",
+                              *LEARN_START],
+    **{f"sac-er-sb3{norm}{utd}": ["--algorithm", "sac", "--refer.mode", "er", "--sac.activation",
+                                  "relu", *SB3_LOOP, *layer_norm, *ratio, *LEARN_START]
+       for norm, layer_norm in (("", []), ("-ln", ["--sac.critic-layer-norm", "true"]))
+       for utd, ratio in UTD.items()},
 }
 """hpc_refer's settings by name: flags of ``python -m hpc_refer.run``."""
 SB3_AGENTS = ("sb3-sac", "sb3-td3", "sb3-crossq", "sb3-crossq-256")
