@@ -12,7 +12,8 @@
 ``bench/runs/sample_efficiency``), ``--jobs`` at a time (one core each); ``report`` reads them
 and writes ``bench/results/<name>.json`` (per task, budget and agent: the mean over seeds of
 the return in the last window and of the last evaluation of the mean policy, the 20th and 80th
-percentiles, wall time, and ``over_sac``, the ratio to SB3 SAC's of the same run set),
+percentiles, each seed's values, wall time, milliseconds per environment step once learning
+runs (:func:`step_ms`) and ``over_sac``, the ratio to SB3 SAC's of the same run set),
 ``<name>.md`` (the table) and ``<name>.png`` (return against env steps, mean over seeds with the
 20-80 % band, one panel per task). The published anchors at 10^5 steps are in the JSON beside
 them. Across tasks (``aggregate`` in the JSON, a second table in the ``.md``), per budget and
@@ -61,6 +62,7 @@ from ablation import Job, execute
 from common import RESULTS, out_flag, parse, repository_path, smoke, write
 
 from hpc_refer.report.curves import evaluation_rounds, seed_band, windowed_returns
+from hpc_refer.report.schema import TRAIN_FILE, read_intervals
 
 ROOT = Path(__file__).resolve().parent / "runs" / "sample_efficiency"
 ARCHIVE = RESULTS / "seeds" / "sample_efficiency"
@@ -200,9 +202,25 @@ def wall_seconds(run_dir: Path) -> float:
     return float(rows[-1]["wall_s"]) if rows else float("nan")
 
 
+def step_ms(run_dir: Path) -> float:
+    """Wall milliseconds per environment step once learning runs: the median over the
+    train.jsonl intervals with gradient steps, the first left out (it holds the compile), of
+    1000 / env_steps_per_s; nan for a run without such intervals (an SB3 run has no
+    train.jsonl). In one process the learner and the actor take turns on one core, so this is
+    the learner's time per step at the run's update ratio plus the environment's and the
+    policy's."""
+    path = run_dir / TRAIN_FILE
+    if not path.is_file():
+        return float("nan")
+    rates = [r.env_steps_per_s for r in read_intervals(path) if r.grad_step > 0][1:]
+    return float(np.median([1000.0 / x for x in rates if x > 0])) if rates else float("nan")
+
+
 def summary(runs: list[Path], steps: int, window: int = WINDOW) -> dict[str, Any]:
     """Mean over seeds (and 20th/80th percentiles) of the return in the last window before
-    ``steps`` and of the evaluation round at the largest step <= ``steps``."""
+    ``steps`` and of the evaluation round at the largest step <= ``steps``, each run's values
+    in seed order (``<name>_by_seed``, for tests between agents), the mean wall time and the
+    mean of :func:`step_ms`."""
     values = final_values(runs, steps, window)
     out: dict[str, Any] = {"seeds": len(runs)}
     for name in ("return", "eval"):
@@ -210,7 +228,10 @@ def summary(runs: list[Path], steps: int, window: int = WINDOW) -> dict[str, Any
         out[name] = float(np.mean(xs)) if xs else None
         out[f"{name}_p20_p80"] = ([float(v) for v in np.percentile(xs, [20, 80])]
                                   if xs else None)
+        out[f"{name}_by_seed"] = [x if np.isfinite(x) else None for x in values[name]]
     out["wall_s_mean"] = float(np.nanmean([wall_seconds(d) for d in runs]))
+    costs = [step_ms(d) for d in runs]
+    out["ms_per_step"] = float(np.nanmean(costs)) if np.isfinite(costs).any() else None
     return out
 
 
@@ -337,7 +358,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     window = args.window
     last = f"{window // 1000}k" if window % 1000 == 0 else f"{window}"
     rows = [f"| task | budget | agent | seeds | return (last {last}) | eval (mean policy) | "
-            "over SB3 SAC | wall min |", "|---|---|---|---|---|---|---|---|"]
+            "over SB3 SAC | wall min | ms / step |", "|---|---|---|---|---|---|---|---|---|"]
     for ax, (task, agents) in zip(axes[0], sorted(found.items()), strict=True):
         budgets = sorted({b for b in args.budgets if b <= max(last_step(r, window)
                                                                for r in agents.values())})
@@ -351,7 +372,8 @@ def cmd_report(args: argparse.Namespace) -> int:
                                  and sac > 0 else None)
                 wall = s["wall_s_mean"] / 60
                 rows.append(f"| {task} | {budget:,} | {a} | {s['seeds']} | {_f(s['return'])} | "
-                            f"{_f(s['eval'])} | {_f(s['over_sac'], 2)} | {wall:.1f} |")
+                            f"{_f(s['eval'])} | {_f(s['over_sac'], 2)} | {wall:.1f} | "
+                            f"{_f(s['ms_per_step'], 1)} |")
             results[task][str(budget)] = table
         for agent, runs in sorted(agents.items()):
             x, mean, lo, hi = seed_band([windowed_returns(d, window) for d in runs])

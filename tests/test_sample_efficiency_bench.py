@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
@@ -143,3 +144,36 @@ def test_a_run_in_two_roots_is_refused_and_archive_copies_text_files_only(tmp_pa
         "episodes.csv", "eval.csv", "state.txt"]
     assert se.main(["report", "--root", str(root), str(tmp_path / "kept")]) == 2
     assert "are the same run" in capsys.readouterr().err
+
+
+def test_step_ms_is_the_median_after_the_first_training_interval(tmp_path):
+    from hpc_refer.report.schema import TRAIN_FILE
+
+    d = fake_run(tmp_path, "Pendulum-v1", "crossq-er-sb3-256-utd8", 0, {1000: -1.0}, {})
+    assert np.isnan(se.step_ms(d)), "no train.jsonl (an SB3 run): no figure"
+    rates = [(0, 900.0), (100, 2.0), (900, 20.0), (1700, 10.0), (2500, 40.0)]
+    (d / TRAIN_FILE).write_text("".join(json.dumps(
+        {"env_step": 1000 * (i + 1), "grad_step": g, "env_steps_per_s": r, "grad_steps_per_s": 1.0,
+         "learner_busy": 1.0, "beta": 1.0, "c_max": 5.0, "lr": 1e-3, "far_fraction": 0.0,
+         "stored": 1000 * (i + 1), "reward_scale": 1.0, "solver_faults": 0, "rho_hist": []})
+        + "\n" for i, (g, r) in enumerate(rates)))
+    # before learning (900/s) and the first interval with steps (2/s: the compile) left out
+    assert se.step_ms(d) == pytest.approx(50.0)  # median of 50, 100, 25 ms
+    s = se.summary([d], 1000, 1000)
+    assert s["ms_per_step"] == pytest.approx(50.0) and s["return_by_seed"] == [-1.0]
+
+
+def test_the_high_ratio_agents_parse_to_their_ratio_resets_and_rules():
+    from hpc_refer.config.modes import ReferMode, Scaling, Warmup
+    from hpc_refer.run.main import parse_args
+
+    cfg = parse_args(se.HPC_AGENTS["crossq-er-sb3-256-utd8-reset"])
+    assert cfg.replay.grad_ratio == 8 and cfg.replay.reset_every == int(se.RESET_EVERY)
+    assert cfg.refer.mode is ReferMode.ER and cfg.replay.scaling is Scaling.NONE
+    assert cfg.replay.warmup is Warmup.UNIFORM and cfg.run.chunk_len == 1
+    cfg = parse_args(se.HPC_AGENTS["crossq-sb3-256-utd4"])
+    assert cfg.refer.mode is ReferMode.REFER and cfg.replay.grad_ratio == 4
+    assert cfg.replay.reset_every == 0
+    assert not parse_args(se.HPC_AGENTS["crossq-sb3-actor1-256"]).refer.rule1_critics
+    assert parse_args(se.HPC_AGENTS["sac-er-sb3-ln-utd4"]).algorithm.critic_layer_norm
+    assert "crossq-er-sb3-256-reset" not in se.HPC_AGENTS, "no reset at ratio 1"
