@@ -121,6 +121,7 @@ HPC_AGENTS: dict[str, list[str]] = {
        if utd or not reset},
     "crossq-sb3-actor1-256": [*CROSSQ_256, *SB3_LOOP, "--refer.rule1-critics", "false",
                               *LEARN_START],
+    "crossq-sb3-D0.3-256": [*CROSSQ_256, *SB3_LOOP, "--refer.D", "0.3", *LEARN_START],
     **{f"sac-er-sb3{norm}{utd}": ["--algorithm", "sac", "--refer.mode", "er", "--sac.activation",
                                   "relu", *SB3_LOOP, *layer_norm, *ratio, *LEARN_START]
        for norm, layer_norm in (("", []), ("-ln", ["--sac.critic-layer-norm", "true"]))
