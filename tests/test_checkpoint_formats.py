@@ -37,7 +37,11 @@ from hpc_refer.loop.checkpoint import (
     config_of_the_chosen_algorithm,
 )
 from hpc_refer.loop.learner import LEARNER_FORMAT, without_grad_steps
-from hpc_refer.loop.learner_loop import LOOP_FORMAT, episode_times_and_agents
+from hpc_refer.loop.learner_loop import (
+    LOOP_FORMAT,
+    episode_times_and_agents,
+    interval_counts_per_statistic,
+)
 from hpc_refer.replay.tree import REPLAY_FORMAT, episode_ids_and_agent_lanes, stored_episodes
 from hpc_refer.report.formats import VERSION_KEY, FormatError, TreeFormat
 from hpc_refer.report.records import episodes_from
@@ -138,7 +142,7 @@ def test_every_owner_declares_its_current_version():
     """The versions of today's trees (a bump must come with its upgrade and its fixture)."""
     assert {f.owner: f.version for f in (MANIFEST_FORMAT, LEARNER_FORMAT, REPLAY_FORMAT,
                                          LOOP_FORMAT, ACTOR_FORMAT, Algorithm.state_format)} == {
-        "checkpoint manifest": 3, "learner": 2, "replay shard": 2, "learner loop": 2,
+        "checkpoint manifest": 3, "learner": 2, "replay shard": 2, "learner loop": 3,
         "actor": 4, "algorithm": 1}
     assert MANIFEST_FORMAT.version == checkpoint.SCHEMA_VERSION
     assert MANIFEST_FORMAT.key == "schema_version"
@@ -264,6 +268,21 @@ def test_actor_3_to_4_gives_actors_before_the_uniform_warm_up_none_of_it_left(na
     out = pure(warmup_counter, tree)
     assert out["warmup_left"] == 0
     assert same({k: v for k, v in out.items() if k != "warmup_left"}, tree)
+
+
+@pytest.mark.parametrize("name", sorted(BEFORE_BODIES))
+def test_loop_2_to_3_counts_every_statistic_of_the_interval_over_all_its_steps(name):
+    tree = part(name, "learner-0.h5")["loop"]
+    tree = pure(episode_times_and_agents, tree) if name in SCHEMA1 else tree  # version 1 -> 2
+    interval = tree["interval"]
+    assert interval["sums"], "the frozen run stopped inside an interval with gradient steps"
+    out = pure(interval_counts_per_statistic, tree)
+    assert "count" not in out["interval"]
+    assert out["interval"]["counts"] == {k: interval["count"] for k in interval["sums"]}
+    assert same({k: v for k, v in out["interval"].items() if k != "counts"},
+                {k: v for k, v in interval.items() if k != "count"})
+    assert same({k: v for k, v in out.items() if k != "interval"},
+                {k: v for k, v in tree.items() if k != "interval"})
 
 
 @pytest.mark.parametrize("name", sorted(OLD))

@@ -128,10 +128,14 @@ class CrossQ(Algorithm):
         return self.actor
 
     def loss_terms(self, batch: TensorBatch, beta: float | torch.Tensor,
-                   bounds: NearBounds) -> Losses:
+                   bounds: NearBounds, resting: frozenset[str] = frozenset()) -> Losses:
         """ReF-ER loss of a minibatch (module docstring), its diagnostics, rho_k, the TD error
         y_k - Q_1(s_k, a_k) (both detached, before the step) and the networks' new running
-        statistics."""
+        statistics. Where the actor's and the temperature's optimizers rest (``resting``, two
+        steps in three), L_pi, the KL penalty and L_alpha are left out (their gradients reach
+        only those two; as sb3-contrib, which computes the actor's loss on its delayed steps
+        only): the actor's training forward, the critics' forward at its actions and both
+        backward passes, about a third of the step's arithmetic."""
         mode, weight = self.refer_config.mode, batch.weight
         log_alpha = self.temperature.log_alpha
         alpha = torch.exp(log_alpha.detach())
@@ -150,6 +154,15 @@ class CrossQ(Algorithm):
         y = soft_target(batch.rew, batch.done, self.config.gamma, minimum(q_next).detach(),
                         alpha, log_pi_next)
         l_q = sum((squared_td_loss(y, q) for q in q_now), torch.zeros_like(y))
+        keep = critic_mask(near, self.refer_config, l_q)
+        stats = {"loss_q": l_q, "kl": kl, "near_fraction": near, "alpha": alpha.expand_as(l_q),
+                 "q": q_now[0]}
+        updates: dict[str, torch.Tensor] = {}
+        for i, new in enumerate(critic_updates, 1):
+            updates.update({f"critic{i}.{k}": v for k, v in new.items()})
+        loss = (keep * weight * l_q).mean()
+        if {"actor", "temperature"} <= resting:
+            return Losses(loss, stats, rho, None, (y - q_now[0]).detach(), updates)
         mean, std, actor_updates = self.actor.train_gaussian(batch.obs)
         u = mean + std * torch.randn_like(mean)
         log_pi = squashed_log_prob(u, mean, std)
@@ -158,13 +171,9 @@ class CrossQ(Algorithm):
                         for q, new in zip(self.critics, critic_updates, strict=True)])
         l_pi = soft_actor_loss(alpha, log_pi, q_pi)
         l_alpha = temperature_loss(log_alpha, log_pi, self.target_entropy)
-        keep = critic_mask(near, self.refer_config, l_q)
-        loss = (refer_loss(l_pi, kl, near, beta, mode, weight)
-                + (keep * weight * l_q).mean() + ((weight > 0) * l_alpha).mean())
-        stats = {"loss_q": l_q, "loss_pi": l_pi, "kl": kl, "near_fraction": near,
-                 "entropy": -log_pi.detach(), "alpha": alpha.expand_as(l_q), "q": q_now[0]}
-        updates = {f"actor.{k}": v for k, v in actor_updates.items()}
-        for i, new in enumerate(critic_updates, 1):
-            updates.update({f"critic{i}.{k}": v for k, v in new.items()})
+        loss = (loss + refer_loss(l_pi, kl, near, beta, mode, weight)
+                + ((weight > 0) * l_alpha).mean())
+        stats.update({"loss_pi": l_pi, "entropy": -log_pi.detach()})
+        updates.update({f"actor.{k}": v for k, v in actor_updates.items()})
         return Losses(loss, stats, rho, None, (y - q_now[0]).detach(), updates)
 

@@ -122,7 +122,7 @@ class DDPG(Algorithm):
         return td_target(batch.rew, batch.done, self.config.gamma, q_next)
 
     def loss_terms(self, batch: TensorBatch, beta: float | torch.Tensor,
-                   bounds: NearBounds) -> Losses:
+                   bounds: NearBounds, resting: frozenset[str] = frozenset()) -> Losses:
         """ReF-ER loss of a minibatch, its diagnostics, rho_k and the TD errors y_k - Q (both
         detached, before the step)."""
         act, weight = batch.act, batch.weight

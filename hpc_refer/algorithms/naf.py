@@ -172,7 +172,7 @@ class NAF(Algorithm):
         return self.net
 
     def loss_terms(self, batch: TensorBatch, beta: float | torch.Tensor,
-                   bounds: NearBounds) -> Losses:
+                   bounds: NearBounds, resting: frozenset[str] = frozenset()) -> Losses:
         """ReF-ER loss of a minibatch (:func:`naf_refer_loss`), its diagnostics, rho_k and the
         pre-step TD error y_k - Q_w(s_k, a_k) (detached)."""
         act = batch.act

@@ -103,7 +103,7 @@ class SAC(Algorithm):
         return self.actor
 
     def loss_terms(self, batch: TensorBatch, beta: float | torch.Tensor,
-                   bounds: NearBounds) -> Losses:
+                   bounds: NearBounds, resting: frozenset[str] = frozenset()) -> Losses:
         """ReF-ER loss of a minibatch (module docstring), its diagnostics, rho_k and the TD
         error y_k - Q_1(s_k, a_k) (both detached, before the step)."""
         mode = self.refer_config.mode

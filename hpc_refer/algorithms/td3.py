@@ -115,9 +115,12 @@ class TD3(Algorithm):
         return self.actor
 
     def loss_terms(self, batch: TensorBatch, beta: float | torch.Tensor,
-                   bounds: NearBounds) -> Losses:
+                   bounds: NearBounds, resting: frozenset[str] = frozenset()) -> Losses:
         """ReF-ER loss of a minibatch (module docstring), its diagnostics, rho_k and the TD
-        error y_k - Q_1(s_k, a_k) (both detached, before the step)."""
+        error y_k - Q_1(s_k, a_k) (both detached, before the step). Where the actor's
+        optimizer rests (``resting``, every other step) L_mu and the KL penalty, whose
+        gradients reach only the actor, are left out (the critic's forward at the actor's
+        action and its backward)."""
         cfg, mode = self.config, self.refer_config.mode
         act, weight = batch.act, batch.weight
         inputs = self.actor.inputs(batch, self.target_actor, cfg.sequence_length)
@@ -134,11 +137,14 @@ class TD3(Algorithm):
         sigma = self.actor.sigma
         rho = importance_ratio(gaussian_log_prob(act, mean, sigma), batch.log_mu).detach()
         near = near_policy(rho, bounds)
-        l_mu = actor_loss(detached_critic(self.critics.q[0], obs.detach(), mean))
         kl = kl_penalty(batch.mu_mean, batch.mu_std, mean, sigma, self.refer_config.kl_direction)
         keep = critic_mask(near, self.refer_config, l_q)
-        loss = refer_loss(l_mu, kl, near, beta, mode, weight) + (keep * weight * l_q).mean()
-        stats = {"loss_q": l_q, "loss_mu": l_mu, "kl": kl, "near_fraction": near, "q": q1}
+        loss = (keep * weight * l_q).mean()
+        stats = {"loss_q": l_q, "kl": kl, "near_fraction": near, "q": q1}
+        if "actor" not in resting:
+            l_mu = actor_loss(detached_critic(self.critics.q[0], obs.detach(), mean))
+            loss = loss + refer_loss(l_mu, kl, near, beta, mode, weight)
+            stats["loss_mu"] = l_mu
         return Losses(loss, stats, rho, None, (y - q1).detach())
 
     def after_step(self, t: int) -> None:

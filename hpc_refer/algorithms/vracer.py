@@ -148,7 +148,7 @@ class VRacer(Algorithm):
         return self.net
 
     def loss_terms(self, batch: TensorBatch, beta: float | torch.Tensor,
-                   bounds: NearBounds) -> Losses:
+                   bounds: NearBounds, resting: frozenset[str] = frozenset()) -> Losses:
         """ReF-ER loss of a minibatch (eq. 10 over eqs. 5 and 9), its diagnostics, V_w(s_k),
         rho_k and the error Q-ret_k - V_w(s_k) (detached)."""
         assert batch.q_ret is not None, "V-RACER needs Q-ret: a replay with retrace"

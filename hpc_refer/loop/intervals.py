@@ -40,7 +40,8 @@ class IntervalStats:
 
     def reset(self, env_steps: int, grad_steps: int) -> None:
         self.sums: dict[str, float] = {}
-        self.count = 0
+        self.counts: dict[str, int] = {}
+        """Per diagnostic, the steps that gave it (a delayed actor's loss comes from some)."""
         self.idle = 0.0
         """Seconds this learner spent blocked waiting for a message (nothing else to do)."""
         self.t0 = time.perf_counter()
@@ -49,7 +50,11 @@ class IntervalStats:
     def add(self, stats: dict[str, float]) -> None:
         for k, v in stats.items():
             self.sums[k] = self.sums.get(k, 0.0) + v
-        self.count += 1
+            self.counts[k] = self.counts.get(k, 0) + 1
+
+    def means(self) -> dict[str, float]:
+        """Each diagnostic's mean over the steps of the interval that gave it."""
+        return {k: v / self.counts[k] for k, v in self.sums.items()}
 
     def record(self, learner: Learner, env_steps: int, faults: int) -> IntervalRecord:
         """The interval's metrics; far-policy fraction and ``rho_hist`` (counts of log10 rho
@@ -74,17 +79,18 @@ class IntervalStats:
             solver_faults=faults,
             rho_hist=tuple(learner.rho_histogram().tolist()),
             compiled=learner.step.compiled,
-            stats={k: v / self.count for k, v in self.sums.items()} if self.count else {},
+            stats=self.means(),
         )
 
     def checkpoint_state(self) -> StateTree:
         """The sums and counts (not the wall clock: rates restart with the resumed run)."""
-        return {"sums": dict(self.sums), "count": self.count, "env0": self.env0,
+        return {"sums": dict(self.sums), "counts": dict(self.counts), "env0": self.env0,
                 "grad0": self.grad0}
 
     def restore_state(self, tree: StateTree) -> None:
         self.sums = {k: float(v) for k, v in tree["sums"].items()}
-        self.count, self.env0, self.grad0 = tree["count"], tree["env0"], tree["grad0"]
+        self.counts = {k: int(v) for k, v in tree["counts"].items()}
+        self.env0, self.grad0 = tree["env0"], tree["grad0"]
         self.t0 = time.perf_counter()
 
 

@@ -104,9 +104,20 @@ def episode_times_and_agents(tree: StateTree) -> StateTree:
     return out
 
 
-LOOP_FORMAT = TreeFormat("learner loop", (episode_times_and_agents,))
+def interval_counts_per_statistic(tree: StateTree) -> StateTree:
+    """Upgrade 2 -> 3 of the learner loop's tree: the interval's one count of steps becomes a
+    count per statistic (a delayed actor's loss comes from some steps only); in a version 2
+    tree every statistic came from every step."""
+    interval = dict(tree["interval"])
+    count = int(interval.pop("count"))
+    interval["counts"] = {k: count for k in interval["sums"]}
+    return {**tree, "interval": interval}
+
+
+LOOP_FORMAT = TreeFormat("learner loop", (episode_times_and_agents,
+                                          interval_counts_per_statistic))
 """The learner loop's tree (:meth:`LearnerLoop.checkpoint_state`: its counters, schedule,
-actor sets, unlogged episodes and interval sums), version 2."""
+actor sets, unlogged episodes and interval sums and counts), version 3."""
 
 
 class LoopCounters(NamedTuple):

@@ -38,6 +38,7 @@ module of ``run.plugins``).
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
@@ -280,14 +281,30 @@ class Algorithm(ABC):
 
     @abstractmethod
     def loss_terms(self, batch: TensorBatch, beta: float | torch.Tensor,
-                   bounds: NearBounds) -> Losses:
+                   bounds: NearBounds, resting: frozenset[str] = frozenset()) -> Losses:
         """The minibatch loss at ReF-ER's ``beta`` and near-policy ``bounds`` (1/c_max,
         c_max: floats, or 0-d tensors in the compiled step) and its diagnostics; torch
-        operations only, no host synchronisation, no branch on tensor values."""
+        operations only, no host synchronisation, no branch on tensor values.
 
-    def losses(self, batch: Batch, terms: ReferTerms) -> Losses:
+        ``resting``: the names of the optimizers that do not step at this gradient step (a
+        delayed actor's, :func:`~hpc_refer.algorithms.kit.step.due`). The step discards their
+        gradients, so the loss may leave out the terms whose gradient reaches only their
+        parameters, with those terms' diagnostics (the interval means count each
+        diagnostic over the steps that gave it); the other terms' gradients must not change."""
+
+    def step_loss_terms(self, batch: TensorBatch, beta: float | torch.Tensor,
+                        bounds: NearBounds, resting: frozenset[str]) -> Losses:
+        """:meth:`loss_terms` as the steps call it: ``resting`` passed where the algorithm's
+        signature takes it (a plug-in written before it existed computes every term each
+        step, as before)."""
+        if resting and "resting" in inspect.signature(self.loss_terms).parameters:
+            return self.loss_terms(batch, beta, bounds, resting)
+        return self.loss_terms(batch, beta, bounds)
+
+    def losses(self, batch: Batch, terms: ReferTerms,
+               resting: frozenset[str] = frozenset()) -> Losses:
         """:meth:`loss_terms` of a numpy minibatch at this step's terms."""
-        return self.loss_terms(TensorBatch.of(batch), terms.beta, terms.bounds)
+        return self.step_loss_terms(TensorBatch.of(batch), terms.beta, terms.bounds, resting)
 
     def after_step(self, t: int) -> None:  # noqa: B027 (a hook: most algorithms have none)
         """Work after gradient step ``t`` (none here; target networks in DDPG and NAF)."""

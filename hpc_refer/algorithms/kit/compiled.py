@@ -57,6 +57,7 @@ from hpc_refer.algorithms.kit.step import (
     EagerStep,
     GradientAverage,
     due,
+    resting,
     step_result,
 )
 from hpc_refer.replay.near import NearBounds
@@ -103,11 +104,11 @@ class _LossModule(nn.Module):
     def __init__(self, algo: Algorithm) -> None:
         super().__init__()
         self.parts = nn.ModuleDict(algo.modules)
-        self.loss_terms = algo.loss_terms
+        self.loss_terms = algo.step_loss_terms
 
-    def forward(self, batch: TensorBatch, beta: torch.Tensor, bounds: NearBounds
-                ) -> tuple[torch.Tensor, Aux]:
-        out: Losses = self.loss_terms(batch, beta, bounds)
+    def forward(self, batch: TensorBatch, beta: torch.Tensor, bounds: NearBounds,
+                resting: frozenset[str]) -> tuple[torch.Tensor, Aux]:
+        out: Losses = self.loss_terms(batch, beta, bounds, resting)
         aux = {"stats": {k: v.detach().float().mean() for k, v in out.stats.items()},
                "rho": out.rho, "error": out.error}
         if out.value is not None:  # torch.func's auxiliary outputs are tensors only
@@ -222,14 +223,15 @@ class CompiledStep:
         self._adam = DirectGraph(self._adam_all, self.root, options)
 
     def _loss(self, params: dict[str, torch.Tensor], batch: TensorBatch, beta: torch.Tensor,
-              bounds: NearBounds) -> tuple[torch.Tensor, Aux]:
-        out: tuple[torch.Tensor, Aux] = functional_call(self.root, params, (batch, beta, bounds))
+              bounds: NearBounds, resting: frozenset[str]) -> tuple[torch.Tensor, Aux]:
+        out: tuple[torch.Tensor, Aux] = functional_call(self.root, params,
+                                                        (batch, beta, bounds, resting))
         return out
 
     def _gradients(self, params: dict[str, torch.Tensor], batch: TensorBatch,
-                   beta: torch.Tensor, bounds: NearBounds
+                   beta: torch.Tensor, bounds: NearBounds, resting: frozenset[str]
                    ) -> tuple[dict[str, torch.Tensor], Aux]:
-        grads, aux = self._grad(params, batch, beta, bounds)
+        grads, aux = self._grad(params, batch, beta, bounds, resting)
         stats = aux["stats"]  # names beside one vector: one transfer to the host, not one each
         return grads, {**aux, "stat_names": tuple(stats), "stats": torch.stack(list(
             stats.values()))}
@@ -250,7 +252,7 @@ class CompiledStep:
                     states: list[tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]],
                     terms: list[tuple[torch.Tensor, torch.Tensor]], now: tuple[bool, ...]
                     ) -> Aux:
-        grads, aux = self._gradients(params, batch, beta, bounds)
+        grads, aux = self._gradients(params, batch, beta, bounds, resting(self.algo, now))
         self._adam_all(params, grads, states, terms, now)
         return aux
 
@@ -277,8 +279,9 @@ class CompiledStep:
                                 states, adam_terms, now)
             else:
                 grads, aux = self._run(self._grads, key, params, tensors, self.beta,
-                                       self.bounds)
-                self.average(list(grads.values()))
+                                       self.bounds, resting(self.algo, now))
+                self.average([grads[n] for g, stepping in zip(self.groups, now, strict=True)
+                              if stepping for n in g.names])
                 self._run(self._adam, key, params, grads, states, adam_terms, now)
         finally:
             if not self.compiled:

@@ -4,8 +4,11 @@ reducer: eager (autograd and torch's Adam) or compiled (:mod:`hpc_refer.algorith
 Either way one step at gradient step t (the count of steps taken before it) is
 
     g  = grad_w L(w; batch, beta, c_max)           the algorithm's :meth:`Algorithm.losses`
-    g <- (1 / L) sum_l g_l                         with L > 1 learners: one allreduce
-    w <- Adam_k(w, g)  for every optimizer k due   t % every_k == 0 (``OptimizerSpec.every``)
+    g <- (1 / L) sum_l g_l                         with L > 1 learners: one allreduce (of
+                                                   the gradients of the optimizers due)
+    w <- Adam_k(w, g)  for every optimizer k due   t % every_k == 0 (``OptimizerSpec.every``;
+                                                   L may leave out the terms that reach only
+                                                   the others, :func:`resting`)
     b <- b_new         for the loss's buffer updates of the modules of every optimizer due
                                                    (``Losses.updates``: batch renormalisation's
                                                    running statistics)
@@ -54,6 +57,13 @@ class Step(Protocol):
 def due(algo: Algorithm, t: int) -> tuple[bool, ...]:
     """Which of the algorithm's optimizers step at gradient step ``t`` (in their order)."""
     return tuple(t % spec.every == 0 for spec in algo.optimizers.values())
+
+
+def resting(algo: Algorithm, now: tuple[bool, ...]) -> frozenset[str]:
+    """The names of the optimizers that do not step, ``now`` being :func:`due`'s answer: the
+    loss may leave out the terms that reach only them (:meth:`Algorithm.loss_terms`)."""
+    return frozenset(name for name, stepping in zip(algo.optimizers, now, strict=True)
+                     if not stepping)
 
 
 def minibatch_means(stats: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -146,14 +156,15 @@ class EagerStep:
 
     def __call__(self, batch: Batch, terms: ReferTerms, t: int) -> StepResult:
         algo = self.algo
-        out = algo.losses(batch, terms)
+        now = due(algo, t)
+        out = algo.losses(batch, terms, resting(algo, now))
         specs = list(algo.optimizers.values())
         for spec in specs:
             spec.optimizer.zero_grad(set_to_none=True)
         out.loss.backward()
-        self.average([p.grad for spec in specs for g in spec.optimizer.param_groups
-                      for p in g["params"] if p.grad is not None])
-        now = due(algo, t)
+        self.average([p.grad for spec, stepping in zip(specs, now, strict=True) if stepping
+                      for g in spec.optimizer.param_groups for p in g["params"]
+                      if p.grad is not None])
         for spec, stepping in zip(specs, now, strict=True):
             if stepping:
                 for group in spec.optimizer.param_groups:
