@@ -11,7 +11,9 @@ whose loss computes every term each step (the path a plug-in without ``resting``
 ``Learner.train_step`` runs in alternating timed blocks of ``--steps`` steps (a multiple of
 the schedule's period), so that the machine's load falls on both alike; the figure is the
 median over blocks of the ratio of their step times, beside the floating-point operations
-per step of each (torch's FlopCounterMode over one period, eager). CrossQ's critics are
+per step of each (torch's FlopCounterMode over one period of eager losses and their
+backward passes; the compiled graph of a resting step already dropped the unused gradients'
+arithmetic before, so eager and compiled gain differently). CrossQ's critics are
 ``--width`` x ``--width`` (its actor 256 x 256); TD3's networks its defaults. Writes
 bench/results/resting_terms.json. ``--smoke``: CrossQ at width 32, eager, 2 blocks of 6
 steps on a replay of 4,096 states (bench/common.py).
@@ -69,7 +71,7 @@ def flops_per_step(trainee: Learner, period: int) -> float:
         for t in range(period):
             trainee.algo.losses(trainee.replay.batch(
                 trainee.replay.sample_rows(trainee.local_batch, trainee.rng), 0.0),
-                trainee.terms, resting(trainee.algo, due(trainee.algo, t)))
+                trainee.terms, resting(trainee.algo, due(trainee.algo, t))).loss.backward()
     return count.get_total_flops() / period
 
 
