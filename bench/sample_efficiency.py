@@ -217,11 +217,22 @@ def step_ms(run_dir: Path) -> float:
     return float(np.median([1000.0 / x for x in rates if x > 0])) if rates else float("nan")
 
 
+def mean_interval(xs: list[float]) -> list[float] | None:
+    """The 95 % confidence interval of the mean of ``xs`` (Student's t with n - 1 degrees of
+    freedom: xbar -/+ t_0.975 s / sqrt(n)); None for fewer than two values."""
+    if len(xs) < 2:
+        return None
+    from scipy import stats
+
+    half = float(stats.t.ppf(0.975, len(xs) - 1) * np.std(xs, ddof=1) / np.sqrt(len(xs)))
+    return [float(np.mean(xs)) - half, float(np.mean(xs)) + half]
+
+
 def summary(runs: list[Path], steps: int, window: int = WINDOW) -> dict[str, Any]:
     """Mean over seeds (and 20th/80th percentiles) of the return in the last window before
     ``steps`` and of the evaluation round at the largest step <= ``steps``, each run's values
-    in seed order (``<name>_by_seed``, for tests between agents), the mean wall time and the
-    mean of :func:`step_ms`."""
+    in seed order (``<name>_by_seed``, for tests between agents), the 95 % interval of each
+    mean (:func:`mean_interval`), the mean wall time and the mean of :func:`step_ms`."""
     values = final_values(runs, steps, window)
     out: dict[str, Any] = {"seeds": len(runs)}
     for name in ("return", "eval"):
@@ -230,6 +241,7 @@ def summary(runs: list[Path], steps: int, window: int = WINDOW) -> dict[str, Any
         out[f"{name}_p20_p80"] = ([float(v) for v in np.percentile(xs, [20, 80])]
                                   if xs else None)
         out[f"{name}_by_seed"] = [x if np.isfinite(x) else None for x in values[name]]
+        out[f"{name}_ci95"] = mean_interval(xs)
     out["wall_s_mean"] = float(np.nanmean([wall_seconds(d) for d in runs]))
     costs = [step_ms(d) for d in runs]
     out["ms_per_step"] = float(np.nanmean(costs)) if np.isfinite(costs).any() else None

@@ -74,6 +74,10 @@ def test_report_final_windows_evaluations_and_the_ratio_to_sac(tmp_path, monkeyp
     assert table["sb3-sac"]["eval"] == pytest.approx(400.0)
     assert table["sac-er"]["return"] == pytest.approx(100.0)
     assert table["sac-er"]["over_sac"] == pytest.approx(100.0 / 250.0)
+    # two seeds (100 and 300 over the last window): 250 -/+ t_0.975,1 * sqrt(5000) / sqrt(2)
+    lo, hi = table["sb3-sac"]["return_ci95"]
+    assert (lo + hi) / 2 == pytest.approx(250.0) and hi - lo == pytest.approx(2 * 12.7062 * 100.0,
+                                                                          rel=1e-4)
     assert "20000" not in payload["tasks"]["Hopper-v5"], "no run reached 20,000 steps"
     assert payload["published_at_1e5"]["CrossQ"]["Hopper-v5"] == 2764
     md = (tmp_path / "results" / "se.md").read_text()
