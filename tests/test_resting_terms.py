@@ -100,3 +100,18 @@ def test_interval_means_count_each_statistic_over_the_steps_that_gave_it() -> No
     restored = IntervalStats()
     restored.restore_state(stats.checkpoint_state())
     assert restored.counts == {"loss_q": 6, "loss_pi": 2} and restored.sums == stats.sums
+
+
+def test_a_loss_without_resting_computes_every_term_as_before() -> None:
+    """A plug-in written before ``resting`` existed: its loss_terms is called without it."""
+    from hpc_refer.algorithms.td3 import TD3
+
+    class Older(TD3):
+        def loss_terms(self, batch, beta, bounds):  # type: ignore[override]
+            return super().loss_terms(batch, beta, bounds)
+
+    algo = algorithm("td3")
+    algo.__class__ = Older
+    out = algo.losses(make_batch(algo, 64, seed=3), ReferTerms(0.7, 2.0, 1.0),
+                      frozenset({"actor"}))
+    assert "loss_mu" in out.stats

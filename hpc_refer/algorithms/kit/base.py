@@ -38,9 +38,10 @@ module of ``run.plugins``).
 
 from __future__ import annotations
 
+import functools
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
@@ -227,6 +228,13 @@ def optimizer_state_dict(tree: StateTree, template: dict[str, Any]) -> dict[str,
     return {"state": state, "param_groups": groups}
 
 
+@functools.cache
+def takes_resting(loss_terms: Callable[..., Losses]) -> bool:
+    """Whether an algorithm's ``loss_terms`` takes ``resting`` (read once per class, not on
+    every step)."""
+    return "resting" in inspect.signature(loss_terms).parameters
+
+
 class Algorithm(ABC):
     """Base of the algorithms: the contract above plus what they share (input scaling,
     state and checksum).
@@ -297,7 +305,7 @@ class Algorithm(ABC):
         """:meth:`loss_terms` as the steps call it: ``resting`` passed where the algorithm's
         signature takes it (a plug-in written before it existed computes every term each
         step, as before)."""
-        if resting and "resting" in inspect.signature(self.loss_terms).parameters:
+        if resting and takes_resting(type(self).loss_terms):
             return self.loss_terms(batch, beta, bounds, resting)
         return self.loss_terms(batch, beta, bounds)
 
