@@ -639,6 +639,9 @@ def test_evaluation_runs_the_mean_policy_between_episodes(caplog):
     run(actor, 2)
     with pytest.raises(RuntimeError, match="evaluate at an episode boundary"):
         actor.evaluate(1)
+    # The round at the end of a run drops the training episode in progress instead.
+    assert [r.length for r in actor.evaluate(1, final=True)] == [6]
+    assert actor.between_episodes and numpy_rng_state(actor.rng) != rng_before
 
 
 # MPI: a team of two ranks (the first two ranks of the job).

@@ -225,6 +225,24 @@ def test_signal_stops_checkpoints_and_resumes(in_tmp, signum):
     assert_continuous(run_dir, total)
 
 
+def test_the_round_due_at_the_last_step_evaluates_the_final_policy(in_tmp):
+    """A round asked for at the last step runs though an episode is in progress there (the
+    round at 150 waits for the episode's end at 200, the one at 300 does not wait for 400);
+    a longer restart from the last checkpoint reruns it at the next boundary, as a straight
+    run does. The round of 450, pending until the boundary at 600 where the run ends, gives
+    way to the one of 600 (both would evaluate the final policy)."""
+    flags = ["--env", "Pendulum-v1", "--eval-every", "150", "--eval-episodes", "1", *SMALL]
+    assert run_main([*flags, "--steps", "300", "--run-dir", "resumed"]) == 0
+    evals = rows(in_tmp / "resumed" / "eval.csv")
+    assert [(int(e["env_step"]), int(e["length"])) for e in evals] == [(150, 200), (300, 200)]
+    assert rows(in_tmp / "resumed" / "train.jsonl")[-1]["env_step"] == 300
+    assert run_main(["--restart", "resumed", "--steps", "600"]) == 0
+    assert run_main([*flags, "--steps", "600", "--run-dir", "straight"]) == 0
+    straight = rows(in_tmp / "straight" / "eval.csv")
+    assert [int(e["env_step"]) for e in straight] == [150, 300, 600]
+    assert rows(in_tmp / "resumed" / "eval.csv") == straight
+
+
 def test_evaluate_runs_the_saved_mean_policy(in_tmp, capsys):
     assert run_main(["--env", "Pendulum-v1", "--steps", "1000", "--run-dir", "r",
                      "--eval-every", "400", "--eval-episodes", "2", *SMALL]) == 0
@@ -266,6 +284,22 @@ def test_unusable_run_dir_under_mpirun_is_one_line_on_every_rank(in_tmp):
     assert proc.returncode != 0
     line = one_error_line(proc.stderr, "hpc_refer.run: error:")
     assert "a_file/sub" in line, proc.stderr
+
+
+def test_evaluation_rounds_under_mpirun_with_two_learners(in_tmp):
+    """mpirun -n 4 (2 learners, 2 actors): the round of 350 runs at env 0's next episode
+    boundary, the one due at the last step 700 at once, with the final policy, though env 0
+    is inside an episode there; the learner without the evaluating actor takes part in the
+    round's reduction (a mismatch would hang until the timeout)."""
+    proc = subprocess.run(mpirun(4, "--env", "Pendulum-v1", "--steps", "700", "--learners",
+                                 "2", "--eval-every", "350", "--eval-episodes", "1",
+                                 "--run-dir", "r", *SMALL, *NO_COMPILE),
+                          capture_output=True, text=True, timeout=300, env=mpi_env(),
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    evals = rows(in_tmp / "r" / "eval.csv")
+    assert [(int(e["env_step"]), int(e["length"])) for e in evals] == [(350, 200), (700, 200)]
+    assert rows(in_tmp / "r" / "train.jsonl")[-1]["env_step"] == 700
 
 
 def test_mpi_signal_checkpoints_and_resumes_with_other_learner_counts(in_tmp):

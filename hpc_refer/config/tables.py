@@ -230,7 +230,8 @@ class RunConfig:
     )
     checkpoint_keep: int = option(2, "complete checkpoints kept (older ones are deleted)")
     eval_every: int = option(
-        0, "environment steps between evaluation rounds of the mean policy (0: off); the "
+        0, "environment steps between evaluation rounds of the mean policy (0: off), each at "
+        "the next episode boundary, the one due at the last step with the final policy; the "
         "episodes go to eval.csv"
     )
     eval_episodes: int = option(5, "episodes per evaluation round")

@@ -545,14 +545,20 @@ class Actor:
             return None
         return self._deliver()[0]
 
-    def evaluate(self, episodes: int, seed: int | None = None) -> list[EpisodeRecord]:
+    def evaluate(self, episodes: int, seed: int | None = None,
+                 final: bool = False) -> list[EpisodeRecord]:
         """Run ``episodes`` whole episodes (simulations) of the deterministic policy (action
         = ``to_env(mean)``), the first reset with ``seed``: a record per agent and
         simulation, in agent order, each with the simulation's metric values; nothing is
         recorded for training and the actor's generator and noise are untouched. Only
         between episodes (raises RuntimeError while one is in progress: call it at an
-        episode boundary). A solver fault ends its evaluation episode without a record
-        (counted and logged)."""
+        episode boundary), unless ``final``: the run is over, so the training episode in
+        progress and any chunk not sent are dropped first (nothing more is stored; the
+        last checkpoint holds them). A solver fault ends its evaluation episode without a
+        record (counted and logged)."""
+        if final:
+            self._end_simulation()
+            self._outbox.clear()
         if not self.between_episodes:
             raise RuntimeError(f"actor rank {self.source}: evaluation asked for while an "
                                f"episode is in progress; evaluate at an episode boundary")

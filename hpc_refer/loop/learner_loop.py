@@ -58,7 +58,11 @@ iteration, checkpoints and stops its actors. An environment that failed for good
 (:class:`~hpc_refer.envs.external.SolverFailure`) stops the run the same way, with the
 failure's message. Every ``run.eval_every`` environment steps the actor of environment 0 runs
 ``run.eval_episodes`` episodes of the mean policy at its next episode boundary; they go to
-``eval.csv``.
+``eval.csv``. A round asked for at the run's last step (``run.steps`` a multiple of
+``run.eval_every``), or still pending there, runs after the last gradient step: the actor drops
+its training episode in progress for it (:meth:`LearnerLoop.shutdown`), so a run of N steps
+reports the policy it ends with at step N. It comes after the last checkpoint, which a longer
+restart resumes, so the restart reruns that round at its next episode boundary instead.
 """
 
 from __future__ import annotations
@@ -181,7 +185,8 @@ class LearnerSide(Protocol):
 
     def send_cut(self, actor: int) -> None: ...
 
-    def send_eval(self, actor: int, flat: np.ndarray, episodes: int) -> None: ...
+    def send_eval(self, actor: int, flat: np.ndarray, episodes: int,
+                  final: bool = False) -> None: ...
 
     def request_checkpoints(self, actors: list[int], step: int) -> None: ...
 
@@ -227,6 +232,14 @@ class Schedule:
         while self.next_eval is not None and step >= self.next_eval:
             self.eval_step = self.next_eval if self.eval_step is None else self.eval_step
             self.next_eval += self.eval_every
+
+    def ask_final_evaluation(self, step: int) -> None:
+        """At the run's last step ``step``: a round due there (a threshold reached since the
+        last ask) supersedes a pending one, labelled with the last threshold reached (it
+        evaluates the final policy); else a pending round, if any, stays as it is."""
+        if self.next_eval is not None and step >= self.next_eval:
+            self.eval_step = step // self.eval_every * self.eval_every
+            self.next_eval = self.eval_step + self.eval_every
 
     def checkpoint_state(self) -> StateTree:
         return {"next_log": self.next_log, "next_checkpoint": self.next_checkpoint,
@@ -521,19 +534,37 @@ class LearnerLoop:
 
     def shutdown(self) -> None:
         """Stop the waiting actors; take the last chunk of each running one, then stop it;
-        then make the gradient steps still owed for all stored data."""
-        for actor in self.book.waiting:
-            self.channel.send_stop(actor)
-        self.book.waiting = []
+        then make the gradient steps still owed for all stored data, and run the evaluation
+        round due at the last step (module docstring) with the final policy."""
+        self.schedule.ask_final_evaluation(self.env_steps)
+        evaluator = self.eval_actor if self.schedule.eval_step is not None else None
+        self.stop_waiting(keep=evaluator)
         while self.book.running:
             message = self.channel.poll(block=True)
             assert message is not None
             self.handle(message)
-            for actor in self.book.waiting:
-                self.channel.send_stop(actor)
-            self.book.waiting = []
+            self.stop_waiting(keep=evaluator)
         self.reduce_counters()
         while self.learner.steps_due(self.env_steps) > 0:
             self.train_step()
+        if evaluator in self.book.waiting:
+            self.channel.send_eval(evaluator, self.learner.policy(),
+                                   self.config.run.eval_episodes, final=True)
+            message = self.channel.poll(block=True)
+            assert message is not None
+            self.handle(message)
+            if message.kind is not MessageKind.EVAL:
+                LOG.warning("the evaluation round at the end did not run: %s",
+                            message.failure)
+            self.stop_waiting()
+        if self.schedule.eval_step is not None:  # on every learner: a collective
+            self.reduce_counters()
         self.log(final=True)
         self.save_policy()
+
+    def stop_waiting(self, keep: int | None = None) -> None:
+        """Stop every waiting actor but ``keep``."""
+        for actor in self.book.waiting:
+            if actor != keep:
+                self.channel.send_stop(actor)
+        self.book.waiting = [a for a in self.book.waiting if a == keep]

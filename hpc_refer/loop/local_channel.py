@@ -62,6 +62,7 @@ class LocalChannel:
         self.run_dir = run_dir
         self.released = False
         self.eval_episodes = 0
+        self.eval_final = False
 
     def poll(self, block: bool) -> Incoming | None:
         if not (block and self.released):
@@ -71,7 +72,8 @@ class LocalChannel:
             if self.eval_episodes:
                 episodes, self.eval_episodes = self.eval_episodes, 0
                 message = Incoming(self.rank, MessageKind.EVAL,
-                                   evals=tuple(self.actor.evaluate(episodes)))
+                                   evals=tuple(self.actor.evaluate(episodes,
+                                                                   final=self.eval_final)))
             else:
                 steps = next_message(self.actor, STOP)
                 message = (Incoming(self.rank, MessageKind.FINISHED) if steps is None
@@ -99,10 +101,10 @@ class LocalChannel:
     def send_cut(self, actor: int) -> None:
         """Nothing to cut: the actor runs only inside a blocking poll."""
 
-    def send_eval(self, actor: int, flat: np.ndarray, episodes: int) -> None:
+    def send_eval(self, actor: int, flat: np.ndarray, episodes: int, final: bool = False) -> None:
         self.actor.load(flat.copy())
         self.released = True
-        self.eval_episodes = episodes
+        self.eval_episodes, self.eval_final = episodes, final
 
     def request_checkpoints(self, actors: list[int], step: int) -> None:
         if actors and self.run_dir is not None:

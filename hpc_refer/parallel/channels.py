@@ -103,20 +103,21 @@ class ActorChannel:
     evaluation round; TAG_FAILED (the failure's text, utf-8 bytes) when its environment
     failed for good, TAG_STUCK (likewise, from its watchdog thread) when it hangs in a
     solver call. Learner to actor: TAG_PARAMS (the float32 parameters, then the step budget
-    of this release: the bits of an int32, so any budget is exact), TAG_STOP,
-    TAG_CHECKPOINT (float64 [env step]), TAG_EVAL (float32 parameters then the number of
-    episodes), and TAG_CUT (empty: send the steps collected so far now, without waiting for
-    the chunk to fill; an actor that sent its chunk already ignores it). The actor's solver
-    faults so far travel in every header, and each episode's end time (on the run's clock of
-    the actor that ran it) with the episode, in the header or the evaluation round's list.
+    of this release: the bits of an int32, so any budget is exact, then 0), TAG_STOP,
+    TAG_CHECKPOINT (float64 [env step]), TAG_EVAL (float32 parameters, the number of
+    episodes, then 1 for the round at the end of the run, else 0), and TAG_CUT (empty: send
+    the steps collected so far now, without waiting for the chunk to fill; an actor that
+    sent its chunk already ignores it). The actor's solver faults so far travel in every
+    header, and each episode's end time (on the run's clock of the actor that ran it) with
+    the episode, in the header or the evaluation round's list.
     """
 
     def __init__(self, world: Any, learner: int, n_params: int) -> None:
         self.world = world
         self.learner = learner
-        self._message = np.empty(n_params + 1, np.float32)
-        """A PARAMS or EVAL message: the parameters, then one more value."""
-        self.params = self._message[:-1]
+        self._message = np.empty(n_params + 2, np.float32)
+        """A PARAMS or EVAL message: the parameters, then two more values."""
+        self.params = self._message[:-2]
         """The parameters of the latest PARAMS or EVAL reply (a view of the message)."""
         self.budget = 0
         """Environment steps this actor may take (after a PARAMS reply)."""
@@ -124,6 +125,8 @@ class ActorChannel:
         """The env step of the checkpoint asked for (after a CHECKPOINT reply)."""
         self.episodes = 0
         """Episodes of the evaluation round asked for (after an EVAL reply)."""
+        self.final = False
+        """Whether that round is the one at the end of the run (after an EVAL reply)."""
         self._status = _mpi().Status()
 
     def send_chunk(self, chunk: Chunk, episode: EpisodeRecord | None, faults: int,
@@ -179,10 +182,10 @@ class ActorChannel:
                 return Reply.CHECKPOINT
             if tag == TAG_EVAL:
                 self.world.Recv(self._message, source=self.learner, tag=TAG_EVAL)
-                self.episodes = int(self._message[-1])
+                self.episodes, self.final = int(self._message[-2]), bool(self._message[-1])
                 return Reply.EVAL
             self.world.Recv(self._message, source=self.learner, tag=TAG_PARAMS)
-            self.budget = int(self._message[-1:].view(np.int32)[0])
+            self.budget = int(self._message[-2:-1].view(np.int32)[0])
             return Reply.PARAMS
 
 
@@ -239,7 +242,7 @@ class LearnerChannel:
 
     def send_params(self, actor: int, flat: np.ndarray, budget: int) -> None:
         """The float32 parameters ``flat`` and the environment steps the actor may take."""
-        bits = np.array([budget], np.int32).view(np.float32)
+        bits = np.array([budget, 0], np.int32).view(np.float32)
         self.world.Send(np.concatenate([np.asarray(flat, np.float32), bits]), dest=actor,
                         tag=TAG_PARAMS)
 
@@ -249,8 +252,11 @@ class LearnerChannel:
     def send_cut(self, actor: int) -> None:
         self.world.Send(np.empty(0, np.float32), dest=actor, tag=TAG_CUT)
 
-    def send_eval(self, actor: int, flat: np.ndarray, episodes: int) -> None:
-        self.world.Send(np.append(flat, np.float32(episodes)), dest=actor, tag=TAG_EVAL)
+    def send_eval(self, actor: int, flat: np.ndarray, episodes: int, final: bool = False) -> None:
+        """An evaluation round of ``episodes`` with the parameters ``flat``; ``final``: the
+        run's last, which drops the actor's training episode in progress."""
+        self.world.Send(np.append(flat, np.array([episodes, final], np.float32)), dest=actor,
+                        tag=TAG_EVAL)
 
     def resume(self, budgets: dict[int, int]) -> None:
         """Nothing to resume: actor ranks wait for their learner's first reply."""

@@ -214,7 +214,7 @@ def actor_main(config: Config, layout: Layout, fabric: Fabric, run_dir: Path | N
                 continue
             try:
                 if reply is Reply.EVAL:
-                    channel.send_evals(actor.evaluate(channel.episodes))
+                    channel.send_evals(actor.evaluate(channel.episodes, final=channel.final))
                     continue
                 actor.grant(channel.budget)
                 message = next_message(actor, channel.cut_requested)
