@@ -633,9 +633,11 @@ def test_a_policy_file_rebuilds_the_behaviour_with_its_input_scaling(tmp_path, a
     learner.train_step()
     cfg = learner.config.to_dict()
     path = tmp_path / "policy.h5"
-    policy_file.save_policy(path, learner.algo, cfg, 1234, 56)
-    policy, saved, env_step, grad_step = policy_file.load_policy(path)
+    box = (np.array([-1.0, -np.inf]), np.array([2.0, np.inf]))  # a dimension unbounded
+    policy_file.save_policy(path, learner.algo, cfg, 1234, 56, box)
+    policy, saved, env_step, grad_step, low, high = policy_file.load_policy(path)
     assert saved == cfg and (env_step, grad_step) == (1234, 56)
+    assert low.tolist() == [-1.0, -np.inf] and high.tolist() == [2.0, np.inf]
     obs = torch.from_numpy(np.random.default_rng(0).standard_normal((5, OBS)).astype(f32))
     with torch.no_grad():
         for x, y in zip(policy.policy(obs), learner.algo.behaviour.policy(obs), strict=True):

@@ -182,6 +182,7 @@ def test_old_checkpoint_reads_as_written(name, tmp_path):
         assert actor["actor"]["obs"] is not None
     policy = policy_file.load_policy(run_dir / "policy.h5")
     assert policy.env_step == case.step and policy.grad_step > 0
+    assert policy.action_low is None and policy.action_high is None  # written before the box
     check_config(policy.config, name)
 
 

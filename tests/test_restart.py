@@ -25,6 +25,7 @@ from output_lines import one_error_line
 
 from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.evaluate import main as evaluate_main
+from hpc_refer.loop.policy_file import load_policy
 from hpc_refer.report.curves import plot_runs
 from hpc_refer.run.main import main as run_main
 
@@ -236,6 +237,8 @@ def test_the_round_due_at_the_last_step_evaluates_the_final_policy(in_tmp):
     evals = rows(in_tmp / "resumed" / "eval.csv")
     assert [(int(e["env_step"]), int(e["length"])) for e in evals] == [(150, 200), (300, 200)]
     assert rows(in_tmp / "resumed" / "train.jsonl")[-1]["env_step"] == 300
+    saved = load_policy(in_tmp / "resumed" / "policy.h5")  # Pendulum's action box
+    assert saved.action_low.tolist() == [-2.0] and saved.action_high.tolist() == [2.0]
     assert run_main(["--restart", "resumed", "--steps", "600"]) == 0
     assert run_main([*flags, "--steps", "600", "--run-dir", "straight"]) == 0
     straight = rows(in_tmp / "straight" / "eval.csv")
@@ -300,6 +303,8 @@ def test_evaluation_rounds_under_mpirun_with_two_learners(in_tmp):
     evals = rows(in_tmp / "r" / "eval.csv")
     assert [(int(e["env_step"]), int(e["length"])) for e in evals] == [(350, 200), (700, 200)]
     assert rows(in_tmp / "r" / "train.jsonl")[-1]["env_step"] == 700
+    saved = load_policy(in_tmp / "r" / "policy.h5")  # the box, sent by env 0's actor rank
+    assert saved.action_low.tolist() == [-2.0] and saved.action_high.tolist() == [2.0]
 
 
 def test_mpi_signal_checkpoints_and_resumes_with_other_learner_counts(in_tmp):

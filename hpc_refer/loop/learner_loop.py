@@ -279,13 +279,16 @@ class LearnerLoop:
 
     ``run`` (learner 0 of a run with a run directory, else None) is where records go,
     ``run_dir`` (every learner; None: no checkpoints) where checkpoint parts go;
-    ``eval_actor`` the actor rank of this learner that runs evaluation rounds, if any.
+    ``eval_actor`` the actor rank of this learner that runs evaluation rounds, if any;
+    ``action_box`` the environment's (low, high), which policy files record (None: unknown
+    here; only the learner that writes them needs it).
     """
 
     def __init__(self, config: Config, learner: Learner, channel: LearnerSide,
                  actors: list[int], envs: int, run: RunDirectory | None,
                  run_dir: Path | None = None, eval_actor: int | None = None,
-                 meta: dict[str, Any] | None = None) -> None:
+                 meta: dict[str, Any] | None = None,
+                 action_box: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         self.config = config
         self.learner = learner
         self.reducer = learner.reducer
@@ -293,6 +296,7 @@ class LearnerLoop:
         self.run_dir = run_dir
         self.meta = meta or {}
         self.eval_actor = eval_actor
+        self.action_box = action_box
         self.book = ActorBook.of(actors)
         self.report = LoopReport(learner, self.reducer, run, config.run.steps)
         self.schedule = Schedule.of(config.run)
@@ -482,7 +486,7 @@ class LearnerLoop:
         """Learner 0: the current policy as RUN_DIR/policy.h5 (for ``hpc_refer.evaluate``)."""
         if self.report.run is not None and self.run_dir is not None:
             save_policy(self.run_dir / POLICY_FILE, self.learner.algo, self.config.to_dict(),
-                        self.env_steps, self.learner.grad_steps)
+                        self.env_steps, self.learner.grad_steps, self.action_box)
 
     def checkpoint_state(self) -> StateTree:
         """The loop's own state (this learner's): counts, schedules, its actors' sets,

@@ -22,12 +22,16 @@ from hpc_refer.report.formats import FormatError
 
 
 def save_policy(path: Path, algo: Algorithm, config_dict: dict[str, Any], env_step: int,
-                grad_step: int) -> None:
+                grad_step: int,
+                action_box: tuple[np.ndarray, np.ndarray] | None = None) -> None:
     """Write the behaviour policy alone (for evaluation or deployment), atomically.
 
     The tree: ``algorithm`` (name), ``obs_dim``, ``act_dim``, ``hidden`` (int64 array),
     ``config`` (the resolved config as JSON), ``env_step`` and ``grad_step`` (the run's
-    environment and gradient steps when the policy was saved) and ``policy/<tensor>``: the
+    environment and gradient steps when the policy was saved), ``action_low`` and
+    ``action_high`` (float64 [act_dim], the environment's action box, +-inf on unbounded
+    dimensions; with ``action_box``: what deployment maps the policy's output into, see
+    :meth:`~hpc_refer.loop.actor.Actor.to_env`) and ``policy/<tensor>``: the
     behaviour module's parameters and buffers, the input normalisation included, and the
     version of this layout of them, the algorithm's ``policy_format`` (under its key,
     ``policy_version``). Root attribute ``kind`` = ``"policy"``.
@@ -37,18 +41,23 @@ def save_policy(path: Path, algo: Algorithm, config_dict: dict[str, Any], env_st
             "hidden": np.asarray(algo.config.hidden, np.int64),
             "config": json.dumps(config_dict), "env_step": env_step, "grad_step": grad_step,
             "policy": state["modules"][state["behaviour"]]}
+    if action_box is not None:
+        tree["action_low"], tree["action_high"] = (np.asarray(b, np.float64)
+                                                   for b in action_box)
     write_tree(path, algo.policy_format.stamp(tree), {"kind": "policy"})
 
 
 class PolicyFile(NamedTuple):
     """What a policy file holds: the behaviour module, the config dict it was saved with,
-    and the run's environment and gradient steps at the save (None in files written before
-    the steps were recorded)."""
+    the run's environment and gradient steps at the save and the environment's action box
+    (each None in files written before it was recorded)."""
 
     policy: BehaviourPolicy
     config: dict[str, Any]
     env_step: int | None
     grad_step: int | None
+    action_low: np.ndarray | None = None
+    action_high: np.ndarray | None = None
 
 
 def load_policy(path: Path) -> PolicyFile:
@@ -78,4 +87,5 @@ def load_policy(path: Path) -> PolicyFile:
     except RuntimeError as err:
         raise CheckpointError(f"{path}: the policy's tensors do not fit its network "
                               f"({err})") from None
-    return PolicyFile(policy, config_dict, tree.get("env_step"), tree.get("grad_step"))
+    return PolicyFile(policy, config_dict, tree.get("env_step"), tree.get("grad_step"),
+                      tree.get("action_low"), tree.get("action_high"))

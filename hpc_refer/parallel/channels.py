@@ -10,6 +10,7 @@ import numpy as np
 
 from hpc_refer.algorithms.kit.collectives import Reducer, SerialReducer
 from hpc_refer.parallel.world import (
+    TAG_BOUNDS,
     TAG_CHECKPOINT,
     TAG_CUT,
     TAG_DATA,
@@ -102,7 +103,9 @@ class ActorChannel:
     is written; TAG_EVAL_RESULT (float64, :func:`~hpc_refer.report.records.pack_episodes`) after an
     evaluation round; TAG_FAILED (the failure's text, utf-8 bytes) when its environment
     failed for good, TAG_STUCK (likewise, from its watchdog thread) when it hangs in a
-    solver call. Learner to actor: TAG_PARAMS (the float32 parameters, then the step budget
+    solver call; TAG_BOUNDS (float64 [low, high], once at the start, by the actor of
+    environment 0 only: the action box, which its learner writes into policy files). Learner
+    to actor: TAG_PARAMS (the float32 parameters, then the step budget
     of this release: the bits of an int32, so any budget is exact, then 0), TAG_STOP,
     TAG_CHECKPOINT (float64 [env step]), TAG_EVAL (float32 parameters, the number of
     episodes, then 1 for the round at the end of the run, else 0), and TAG_CUT (empty: send
@@ -145,6 +148,11 @@ class ActorChannel:
 
     def send_saved(self) -> None:
         self.world.Send(np.empty(0, np.float32), dest=self.learner, tag=TAG_SAVED)
+
+    def send_bounds(self, low: np.ndarray, high: np.ndarray) -> None:
+        """The environment's action box (once, at the start: environment 0's actor)."""
+        self.world.Send(np.concatenate([low, high]).astype(np.float64), dest=self.learner,
+                        tag=TAG_BOUNDS)
 
     def send_evals(self, episodes: list[EpisodeRecord]) -> None:
         self.world.Send(pack_episodes(episodes), dest=self.learner, tag=TAG_EVAL_RESULT)
@@ -239,6 +247,12 @@ class LearnerChannel:
         obs, act, rew, mean, std = np.split(payload, np.cumsum(sizes)[:-1])
         return Chunk(obs.reshape(n, ds), act.reshape(m, da), rew, mean.reshape(m, da),
                      std.reshape(m, da), header.end, source, header.agent)
+
+    def recv_bounds(self, actor: int) -> tuple[np.ndarray, np.ndarray]:
+        """The action box (low, high) that ``actor`` sends at its start (TAG_BOUNDS)."""
+        bounds = np.empty(2 * self.act_dim, np.float64)
+        self.world.Recv(bounds, source=actor, tag=TAG_BOUNDS)
+        return bounds[:self.act_dim], bounds[self.act_dim:]
 
     def send_params(self, actor: int, flat: np.ndarray, budget: int) -> None:
         """The float32 parameters ``flat`` and the environment steps the actor may take."""

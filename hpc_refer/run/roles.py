@@ -128,7 +128,8 @@ def train_local(config: Config, run: RunDirectory | None, run_dir: Path | None =
         channel = LocalChannel(actor, config, 0, run_dir)
         loop = LearnerLoop(config, learner, channel, [0], 1, run, run_dir, eval_actor=0,
                            meta={"learners": 1, "envs": 1, "config": config.to_dict(),
-                                 "obs_dim": env.obs_dim, "act_dim": env.act_dim})
+                                 "obs_dim": env.obs_dim, "act_dim": env.act_dim},
+                           action_box=(env.low, env.high))
         if resume is not None:
             _resumed(restore_learner(learner, loop, resume, layout_same=resume.envs == 1),
                      resume, learner)
@@ -154,8 +155,10 @@ def learner_main(config: Config, layout: Layout, fabric: Fabric, run: RunDirecto
     eval_actor = layout.actor_rank(0) if layout.learner_of(0) == fabric.rank else None
     meta = {"learners": layout.learners, "envs": layout.envs, "config": config.to_dict(),
             "obs_dim": obs_dim, "act_dim": act_dim}
+    # the learner of environment 0 (learner 0, which writes policy files) hears its box
+    box = channel.recv_bounds(eval_actor) if eval_actor is not None else None
     loop = LearnerLoop(config, learner, channel, actors, layout.envs, run, run_dir,
-                       eval_actor, meta)
+                       eval_actor, meta, action_box=box)
     if resume is not None:
         same = (resume.learners, resume.envs) == (layout.learners, layout.envs)
         _resumed(restore_learner(learner, loop, resume, layout_same=same), resume, learner)
@@ -198,6 +201,8 @@ def actor_main(config: Config, layout: Layout, fabric: Fabric, run_dir: Path | N
     if resume is not None:
         restore_actor(actor, resume, index)
     channel = ActorChannel(fabric.world, layout.learner_of(index), flat_state(actor.net).size)
+    if index == 0:
+        channel.send_bounds(env.low, env.high)
     watchdog = Watchdog(env, config.run.env_step_timeout,
                         lambda text: channel.send_failed(text, stuck=True))
     result = ActorResult()
