@@ -23,6 +23,7 @@ import argparse
 import dataclasses
 import json
 import sys
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -92,7 +93,7 @@ def baseline_action(text: str, low: np.ndarray, high: np.ndarray) -> np.ndarray:
 
 class ConstantAction(BehaviourPolicy):
     """The uncontrolled reference: every state gets the mean u whose mapped action
-    (:meth:`~hpc_refer.loop.actor.Actor.to_env`) is ``action``. On a bounded dimension
+    (:class:`~hpc_refer.loop.actor.ActionMap`) is ``action``. On a bounded dimension
     z = (a - c) / h with c, h the box's centre and half-width, and u = z (clip) or
     u = artanh(z) (tanh, z kept inside (-1, 1)); on an unbounded one u = a."""
 
@@ -231,6 +232,33 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {out}")
     return 0
 
+
+def evaluate(run_dir: str | Path, episodes: int = 10, seed: int = 12345,
+             policy: str | Path | None = None, *flags: str) -> dict[str, Any]:
+    """``hpc_refer.evaluate(RUN_DIR, ...)``: :func:`main` from Python, in this process (a
+    solver of one rank); returns the statistics it writes to RUN_DIR/evaluation.json.
+    ``flags``: further flags of the command (``"--baseline", "zero"``). A ValueError
+    carries the command's one-line error."""
+    argv = [str(run_dir), "--episodes", str(episodes), "--seed", str(seed), *flags]
+    if policy is not None:
+        argv += ["--policy", str(policy)]
+    out = Path(run_dir) / "evaluation.json"
+    if "--out" in flags:
+        out = Path(flags[flags.index("--out") + 1])
+    if main(argv) != 0:
+        raise ValueError(f"hpc_refer.evaluate({str(run_dir)!r}) failed: see the message above")
+    return json.loads(out.read_text())  # type: ignore[no-any-return]
+
+
+class _CallableModule(types.ModuleType):
+    """This module, called: ``hpc_refer.evaluate(run_dir, ...)`` is :func:`evaluate` (the
+    name ``hpc_refer.evaluate`` is the module, which ``python -m`` runs)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return evaluate(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -635,8 +635,9 @@ def test_a_policy_file_rebuilds_the_behaviour_with_its_input_scaling(tmp_path, a
     path = tmp_path / "policy.h5"
     box = (np.array([-1.0, -np.inf]), np.array([2.0, np.inf]))  # a dimension unbounded
     policy_file.save_policy(path, learner.algo, cfg, 1234, 56, box)
-    policy, saved, env_step, grad_step, low, high = policy_file.load_policy(path)
-    assert saved == cfg and (env_step, grad_step) == (1234, 56)
+    policy, saved, obs_dim, act_dim, env_step, grad_step, low, high = policy_file.load_policy(
+        path)
+    assert saved == cfg and (obs_dim, act_dim, env_step, grad_step) == (OBS, ACT, 1234, 56)
     assert low.tolist() == [-1.0, -np.inf] and high.tolist() == [2.0, np.inf]
     obs = torch.from_numpy(np.random.default_rng(0).standard_normal((5, OBS)).astype(f32))
     with torch.no_grad():

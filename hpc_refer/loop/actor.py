@@ -246,6 +246,33 @@ def action_box(low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return bounded, np.where(bounded, 0.5 * (hi + lo), 0.0), 0.5 * (hi - lo)
 
 
+class ActionMap:
+    """A Gaussian sample u in an environment's action box (``low``, ``high``): c + h clip(u,
+    -1, 1), or c + h tanh(u) with ``squash`` (``ActionBounds.TANH``), on the box's bounded
+    dimensions (:func:`action_box`), u itself on the others. What an actor sends its solver,
+    and what a deployed policy (:mod:`hpc_refer.export.controller`) returns."""
+
+    def __init__(self, low: np.ndarray, high: np.ndarray, squash: bool) -> None:
+        self.bounded, self.center, self.half = action_box(np.asarray(low, np.float64),
+                                                          np.asarray(high, np.float64))
+        self.box = bool(self.bounded.all())
+        """Whether every dimension is bounded."""
+        self.squash = squash
+        self._lower, self._upper = (np.full(self.bounded.size, x, np.float32)
+                                    for x in (-1.0, 1.0))
+        """The clip's bounds as arrays (a Python float is converted anew at every call)."""
+
+    def __call__(self, u: np.ndarray) -> np.ndarray:
+        if self.box and not self.squash:
+            return clipped_into_box(u, self.center, self.half)  # type: ignore[no-any-return]
+        # (np.minimum of np.maximum: np.clip's Python wrapper costs more than the two ufuncs)
+        squashed = (np.tanh(u) if self.squash
+                    else np.minimum(np.maximum(u, self._lower), self._upper))
+        if self.box:
+            return self.center + self.half * squashed
+        return np.where(self.bounded, self.center + self.half * squashed, u)
+
+
 class Actor:
     """Steps one environment of ``env.n_agents`` agents (one lane each, see the module's
     docstring), returning chunks of at most ``chunk_len`` transitions (fewer when the
@@ -282,18 +309,15 @@ class Actor:
         self.source = source
         self.max_failures = max_failures
         self.rng = np.random.default_rng(seed)
-        self._bounded, self._center, self._half = action_box(env.low, env.high)
-        self._box = bool(self._bounded.all())
-        if warmup_steps and not self._box:
+        self.to_env = ActionMap(env.low, env.high, action_bounds is ActionBounds.TANH)
+        """u -> the action the solver receives."""
+        if warmup_steps and not self.to_env.box:
             raise ValueError(
                 f"replay.warmup = uniform needs a bounded action box, and action dimensions "
-                f"{np.flatnonzero(~self._bounded).tolist()} of {env.act_dim} are unbounded: "
+                f"{np.flatnonzero(~self.to_env.bounded).tolist()} of {env.act_dim} are unbounded: "
                 f"allowed for this environment is replay.warmup = policy")
         self._warmup_left = warmup_steps
         """Environment steps of the uniform warm-up still to take."""
-        self._squash = action_bounds is ActionBounds.TANH
-        self._lower, self._upper = (np.full(env.act_dim, x, np.float32) for x in (-1.0, 1.0))
-        """The clip's bounds as arrays (a Python float is converted anew at every call)."""
         self._ou = exploration is Exploration.OU
         self._noise = np.zeros((*self._agent_shape, env.act_dim))
         self._lanes = [Lane() for _ in range(self.n_agents)]
@@ -323,18 +347,6 @@ class Actor:
         next grant (an actor sends one chunk per release) and is not part of the checkpoint:
         the learner grants one anew after a restart."""
         self._limit = min(self.chunk_len, steps)
-
-    def to_env(self, u: np.ndarray) -> np.ndarray:
-        """Map a Gaussian sample u to the environment's action box: c + h clip(u, -1, 1) or
-        c + h tanh(u) on its bounded dimensions (:func:`action_box`), u itself on the others."""
-        if self._box and not self._squash:
-            return clipped_into_box(u, self._center, self._half)  # type: ignore[no-any-return]
-        # (np.minimum of np.maximum: np.clip's Python wrapper costs more than the two ufuncs)
-        squashed = (np.tanh(u) if self._squash
-                    else np.minimum(np.maximum(u, self._lower), self._upper))
-        if self._box:
-            return self._center + self._half * squashed
-        return np.where(self._bounded, self._center + self._half * squashed, u)
 
     def _policy(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """mu's mean and std at the rows ``obs``, in numpy
@@ -369,13 +381,13 @@ class Actor:
 
     def _uniform(self, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """A step of the uniform warm-up: a ~ U(-1, 1) per action dimension, so that
-        :meth:`to_env` gives an action uniform in the box; the stored u is a (clip) or
+        :attr:`to_env` gives an action uniform in the box; the stored u is a (clip) or
         atanh(a) with |a| <= :data:`~hpc_refer.algorithms.kit.networks.UNIFORM_U_BOUND`
         (tanh), and mu's mean and std are 0 and
         :data:`~hpc_refer.algorithms.kit.networks.UNIFORM_STD`, the mark the learner reads
         (:meth:`~hpc_refer.loop.learner.Learner.store`)."""
         a = self.rng.uniform(-1.0, 1.0, shape)
-        u = np.arctanh(np.clip(a, -UNIFORM_U_BOUND, UNIFORM_U_BOUND)) if self._squash else a
+        u = np.arctanh(np.clip(a, -UNIFORM_U_BOUND, UNIFORM_U_BOUND)) if self.to_env.squash else a
         zeros = np.zeros(shape, np.float32)
         return u.astype(np.float32), zeros, np.full(shape, UNIFORM_STD, np.float32)
 

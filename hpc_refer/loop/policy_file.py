@@ -31,7 +31,7 @@ def save_policy(path: Path, algo: Algorithm, config_dict: dict[str, Any], env_st
     environment and gradient steps when the policy was saved), ``action_low`` and
     ``action_high`` (float64 [act_dim], the environment's action box, +-inf on unbounded
     dimensions; with ``action_box``: what deployment maps the policy's output into, see
-    :meth:`~hpc_refer.loop.actor.Actor.to_env`) and ``policy/<tensor>``: the
+    :class:`~hpc_refer.loop.actor.ActionMap`) and ``policy/<tensor>``: the
     behaviour module's parameters and buffers, the input normalisation included, and the
     version of this layout of them, the algorithm's ``policy_format`` (under its key,
     ``policy_version``). Root attribute ``kind`` = ``"policy"``.
@@ -49,11 +49,14 @@ def save_policy(path: Path, algo: Algorithm, config_dict: dict[str, Any], env_st
 
 class PolicyFile(NamedTuple):
     """What a policy file holds: the behaviour module, the config dict it was saved with,
-    the run's environment and gradient steps at the save and the environment's action box
-    (each None in files written before it was recorded)."""
+    its input and output widths (``obs_dim``: the stacked width with ``env.history``), the
+    run's environment and gradient steps at the save and the environment's action box (each
+    None in files written before it was recorded)."""
 
     policy: BehaviourPolicy
     config: dict[str, Any]
+    obs_dim: int
+    act_dim: int
     env_step: int | None
     grad_step: int | None
     action_low: np.ndarray | None = None
@@ -87,5 +90,6 @@ def load_policy(path: Path) -> PolicyFile:
     except RuntimeError as err:
         raise CheckpointError(f"{path}: the policy's tensors do not fit its network "
                               f"({err})") from None
-    return PolicyFile(policy, config_dict, tree.get("env_step"), tree.get("grad_step"),
+    return PolicyFile(policy, config_dict, int(tree["obs_dim"]), int(tree["act_dim"]),
+                      tree.get("env_step"), tree.get("grad_step"),
                       tree.get("action_low"), tree.get("action_high"))
