@@ -43,7 +43,10 @@ def controller_return(policy: hpc_refer.export.controller.Controller, seed: int)
     {"vracer": {"hidden": [16], "batch": 32}, "env": {"history": 3, "history_actions": True}},
     {"vracer": {"hidden": [8], "batch": 32, "cell": "gru", "cell_width": 4, "bptt": 4}},
     {"run": {"algorithm": "sac"}, "sac": {"hidden": [16], "batch": 32}},
-], ids=["feed-forward", "history", "gru", "sac"])
+    {"run": {"algorithm": "crossq"}, "crossq": {"hidden": [16], "critic_hidden": [16],
+                                                "batch": 32}},
+    {"run": {"algorithm": "ddpg"}, "ddpg": {"hidden": [16], "batch": 32}},
+], ids=["feed-forward", "history", "gru", "sac", "crossq", "ddpg"])
 def test_the_controller_acts_as_evaluate_does(in_tmp, tables):
     run_dir = hpc_refer.train(config(**tables), in_tmp / "r")
     assert run_dir == in_tmp / "r" and (run_dir / "policy.h5").exists()
