@@ -10,11 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tomli_w
 
 import hpc_refer
 from hpc_refer.envs.gym_env import GymEnv
 from hpc_refer.envs.interface import Status
 from hpc_refer.loop.checkpoint import CheckpointError
+from hpc_refer.loop.policy_file import load_policy
 
 pytestmark = pytest.mark.mpi_skip
 
@@ -59,7 +61,12 @@ def test_the_controller_acts_as_evaluate_does(in_tmp, tables):
 
 
 def test_act_takes_agents_and_refuses_bad_states(in_tmp):
-    run_dir = hpc_refer.train(config(vracer={"hidden": [8], "batch": 32}), in_tmp / "r")
+    (in_tmp / "c.toml").write_text(tomli_w.dumps(config(vracer={"hidden": [8], "batch": 32})))
+    run_dir = hpc_refer.train(in_tmp / "c.toml", None, "--steps", "500")  # a TOML file, a flag
+    assert run_dir == Path("runs/Pendulum-v1-vracer-refer-seed0")
+    assert load_policy(run_dir / "policy.h5").env_step == 500
+    with pytest.raises(ValueError, match="as run_dir="):
+        hpc_refer.train(in_tmp / "c.toml", None, "--run-dir", "x")
     policy = hpc_refer.load_policy(run_dir)
     states = np.random.default_rng(0).standard_normal((5, 3))
     actions = policy.act(states)
