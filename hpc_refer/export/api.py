@@ -31,8 +31,8 @@ def train(config: Mapping[str, Any] | str | Path, run_dir: str | Path | None = N
     as a mapping (``{"run": {"env": ..., "steps": ...}, "sac": {...}}``) or a TOML file's
     path; ``run_dir`` None: ``run.run_dir`` of the config, else a new
     ``runs/<env>-<algorithm>-<mode>-seed<seed>[-k]``. ``flags``: further command-line flags
-    (``"--steps", "2000"``; not ``--run-dir``), which win over the config. A run that does not finish raises
-    RuntimeError (its reason is printed, and kept in RUN_DIR/log.txt)."""
+    (``"--steps", "2000"``; not ``--run-dir``), which win over the config. A run that does
+    not finish raises RuntimeError (its reason is printed, and kept in RUN_DIR/log.txt)."""
     if "--run-dir" in flags or "--restart" in flags:
         raise ValueError("hpc_refer.train: give the run directory as run_dir=, not as a flag "
                          "(a restart: python -m hpc_refer.run --restart RUN_DIR)")
