@@ -75,6 +75,8 @@ def test_act_takes_agents_and_refuses_bad_states(in_tmp):
     for k in range(5):  # row k alone, each a new episode: the same action (to float32
         policy.reset()   # round-off: a batched product sums in another order)
         np.testing.assert_allclose(policy.act(states[k]), actions[k], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"inside an episode of states \(3,\)"):
+        policy.act(states)  # 5 agents inside the one-agent episode of row 4
     huge = policy.act(np.array([1e30, -1e30, 1e30]))  # far outside training: clipped to the box
     assert np.all(np.abs(huge) <= 2.0)
     with pytest.raises(ValueError, match=r"states of 3 values"):

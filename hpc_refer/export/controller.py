@@ -87,8 +87,8 @@ class Controller:
     def act(self, state: np.ndarray) -> np.ndarray:
         """The action (float64, in the solver's units) for the raw state ``state`` of this
         step: (obs_dim,) -> (act_dim,), or (K, obs_dim) -> (K, act_dim) for K agents. A state
-        of another width is a ValueError naming both; a state with NaN or inf is a
-        ValueError (the policy would answer NaN)."""
+        of another width, or of another agent count than the episode's, is a ValueError
+        naming both; a state with NaN or inf is a ValueError (the policy would answer NaN)."""
         x = np.asarray(state, np.float32)
         if x.ndim not in (1, 2) or x.shape[-1] != self.state_dim:
             raise ValueError(f"a state of shape {x.shape}: this policy takes states of "
@@ -97,9 +97,12 @@ class Controller:
         if not np.isfinite(x).all():
             raise ValueError(f"the state holds {int(np.size(x) - np.isfinite(x).sum())} "
                              f"NaN or infinite value(s): the policy's action would be NaN")
-        agents = 1 if x.ndim == 1 else x.shape[0]
-        if self._last is None or (self._stack is not None and self._stack.agents != agents):
-            observed = self._start(x, agents)
+        if self._last is None:
+            observed = self._start(x)
+        elif x.shape[:-1] != self._last.shape[:-1]:
+            raise ValueError(f"a state of shape {x.shape} inside an episode of states "
+                             f"{(*self._last.shape[:-1], self.state_dim)}: the agent count "
+                             f"changes only at an episode's start (reset())")
         elif self._stack is None:
             observed = x
         else:
@@ -114,14 +117,13 @@ class Controller:
         self._last = action
         return action
 
-    def _start(self, x: np.ndarray, agents: int) -> np.ndarray:
+    def _start(self, x: np.ndarray) -> np.ndarray:
         """An episode's first state: the history filled with it, the carry 0."""
         if self.carry_dim:
             self._carry = np.zeros((*x.shape[:-1], self.carry_dim), np.float32)
         if not self.history.active:
             self._stack = None
             return x
+        agents = 1 if x.ndim == 1 else x.shape[0]
         self._stack = ObservationStack(self.history, self.state_dim, self.act_dim, agents)
         return self._stack.reset(x)
-
-
