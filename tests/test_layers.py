@@ -95,14 +95,36 @@ kind; see ARCHITECTURE.md)."""
 @pytest.mark.parametrize("face", FACES, ids=lambda p: str(p.parent.relative_to(PACKAGE.parent)))
 def test_a_package_face_holds_only_its_docstring(face):
     """One address per name: a package's ``__init__.py`` re-exports nothing of its modules
-    (the package root's holds ``__version__`` alone)."""
+    (the package root's holds ``__version__`` and the module ``__getattr__`` that hands on the
+    Python API on first use, tested below; it imports nothing of hpc_refer)."""
     body = ast.parse(face.read_text()).body
+    assert isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
     rest = body[1:]
     if face.parent == PACKAGE:
-        assert [ast.unparse(n).split(" =")[0] for n in rest] == ["__version__"]
+        names = [n.name if isinstance(n, ast.FunctionDef) else ast.unparse(n).split(" =")[0]
+                 for n in rest if not isinstance(n, ast.Import | ast.ImportFrom)]
+        assert names == ["__version__", "_API", "__getattr__"]
+        imported = {a.name for n in rest if isinstance(n, ast.Import | ast.ImportFrom)
+                    for a in n.names}
+        assert imported <= {"annotations", "importlib", "Any"}, imported
     else:
-        assert isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
         assert rest == [], f"{face} holds {[ast.unparse(n)[:60] for n in rest]}"
+
+
+def test_the_package_root_hands_on_the_api_without_importing_it():
+    """``import hpc_refer`` loads none of its modules; the API's names are the objects at
+    their one address (``export/api.py``; ``evaluate`` is the module); others raise."""
+    out = run_snippet("import sys\n"
+                      "import hpc_refer\n"
+                      "before = sorted(m for m in sys.modules if m.startswith('hpc_refer.'))\n"
+                      "import hpc_refer.export.api as api, hpc_refer.evaluate as ev\n"
+                      "same = (hpc_refer.train is api.train, hpc_refer.load_policy is "
+                      "api.load_policy, hpc_refer.evaluate is ev)\n"
+                      "try:\n    hpc_refer.Controller\nexcept AttributeError as e:\n"
+                      "    missing = str(e)\n"
+                      "print('face:', before, same, missing)\n")
+    assert one_line_with(out, "face: ") == (
+        "face: [] (True, True, True) module 'hpc_refer' has no attribute 'Controller'"), out
 
 
 def test_the_records_are_plain_data():
