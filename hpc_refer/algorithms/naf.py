@@ -35,6 +35,7 @@ from hpc_refer.algorithms.kit.bodies import (
     heads_with_bodies,
     make_body,
 )
+from hpc_refer.algorithms.kit.mean_ops import Op
 from hpc_refer.algorithms.kit.networks import BehaviourPolicy, gaussian_log_prob
 from hpc_refer.algorithms.kit.refer import importance_ratio, kl_penalty, near_policy, rule1_mask
 from hpc_refer.algorithms.kit.shared import polyak_, squared_td_loss, td_target
@@ -140,6 +141,10 @@ class NAFNet(BodyPolicy):
         """(tanh of the mean outputs, sigma) in numpy."""
         sigma, a = self.sigma.numpy(), self.act_dim
         return lambda out: (np.tanh(out[..., 1 : 1 + a]), sigma)
+
+    def mean_read_ops(self) -> list[Op]:
+        """tanh of the outputs after V."""
+        return [Op("take", attrs={"start": 1, "count": self.act_dim}), Op("tanh")]
 
 
 @register

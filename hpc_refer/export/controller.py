@@ -89,7 +89,8 @@ class Controller:
         step: (obs_dim,) -> (act_dim,), or (K, obs_dim) -> (K, act_dim) for K agents. A state
         of another width, or of another agent count than the episode's, is a ValueError
         naming both; a state with NaN or inf is a ValueError (the policy would answer NaN)."""
-        x = np.asarray(state, np.float32)
+        with np.errstate(over="ignore"):  # (beyond float32: inf, refused below)
+            x = np.asarray(state, np.float32)
         if x.ndim not in (1, 2) or x.shape[-1] != self.state_dim:
             raise ValueError(f"a state of shape {x.shape}: this policy takes states of "
                              f"{self.state_dim} values, shape ({self.state_dim},) or (K, "

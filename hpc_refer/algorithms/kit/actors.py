@@ -26,6 +26,7 @@ import torch
 
 from hpc_refer.algorithms.kit.base import TensorBatch
 from hpc_refer.algorithms.kit.bodies import BodyPolicy, make_body
+from hpc_refer.algorithms.kit.mean_ops import Op
 from hpc_refer.algorithms.kit.networks import BehaviourPolicy, Normalizer, small_output_
 from hpc_refer.algorithms.kit.renorm import NumpyRenormMLP, RenormMLP, RenormShape, Updates
 from hpc_refer.config.tables import NetworkShape
@@ -73,6 +74,9 @@ class DeterministicActor(BodyPolicy):
     def numpy_read(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
         sigma = self.sigma.numpy()
         return lambda out: (np.tanh(out), sigma)
+
+    def mean_read_ops(self) -> list[Op]:
+        return [Op("tanh")]
 
     def inputs(self, batch: TensorBatch, target: DeterministicActor,
                length: int) -> DeterministicInputs:
@@ -130,6 +134,10 @@ class SquashedGaussianActor(BodyPolicy):
     def numpy_read(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
         return lambda out: numpy_squashed_gaussian(out, self.act_dim)
 
+    def mean_read_ops(self) -> list[Op]:
+        """m_w: the first A outputs (the action is tanh of it, by the action map)."""
+        return [Op("take", attrs={"start": 0, "count": self.act_dim})]
+
     def inputs(self, batch: TensorBatch, length: int) -> SquashedInputs:
         """Sequences of ``length`` steps (single rows without a cell): the Gaussians at s_k
         and (its body one step from the carry after step k) at s_{k+1}, and the critics'
@@ -169,6 +177,11 @@ class RenormSquashedActor(BehaviourPolicy):
         """Mean and std of u on a training batch, and the new buffers (``trunk.*``)."""
         out, new = self.trunk.train_forward(self.normalizer(obs))
         return (*squashed_gaussian(out, self.act_dim), {f"trunk.{k}": v for k, v in new.items()})
+
+    def mean_ops(self) -> list[Op]:
+        """normalize, the trunk's evaluation, its first A outputs."""
+        return [self.normalizer.op(), *self.trunk.ops(),
+                Op("take", attrs={"start": 0, "count": self.act_dim})]
 
     def numpy_step(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """The evaluation in numpy (:class:`~hpc_refer.algorithms.kit.renorm.NumpyRenormMLP`);

@@ -52,11 +52,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from hpc_refer.algorithms.kit.mean_ops import Op
 from hpc_refer.algorithms.kit.networks import (
     BehaviourPolicy,
     Normalizer,
     NumpyMLP,
     mlp,
+    mlp_ops,
     small_output_,
 )
 from hpc_refer.algorithms.kit.recurrent import RecurrentCell
@@ -110,6 +112,10 @@ class Body(nn.Module, ABC):
     def numpy_step(self) -> NumpyStep:
         """rows -> (outputs, carry after the step) in numpy, on views of the parameters."""
 
+    @abstractmethod
+    def ops(self) -> list[Op]:
+        """The trunk's outputs as export ops (:mod:`~hpc_refer.algorithms.kit.mean_ops`)."""
+
     def numpy_outputs(self) -> NumpyOutputs:
         """rows -> outputs in numpy: :meth:`numpy_step` without the carry."""
         step = self.numpy_step()
@@ -152,6 +158,9 @@ class FeedForwardBody(Body):
     def numpy_outputs(self) -> NumpyOutputs:
         """:class:`~hpc_refer.algorithms.kit.networks.NumpyMLP` (no carry to make)."""
         return NumpyMLP(self.trunk, self.normalizer)
+
+    def ops(self) -> list[Op]:
+        return [self.normalizer.op(), *mlp_ops(self.trunk)]
 
     def numpy_step(self) -> NumpyStep:
         forward, d = self.numpy_outputs(), self.obs_dim
@@ -200,6 +209,9 @@ class RecurrentBody(Body):
         """One cell step from ``carry`` at the states."""
         return self.rows(torch.cat([states[..., :self.obs_dim], carry], dim=-1))
 
+    def ops(self) -> list[Op]:
+        return [self.normalizer.op(), self.cell.op(), *mlp_ops(self.trunk)]
+
     def numpy_step(self) -> NumpyStep:
         cell = self.cell.numpy_cell()
         trunk = NumpyMLP(self.trunk, None)
@@ -240,6 +252,13 @@ class BodyPolicy(BehaviourPolicy, ABC):
     @abstractmethod
     def numpy_read(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
         """:meth:`read` in numpy (on views of the head's parameters)."""
+
+    @abstractmethod
+    def mean_read_ops(self) -> list[Op]:
+        """The mean of :meth:`numpy_read` as export ops on the trunk's outputs."""
+
+    def mean_ops(self) -> list[Op]:
+        return [*self.body.ops(), *self.mean_read_ops()]
 
     def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean and std of the behaviour at rows, each from its stored carry."""

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from hpc_refer.algorithms.kit.mean_ops import Op, copied
 from hpc_refer.config.modes import Activation
 
 LOG_2PI = math.log(2.0 * math.pi)
@@ -108,6 +109,10 @@ class Normalizer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return (x - self.mean) * self.inv_std
 
+    def op(self) -> Op:
+        """This scaling as an export op (:mod:`~hpc_refer.algorithms.kit.mean_ops`)."""
+        return Op("normalize", copied(self.mean, self.inv_std))
+
 
 class _SoftsignFunction(torch.autograd.Function):
     """softsign(x) = x / (1 + |x|), d softsign / dx = 1 / (1 + |x|)^2.
@@ -153,6 +158,21 @@ def mlp(sizes: list[int], activation: Activation = Activation.SOFTSIGN,
                 layers.append(nn.LayerNorm(n_out))
             layers.append(Softsign() if activation is Activation.SOFTSIGN else nn.ReLU())
     return nn.Sequential(*layers)
+
+
+def mlp_ops(trunk: nn.Sequential) -> list[Op]:
+    """The layers of an :func:`mlp` without layer normalisation (a policy's trunk) as export
+    ops: linear, softsign, relu (:mod:`~hpc_refer.algorithms.kit.mean_ops`)."""
+    ops = []
+    for layer in trunk:
+        if isinstance(layer, nn.Linear):
+            ops.append(Op("linear", copied(layer.weight.T, layer.bias)))
+        elif isinstance(layer, Softsign | nn.ReLU):
+            ops.append(Op("softsign" if isinstance(layer, Softsign) else "relu"))
+        else:
+            raise ValueError(f"a {type(layer).__name__} layer has no export op (a policy's "
+                             f"trunk holds Linear, Softsign and ReLU layers)")
+    return ops
 
 
 class NumpyMLP:
@@ -235,6 +255,13 @@ class BehaviourPolicy(nn.Module):
         A recurrent policy's is its :meth:`numpy_step` without the carry."""
         step = self.numpy_step()
         return lambda obs: step(obs)[:2]
+
+    def mean_ops(self) -> list[Op]:
+        """The mean of :meth:`numpy_policy` as export ops over a row's state part and the
+        carry (:mod:`~hpc_refer.algorithms.kit.mean_ops`): what ``python -m hpc_refer.export``
+        writes. A plug-in's policy that does not describe its mean cannot be exported."""
+        raise NotImplementedError(f"{type(self).__name__} does not describe its mean as "
+                                  f"export ops (BehaviourPolicy.mean_ops)")
 
 
 def small_output_(trunk: nn.Sequential, scale: float = 0.1) -> None:

@@ -42,6 +42,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from hpc_refer.algorithms.kit.mean_ops import Op, copied
 from hpc_refer.config.modes import Cell
 
 
@@ -92,6 +93,12 @@ class RecurrentCell(nn.Module):
             outs.append(h)
             carries.append(carry)
         return torch.stack(outs, dim=1), torch.stack(carries, dim=1)
+
+    def op(self) -> Op:
+        """This cell as an export op (:mod:`~hpc_refer.algorithms.kit.mean_ops`)."""
+        return Op("lstm" if self.lstm else "gru",
+                  copied(self.ih.weight.T, self.ih.bias, self.hh.weight.T, self.hh.bias),
+                  {"width": self.width})
 
     def numpy_cell(self) -> Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
         """:meth:`forward` in numpy on views of the parameters (they follow every load)."""

@@ -39,6 +39,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from hpc_refer.algorithms.kit.mean_ops import Op, copied
 from hpc_refer.algorithms.kit.networks import Normalizer
 
 Updates = dict[str, torch.Tensor]
@@ -133,6 +134,21 @@ class RenormMLP(nn.Module):
         """Evaluation (the running statistics)."""
         out: torch.Tensor = self.layers(x)
         return out
+
+    def ops(self) -> list[Op]:
+        """The evaluation as export ops: renorm, linear, relu, ...
+        (:mod:`~hpc_refer.algorithms.kit.mean_ops`)."""
+        ops = []
+        for layer in self.layers:
+            if isinstance(layer, BatchRenorm):
+                ops.append(Op("renorm", copied(layer.ra_mean, layer.ra_var, layer.scale,
+                                               layer.bias),
+                              {"eps": float(np.float32(layer.shape.eps))}))
+            elif isinstance(layer, nn.Linear):
+                ops.append(Op("linear", copied(layer.weight.T, layer.bias)))
+            else:
+                ops.append(Op("relu"))
+        return ops
 
     def train_forward(self, x: torch.Tensor) -> tuple[torch.Tensor, Updates]:
         """A training batch: the outputs and every layer's new buffers (``layers.<i>.*``)."""

@@ -1,0 +1,64 @@
+"""A policy's mean action as a short list of operations, the form every export is written from
+(:mod:`hpc_refer.export`: the ONNX graph, the weight file and the C routine that interprets
+it).
+
+A behaviour policy describes the mean m(r) of its Gaussian, the action an evaluation takes
+before the map into the action box, as ops applied in order to a vector x that starts as the
+policy's input row's state part (the stacked observation with ``env.history``) and to the
+carry c of a recurrent policy (0 at an episode's start). All arithmetic is float32; matrices
+are stored as numpy's forwards multiply them, a row vector times [inputs, outputs]:
+
+============ ====================================== ===========================================
+op           arrays (float32, row-major)             x <- (and c <-)
+============ ====================================== ===========================================
+normalize    mean [D], inv_std [D]                   (x - mean) * inv_std
+gru, lstm    w_ih [D, G H], b_ih [G H],              h' = cell(x, c), the equations of
+             w_hh [H, G H], b_hh [G H]               :mod:`~hpc_refer.algorithms.kit.recurrent`
+             (attribute ``width`` H)                 (G = 3 or 4, sigma(v) = (1 + tanh(v/2)) / 2);
+                                                     x <- [x, h'], c <- h' (GRU) or [h', c'] (LSTM)
+linear       w [N, M], b [M]                         x w + b  (N inputs, M outputs)
+softsign     --                                      x / (1 + |x|)
+relu         --                                      max(x, 0)
+tanh         --                                      tanh(x)
+renorm       mean [N], var [N], scale [N], bias [N]  scale (x - mean) / sqrt(var + eps) + bias
+             (attribute ``eps``)                     (batch renormalisation in evaluation)
+take         (attributes ``start``, ``count``)       x[start : start + count]
+============ ====================================== ===========================================
+
+The ops are a description, not a second forward: hpc_refer's actors run the numpy forwards of
+:mod:`~hpc_refer.algorithms.kit.networks`, and the export's tests check every interpretation of
+these ops against them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+OP_ARRAYS: dict[str, tuple[str, ...]] = {
+    "normalize": ("mean", "inv_std"), "gru": ("w_ih", "b_ih", "w_hh", "b_hh"),
+    "lstm": ("w_ih", "b_ih", "w_hh", "b_hh"), "linear": ("w", "b"), "softsign": (),
+    "relu": (), "tanh": (), "renorm": ("mean", "var", "scale", "bias"), "take": ()}
+"""Each op's arrays, in the order :class:`Op` holds them (module docstring)."""
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operation of a policy's mean (module docstring): ``kind`` one of :data:`OP_ARRAYS`,
+    its float32 ``arrays`` in that table's order, and its integer or float ``attrs``."""
+
+    kind: str
+    arrays: tuple[np.ndarray, ...] = ()
+    attrs: dict[str, int | float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in OP_ARRAYS or len(self.arrays) != len(OP_ARRAYS[self.kind]):
+            raise ValueError(f"op {self.kind!r} with {len(self.arrays)} arrays: allowed are "
+                             f"{', '.join(f'{k} ({len(v)})' for k, v in OP_ARRAYS.items())}")
+
+
+def copied(*tensors: torch.Tensor) -> tuple[np.ndarray, ...]:
+    """float32 copies of parameters or buffers (a description does not follow later loads)."""
+    return tuple(np.array(t.detach().numpy(), np.float32, order="C") for t in tensors)
