@@ -53,6 +53,8 @@ COLUMNS = ",".join(EPISODE_FIELDS)
 """The fixed columns of episodes.csv (the solver's episode metrics follow them)."""
 
 ROOT = Path(__file__).resolve().parents[1]
+POLICY_C = ROOT / "hpc_refer" / "export" / "c"
+"""The C routine and Fortran module of exported policies (heat1d's --controller mode)."""
 BIN = Path(sys.executable).parent
 MPICC = shutil.which("mpicc", path=str(BIN)) or shutil.which("mpicc")
 MPIRUN = shutil.which("mpirun", path=str(BIN)) or shutil.which("mpirun")
@@ -123,8 +125,9 @@ needs_fortran = pytest.mark.skipif(
 def _build_heat1d(mpicc: str, out: Path) -> Path:
     """Compile the example solver with ``mpicc`` (warnings are errors)."""
     subprocess.run([mpicc, "-O2", "-Wall", "-Wextra", "-Werror",
-                    f"-I{ROOT / 'solvers/coupling'}",
-                    str(ROOT / "solvers/examples/heat1d/heat1d.c"), "-o", str(out), "-lm"],
+                    f"-I{ROOT / 'solvers/coupling'}", f"-I{POLICY_C}",
+                    str(ROOT / "solvers/examples/heat1d/heat1d.c"),
+                    str(POLICY_C / "hpc_refer_policy.c"), "-o", str(out), "-lm"],
                    check=True, timeout=120)
     return out
 
@@ -152,10 +155,13 @@ def heat1d_fortran(tmp_path_factory) -> Path:
     Fortran MPI wrapper (standard Fortran 2008, warnings are errors)."""
     assert FORTRAN is not None
     where = tmp_path_factory.mktemp("bin-fortran")
+    subprocess.run(["cc", "-std=c99", "-O2", "-c", str(POLICY_C / "hpc_refer_policy.c")],
+                   cwd=where, check=True, timeout=120)
     subprocess.run([FORTRAN, "-O2", "-Wall", "-Wextra", "-std=f2008", "-Werror",
                     str(ROOT / "solvers/coupling/hpc_refer_client.f90"),
-                    str(ROOT / "solvers/examples/heat1d/heat1d.f90"), "-o", "heat1d_f"],
-                   cwd=where, check=True, timeout=180)
+                    str(POLICY_C / "hpc_refer_policy.f90"),
+                    str(ROOT / "solvers/examples/heat1d/heat1d.f90"), "hpc_refer_policy.o",
+                    "-o", "heat1d_f", "-lm"], cwd=where, check=True, timeout=180)
     return where / "heat1d_f"
 
 
@@ -858,3 +864,55 @@ def test_a_failed_spawn_as_root_names_the_variables_to_set():
     both = {"PRTE_ALLOW_RUN_AS_ROOT": "1", "PRTE_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
     assert "root" not in spawn_failure("./heat1d", 2, "MPI_ERR_SPAWN", 0, both)
     assert "root" not in spawn_failure("./heat1d", 2, "MPI_ERR_SPAWN", 1000, {})
+
+
+def _controller_returns(out: str) -> list[float]:
+    """The returns that heat1d --controller prints, episode by episode."""
+    return [float(line.split("return ")[1]) for line in out.splitlines()
+            if line.startswith("controller episode ")]
+
+
+def _check_controller(train, evaluate, controller, tmp_path: Path) -> None:
+    """Train 300 steps (``train``), evaluate 3 episodes from seed 7 with the zero-action
+    baseline beside them (``evaluate``), export the policy with the C/Fortran route alone
+    and run the solver's --controller mode on 2 ranks (``controller``, each a function of
+    its arguments that returns the finished process): the solver's returns are evaluate's,
+    to the float32 round-off of the policy, and differ from the baseline's."""
+    _check_run(train(["--steps", "300", *SMALL, "--run-dir", "run"]), tmp_path / "run", 300)
+    done = evaluate(["run", "--episodes", "3", "--seed", "7", "--baseline", "zero"])
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    stats = json.loads((tmp_path / "run" / "evaluation.json").read_text())
+    exported = subprocess.run([sys.executable, "-m", "hpc_refer.export", "run", "--out", "x",
+                               "--no-onnx"], cwd=tmp_path, capture_output=True, text=True)
+    assert exported.returncode == 0, exported.stderr
+    done = controller(["--controller", "x", "--episodes", "3", "--seed", "7"])
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    returns = _controller_returns(done.stdout)
+    np.testing.assert_allclose(returns, stats["episode_returns"], rtol=1e-5)
+    assert not np.allclose(returns, stats["baseline"]["episode_returns"], rtol=1e-3)
+
+
+@needs_mpicc
+def test_the_exported_policy_runs_inside_the_c_solver(heat1d, tmp_path):
+    """heat1d --controller (C): the exported policy inside the solver, no hpc_refer."""
+    python = [sys.executable, "-m"]
+    _check_controller(
+        lambda a: _mpirun(["-n", "2", *python, "hpc_refer.run", "--env",
+                           f"external:-n 1 {heat1d}", *a], tmp_path),
+        lambda a: _mpirun(["-n", "1", *python, "hpc_refer.evaluate", *a], tmp_path),
+        lambda a: _mpirun(["-n", "2", str(heat1d), *a], tmp_path), tmp_path)
+
+
+@needs_fortran
+def test_the_exported_policy_runs_inside_the_fortran_solver(fortran_mpi, heat1d_fortran,
+                                                           tmp_path):
+    """heat1d_f --controller (Fortran, the module over the C routine), under the Open MPI of
+    the Fortran wrapper."""
+    python = [sys.executable, "-m"]
+    _check_controller(
+        lambda a: _run_on(fortran_mpi, ["-n", "2", *python, "hpc_refer.run", "--env",
+                                        f"external:-n 1 {heat1d_fortran}", *a], tmp_path),
+        lambda a: _run_on(fortran_mpi, ["-n", "1", *python, "hpc_refer.evaluate", *a],
+                          tmp_path),
+        lambda a: _run_on(fortran_mpi, ["-n", "2", str(heat1d_fortran), *a], tmp_path),
+        tmp_path)

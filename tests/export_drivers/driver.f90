@@ -14,7 +14,7 @@ program driver
   call get_command_argument(1, dir)
   call get_command_argument(2, steps_file)
   call get_command_argument(3, actions_file)
-  call hpc_refer_load(policy, dir, ierr, message)
+  call hpc_refer_policy_load(policy, dir, ierr, message)
   if (ierr /= HPC_REFER_OK) then
     print '(a, i0, a, a)', 'error ', ierr, ': ', trim(message)
     error stop ierr
@@ -25,19 +25,19 @@ program driver
   allocate(state(dims(3), dims(2)), action(dims(4), dims(2)))
   do t = 1, dims(1)
     read(in) start, state
-    if (start /= 0) call hpc_refer_reset(policy)
+    if (start /= 0) call hpc_refer_policy_reset(policy)
     if (dims(2) == 1) then
-      call hpc_refer_act(policy, state(:, 1), action(:, 1), ierr)
+      call hpc_refer_policy_act(policy, state(:, 1), action(:, 1), ierr)
     else
-      call hpc_refer_act(policy, state, action, ierr)
+      call hpc_refer_policy_act(policy, state, action, ierr)
     end if
     if (ierr /= HPC_REFER_OK) then
-      print '(a, i0, a, a)', 'error ', ierr, ': ', hpc_refer_message(policy)
+      print '(a, i0, a, a)', 'error ', ierr, ': ', hpc_refer_policy_message(policy)
       error stop ierr
     end if
     write(out) action
   end do
   close(in)
   close(out)
-  call hpc_refer_free(policy)
+  call hpc_refer_policy_free(policy)
 end program driver

@@ -7,13 +7,13 @@
 !
 !     use hpc_refer_policy
 !     type(hpc_refer_policy_t) :: policy
-!     call hpc_refer_load(policy, "DIR", ierr, message)    ! DIR holds policy.json
-!     call hpc_refer_reset(policy)                         ! at an episode's start
-!     call hpc_refer_act(policy, state, action, ierr)      ! state(state_dim[, K])
-!     call hpc_refer_free(policy)
+!     call hpc_refer_policy_load(policy, "DIR", ierr, message)    ! DIR holds policy.json
+!     call hpc_refer_policy_reset(policy)                         ! at an episode's start
+!     call hpc_refer_policy_act(policy, state, action, ierr)      ! state(state_dim[, K])
+!     call hpc_refer_policy_free(policy)
 !
 ! ierr is HPC_REFER_OK (0) or one of the codes below, with the message of
-! hpc_refer_message(policy) (or load's optional message); a failed call changes nothing.
+! hpc_refer_policy_message(policy) (or load's optional message); a failed call changes nothing.
 ! Several agents: state(state_dim, K) and action(act_dim, K), one column an agent.
 module hpc_refer_policy
   use, intrinsic :: iso_c_binding, only: c_ptr, c_null_ptr, c_char, c_int, c_size_t, &
@@ -29,12 +29,13 @@ module hpc_refer_policy
     type(c_ptr) :: handle = c_null_ptr
   end type hpc_refer_policy_t
 
-  public :: hpc_refer_load, hpc_refer_act, hpc_refer_reset, hpc_refer_free, &
-            hpc_refer_message, hpc_refer_state_dim, hpc_refer_act_dim
+  public :: hpc_refer_policy_load, hpc_refer_policy_act, hpc_refer_policy_reset, &
+            hpc_refer_policy_free, &
+            hpc_refer_policy_message, hpc_refer_policy_state_dim, hpc_refer_policy_act_dim
 
-  interface hpc_refer_act
+  interface hpc_refer_policy_act
     module procedure act_one, act_agents
-  end interface hpc_refer_act
+  end interface hpc_refer_policy_act
 
   interface
     integer(c_int) function c_load(path, policy, message, message_len) &
@@ -90,7 +91,7 @@ module hpc_refer_policy
 contains
 
   !> Read DIR/policy.json (path: the directory or the .json file) and its weights.
-  subroutine hpc_refer_load(policy, path, ierr, message)
+  subroutine hpc_refer_policy_load(policy, path, ierr, message)
     type(hpc_refer_policy_t), intent(out) :: policy
     character(len=*), intent(in) :: path
     integer, intent(out) :: ierr
@@ -107,7 +108,7 @@ contains
         message(i:i) = buffer(i)
       end do
     end if
-  end subroutine hpc_refer_load
+  end subroutine hpc_refer_policy_load
 
   !> One agent: state(state_dim) -> action(act_dim), in the solver's units.
   subroutine act_one(policy, state, action, ierr)
@@ -130,19 +131,19 @@ contains
   end subroutine act_agents
 
   !> The next state is an episode's first.
-  subroutine hpc_refer_reset(policy)
+  subroutine hpc_refer_policy_reset(policy)
     type(hpc_refer_policy_t), intent(in) :: policy
     call c_reset(policy%handle)
-  end subroutine hpc_refer_reset
+  end subroutine hpc_refer_policy_reset
 
-  subroutine hpc_refer_free(policy)
+  subroutine hpc_refer_policy_free(policy)
     type(hpc_refer_policy_t), intent(inout) :: policy
     call c_free(policy%handle)
     policy%handle = c_null_ptr
-  end subroutine hpc_refer_free
+  end subroutine hpc_refer_policy_free
 
   !> The message of the last failed call ("" after a successful one).
-  function hpc_refer_message(policy) result(message)
+  function hpc_refer_policy_message(policy) result(message)
     type(hpc_refer_policy_t), intent(in) :: policy
     character(len=:), allocatable :: message
     type(c_ptr) :: text
@@ -155,16 +156,16 @@ contains
     do i = 1, n
       message(i:i) = chars(i)
     end do
-  end function hpc_refer_message
+  end function hpc_refer_policy_message
 
-  integer function hpc_refer_state_dim(policy)
+  integer function hpc_refer_policy_state_dim(policy)
     type(hpc_refer_policy_t), intent(in) :: policy
-    hpc_refer_state_dim = int(c_state_dim(policy%handle))
-  end function hpc_refer_state_dim
+    hpc_refer_policy_state_dim = int(c_state_dim(policy%handle))
+  end function hpc_refer_policy_state_dim
 
-  integer function hpc_refer_act_dim(policy)
+  integer function hpc_refer_policy_act_dim(policy)
     type(hpc_refer_policy_t), intent(in) :: policy
-    hpc_refer_act_dim = int(c_act_dim(policy%handle))
-  end function hpc_refer_act_dim
+    hpc_refer_policy_act_dim = int(c_act_dim(policy%handle))
+  end function hpc_refer_policy_act_dim
 
 end module hpc_refer_policy
