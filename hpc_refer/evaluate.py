@@ -33,10 +33,12 @@ import numpy as np
 from hpc_refer.algorithms.kit.networks import BehaviourPolicy
 from hpc_refer.config.modes import ActionBounds, ConfigError
 from hpc_refer.config.resolve import build_config, load_toml
-from hpc_refer.envs.driver import serve_team
+from hpc_refer.envs.driver import TeamDriver, serve_team
+from hpc_refer.envs.external import SolverFault
 from hpc_refer.envs.interface import SolverStartError
 from hpc_refer.envs.registry import SolverSpec, env_kind, make_driver
-from hpc_refer.loop.actor import Actor, action_box
+from hpc_refer.export.onnx_model import OnnxPolicy
+from hpc_refer.loop.actor import Actor, action_box, evaluation_episode
 from hpc_refer.loop.checkpoint import CheckpointError
 from hpc_refer.loop.policy_file import load_policy
 from hpc_refer.parallel.solver_link import MpiLinks
@@ -133,6 +135,30 @@ def report(label: str, episodes: list[EpisodeRecord], names: tuple[str, ...],
     return stats
 
 
+def exported_episodes(env: TeamDriver, policy: OnnxPolicy, episodes: int,
+                      seed: int) -> tuple[list[EpisodeRecord], int]:
+    """``episodes`` episodes of an exported policy (``--policy policy.onnx``) on the same
+    episodes as the saved policy's (the first reset with ``seed``): the policy takes each raw
+    state, the newest of the driver's stack with ``env.history``, keeps its own stack and
+    carry, and returns the action in the solver's units. Records and the solver faults
+    counted (a faulty episode ends without a record, as the actors' evaluation)."""
+    records: list[EpisodeRecord] = []
+    faults, width = 0, env.state_dim
+
+    def step(obs: np.ndarray) -> tuple[np.ndarray, Any, Any]:
+        return env.step(policy.act(obs[..., :width]))  # type: ignore[return-value]
+
+    for k in range(episodes):
+        policy.reset()
+        try:
+            records += evaluation_episode(env, env.reset(seed if k == 0 else None), step)
+        except SolverFault as fault:
+            faults += 1
+            print(f"hpc_refer.evaluate: evaluation episode {k} ended by a solver fault: {fault}",
+                  file=sys.stderr)
+    return records, faults
+
+
 def start_failed(err: SolverStartError, size: int) -> int:
     """A solver that cannot start: one line (and its traceback, when it raised), then exit 2;
     under mpirun the job is aborted, since the team's other ranks may wait in the solver."""
@@ -154,7 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=10, help="episodes to run (default 10)")
     parser.add_argument("--seed", type=int, default=12345,
                         help="seed of the first episode's reset (default 12345)")
-    parser.add_argument("--policy", type=Path, help="policy file (default RUN_DIR/policy.h5)")
+    parser.add_argument("--policy", type=Path,
+                        help="policy file (default RUN_DIR/policy.h5), or a policy.onnx "
+                        "written by python -m hpc_refer.export (needs the export extra)")
     parser.add_argument("--out", type=Path,
                         help="JSON file to write (default RUN_DIR/evaluation.json)")
     parser.add_argument("--snapshot", default="",
@@ -179,8 +207,14 @@ def main(argv: list[str] | None = None) -> int:
                               f"{config.run.ranks_per_env} ranks: evaluate it under mpirun -n "
                               f"{config.run.ranks_per_env} (this job has {size})")
         policy_path = args.policy or args.run_dir / "policy.h5"
-        saved = load_policy(policy_path)
-    except (ConfigError, CheckpointError, OSError) as err:
+        exported = OnnxPolicy(policy_path) if policy_path.suffix == ".onnx" else None
+        saved = load_policy(policy_path) if exported is None else None
+    except ImportError as err:
+        if rank == 0:
+            print(f"hpc_refer.evaluate: error: a policy.onnx needs the export extra (pip "
+                  f"install 'hpc_refer[export]'): {err}", file=sys.stderr)
+        return 2
+    except (ConfigError, CheckpointError, OSError, ValueError) as err:
         if rank == 0:
             print(f"hpc_refer.evaluate: error: {err}", file=sys.stderr)
         return 2
@@ -203,9 +237,18 @@ def main(argv: list[str] | None = None) -> int:
             action = baseline_action(args.baseline, env.low, env.high)
             reference = ConstantAction(action, env.low, env.high,
                                        config.action_bounds is ActionBounds.TANH)
-        actor = Actor(env, saved.policy, config.action_bounds, args.seed,
-                      config.run.chunk_len, max_failures=config.run.max_env_failures)
-        episodes = actor.evaluate(args.episodes, seed=args.seed)
+        if exported is not None:
+            if (exported.state_dim, exported.act_dim) != (env.state_dim, env.act_dim):
+                raise ConfigError(f"{policy_path} takes states of {exported.state_dim} values "
+                                  f"and gives {exported.act_dim}; this environment's have "
+                                  f"{env.state_dim} and {env.act_dim}")
+            episodes, faults = exported_episodes(env, exported, args.episodes, args.seed)
+        else:
+            assert saved is not None
+            actor = Actor(env, saved.policy, config.action_bounds, args.seed,
+                          config.run.chunk_len, max_failures=config.run.max_env_failures)
+            episodes = actor.evaluate(args.episodes, seed=args.seed)
+            faults = actor.faults
         if reference is not None:
             uncontrolled = Actor(env, reference, config.action_bounds, args.seed,
                                  config.run.chunk_len,
@@ -218,9 +261,11 @@ def main(argv: list[str] | None = None) -> int:
         return start_failed(err, size)
     finally:
         env.close()
-    stats = report("policy", episodes, env.metric_names, actor.faults)
-    stats.update(policy=str(policy_path), env=config.run.env, env_step=saved.env_step,
-                 grad_step=saved.grad_step)
+    stats = report("policy", episodes, env.metric_names, faults)
+    source = exported if exported is not None else saved
+    assert source is not None
+    stats.update(policy=str(policy_path), env=config.run.env, env_step=source.env_step,
+                 grad_step=source.grad_step)
     if reference is not None:
         stats["baseline"] = report("baseline", baseline, env.metric_names, uncontrolled.faults)
         stats["baseline"]["action"] = action.tolist()

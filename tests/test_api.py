@@ -15,6 +15,7 @@ import tomli_w
 import hpc_refer
 from hpc_refer.envs.gym_env import GymEnv
 from hpc_refer.envs.interface import Status
+from hpc_refer.export.__main__ import main as export_main
 from hpc_refer.loop.checkpoint import CheckpointError
 from hpc_refer.loop.policy_file import load_policy
 
@@ -105,3 +106,24 @@ def test_readme_example_runs(in_tmp):
     namespace: dict = {}
     exec(compile(code, "README.md", "exec"), namespace)
     assert namespace["stats"]["episodes"] == 2
+
+
+@pytest.mark.parametrize("tables", [
+    {"vracer": {"hidden": [16, 16], "batch": 32}},
+    {"vracer": {"hidden": [8], "batch": 32, "cell": "gru", "cell_width": 4, "bptt": 4},
+     "env": {"history": 2, "history_actions": True}},
+], ids=["feed-forward", "gru-history"])
+def test_evaluate_runs_an_exported_onnx_policy_as_the_saved_one(in_tmp, tables):
+    """``evaluate --policy policy.onnx``: the episodes of the saved policy (same seeds), the
+    ONNX file on raw states with its own stack and carry, returns to float32 round-off."""
+    run_dir = hpc_refer.train(config(**tables), in_tmp / "r")
+    saved = hpc_refer.evaluate(run_dir, 3, 11)
+    assert export_main([str(run_dir), "--out", str(in_tmp / "x")]) == 0
+    onnx = hpc_refer.evaluate(run_dir, 3, 11, in_tmp / "x" / "policy.onnx", "--out",
+                              str(in_tmp / "onnx.json"))
+    np.testing.assert_allclose(onnx["episode_returns"], saved["episode_returns"], rtol=1e-5)
+    assert (onnx["env_step"], onnx["policy"]) == (saved["env_step"],
+                                                  str(in_tmp / "x" / "policy.onnx"))
+    (in_tmp / "x" / "bad.onnx").write_bytes(b"not onnx")
+    with pytest.raises(ValueError, match="failed"):
+        hpc_refer.evaluate(run_dir, 1, 11, in_tmp / "x" / "bad.onnx")

@@ -213,11 +213,20 @@ class OnnxPolicy:
 
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = options.inter_op_num_threads = 1
-        self.session = onnxruntime.InferenceSession(str(path), options,
-                                                    providers=["CPUExecutionProvider"])
+        try:
+            self.session = onnxruntime.InferenceSession(str(path), options,
+                                                        providers=["CPUExecutionProvider"])
+        except Exception as err:  # (onnxruntime's own classes: Fail, InvalidProtobuf, ...)
+            raise ValueError(f"{path}: onnxruntime cannot load it ({err})") from None
         props = self.session.get_modelmeta().custom_metadata_map
+        if not {"state_dim", "act_dim", "memory_dim", "env_step", "grad_step"} <= set(props):
+            raise ValueError(f"{path}: an ONNX file not written by python -m hpc_refer.export "
+                             f"(its metadata lacks state_dim, act_dim, memory_dim)")
         self.state_dim, self.act_dim = int(props["state_dim"]), int(props["act_dim"])
         self.memory_dim = int(props["memory_dim"])
+        self.env_step, self.grad_step = (None if props[k] == "None" else int(props[k])
+                                         for k in ("env_step", "grad_step"))
+        """The run's environment and gradient steps when the policy was saved."""
         self._memory: np.ndarray | None = None
 
     def reset(self) -> None:

@@ -84,6 +84,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -244,6 +245,27 @@ def action_box(low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarra
     bounded = np.isfinite(low) & np.isfinite(high)
     lo, hi = np.where(bounded, low, -1.0), np.where(bounded, high, 1.0)
     return bounded, np.where(bounded, 0.5 * (hi + lo), 0.0), 0.5 * (hi - lo)
+
+
+def evaluation_episode(env: TeamDriver, obs: np.ndarray,
+                       step: Callable[[np.ndarray], tuple[np.ndarray, Any, Any]]
+                       ) -> list[EpisodeRecord]:
+    """The rest of a simulation's episode after its first rows ``obs``, ``step`` taking the
+    rows to (next rows, reward, status) in the solver's form (a float and a Status for one
+    agent, arrays of n for n agents): a record per agent, in agent order, each with the
+    simulation's metric values; an agent that ended is counted no further (its later
+    rewards are ignored) while the others go on."""
+    ret, length = [0.0] * env.n_agents, [0] * env.n_agents
+    running = list(range(env.n_agents))
+    while running:
+        obs, reward, status = step(obs)
+        rewards, statuses = ((reward,), (status,)) if env.n_agents == 1 else (reward, status)
+        for i in running:
+            ret[i] += float(rewards[i])
+            length[i] += 1
+        running = [i for i in running if statuses[i] == CONTINUE]
+    values, now = env.end_episode(), CLOCK.now()
+    return [EpisodeRecord(ret[i], length[i], values, now, i) for i in range(env.n_agents)]
 
 
 class ActionMap:
@@ -586,18 +608,8 @@ class Actor:
 
     def _evaluation_episode(self, seed: int | None) -> list[EpisodeRecord]:
         """One simulation of the mean policy from ``reset(seed)``: a record per agent."""
-        obs = self._start(self.env.reset(seed))
-        ret, length = [0.0] * self.n_agents, [0] * self.n_agents
-        running = list(range(self.n_agents))
-        while running:
-            *_, obs, reward, status = self._transition(obs, False)
-            rewards, statuses = ((reward,), (status,)) if self._one else (reward, status)
-            for i in running:
-                ret[i] += float(rewards[i])
-                length[i] += 1
-            running = [i for i in running if statuses[i] == CONTINUE]
-        values, now = self.env.end_episode(), CLOCK.now()
-        return [EpisodeRecord(ret[i], length[i], values, now, i) for i in range(self.n_agents)]
+        return evaluation_episode(self.env, self._start(self.env.reset(seed)),
+                                  lambda obs: self._transition(obs, False)[3:])
 
     def checkpoint_state(self) -> StateTree:
         """Everything the actor needs to continue: its generator, the OU noise (agents x
