@@ -53,6 +53,9 @@ EXPECTED: dict[str, dict[str, set[str]]] = {
     "crossq_speed.py": {"crossq_speed.json": WRITE | {"env", "critic_width", "rates",
                                                       "median_steps_per_s",
                                                       "ratio_hpc_refer_over_sb3"}},
+    "export_speed.py": {"export_speed.json": WRITE | {"network", "us_per_call", "samples_us",
+                                                      "targets_us", "load_avg_before",
+                                                      "load_avg_after"}},
     "cylinder_control.py": {"cylinder_control.json": WRITE | {"train_command", "layout", "eval",
                                                               "learning", "pngs"},
                             "cylinder_control-learning.png": set(),
@@ -81,7 +84,8 @@ EXPECTED: dict[str, dict[str, set[str]]] = {
                  "turek.md": set()},
 }
 """Per script, the files its smoke run writes into --out (the keys a JSON must hold)."""
-NEEDS = {"sb3_runner.py": "stable_baselines3", "crossq_speed.py": "sb3_contrib"}
+NEEDS = {"sb3_runner.py": "stable_baselines3", "crossq_speed.py": "sb3_contrib",
+         "export_speed.py": "onnxruntime"}
 """Scripts that cannot run without an optional package."""
 SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if p.name not in LIBRARIES)
 
