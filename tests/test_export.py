@@ -28,6 +28,8 @@ import numpy as np
 import pytest
 import torch
 
+from hpc_refer.algorithms.kit.actors import DeterministicActor
+from hpc_refer.algorithms.kit.networks import BehaviourPolicy
 from hpc_refer.algorithms.registry import make_algorithm
 from hpc_refer.config.resolve import build_config
 from hpc_refer.export.__main__ import main as export_main
@@ -272,3 +274,22 @@ def test_a_broken_export_is_seen(in_tmp, drivers):
     _, _, actions = run_driver(drivers["c"], in_tmp / "out", states, starts, in_tmp)
     with pytest.raises(AssertionError, match="beyond the tolerance"):
         assert_close(actions, reference)
+
+
+def test_a_plugin_algorithm_exports_through_its_heads_ops(in_tmp, drivers, monkeypatch,
+                                                          capsys):
+    """tests/plugin_algorithm.py's DelayedAC (a DeterministicActor head: its ops come with
+    it) exports and acts as its numpy policy; a behaviour policy that does not describe its
+    mean is refused with a message naming it (exit 2)."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    tables = {"run": {"plugins": ["plugin_algorithm"], "algorithm": "delayed_ac"},
+              "delayed_ac": {"hidden": [16, 16]}}
+    source = make_policy_file(in_tmp / "policy.h5", tables)
+    assert export_main([str(in_tmp), "--out", str(in_tmp / "out"), "--no-onnx"]) == 0
+    states, starts = episode_states(200, 1, seed=0)
+    _, _, actions = run_driver(drivers["c"], in_tmp / "out", states, starts, in_tmp)
+    assert_close(actions, controller_actions(Controller.load(source), states, starts))
+    monkeypatch.setattr(DeterministicActor, "mean_ops", BehaviourPolicy.mean_ops)
+    assert export_main([str(in_tmp), "--out", str(in_tmp / "no")]) == 2
+    assert "error: DeterministicActor does not describe its mean" in capsys.readouterr().err
+    assert not (in_tmp / "no").exists()
