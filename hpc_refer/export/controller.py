@@ -32,6 +32,22 @@ from hpc_refer.loop.policy_file import PolicyFile, load_policy
 from hpc_refer.report.schema import POLICY_FILE
 
 
+def checked_state(state: np.ndarray, state_dim: int) -> np.ndarray:
+    """``state`` as the policy's float32 input: (state_dim,) or (K, state_dim); a state of
+    another shape, or with NaN or inf in float32 (beyond 3.4e38 included), is a ValueError
+    that names it (the policy's action would be NaN)."""
+    with np.errstate(over="ignore"):  # (beyond float32: inf, refused below)
+        x = np.asarray(state, np.float32)
+    if x.ndim not in (1, 2) or x.shape[-1] != state_dim:
+        raise ValueError(f"a state of shape {x.shape}: this policy takes states of "
+                         f"{state_dim} values, shape ({state_dim},) or (K, {state_dim}) for K "
+                         f"agents")
+    if not np.isfinite(x).all():
+        raise ValueError(f"the state holds {int(np.size(x) - np.isfinite(x).sum())} NaN or "
+                         f"infinite value(s): the policy's action would be NaN")
+    return x
+
+
 class Controller:
     """The mean policy of ``policy`` for raw solver states (module docstring): ``to_env``
     maps its output into the action box, ``history`` stacks past states of ``state_dim``
@@ -89,15 +105,7 @@ class Controller:
         step: (obs_dim,) -> (act_dim,), or (K, obs_dim) -> (K, act_dim) for K agents. A state
         of another width, or of another agent count than the episode's, is a ValueError
         naming both; a state with NaN or inf is a ValueError (the policy would answer NaN)."""
-        with np.errstate(over="ignore"):  # (beyond float32: inf, refused below)
-            x = np.asarray(state, np.float32)
-        if x.ndim not in (1, 2) or x.shape[-1] != self.state_dim:
-            raise ValueError(f"a state of shape {x.shape}: this policy takes states of "
-                             f"{self.state_dim} values, shape ({self.state_dim},) or (K, "
-                             f"{self.state_dim}) for K agents")
-        if not np.isfinite(x).all():
-            raise ValueError(f"the state holds {int(np.size(x) - np.isfinite(x).sum())} "
-                             f"NaN or infinite value(s): the policy's action would be NaN")
+        x = checked_state(state, self.state_dim)
         if self._last is None:
             observed = self._start(x)
         elif x.shape[:-1] != self._last.shape[:-1]:

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from hpc_refer.export.controller import checked_state
 from hpc_refer.export.weights import ExportedPolicy
 
 OPSET = 18
@@ -236,17 +237,8 @@ class OnnxPolicy:
     def act(self, state: np.ndarray) -> np.ndarray:
         """As :meth:`Controller.act <hpc_refer.export.controller.Controller.act>` (the same
         ValueErrors for a state of another width, agent count or with NaN)."""
-        x = np.asarray(state, np.float64)
-        if x.ndim not in (1, 2) or x.shape[-1] != self.state_dim:
-            raise ValueError(f"a state of shape {x.shape}: this policy takes states of "
-                             f"{self.state_dim} values, shape ({self.state_dim},) or (K, "
-                             f"{self.state_dim}) for K agents")
-        with np.errstate(over="ignore"):  # (beyond float32: inf, refused)
-            finite = np.isfinite(x.astype(np.float32)).all()
-        if not finite:
-            raise ValueError("the state holds NaN or infinite value(s) (in float32): the "
-                             "policy's action would be NaN")
-        rows = x.reshape(-1, self.state_dim)
+        x = checked_state(state, self.state_dim)
+        rows = x.reshape(-1, self.state_dim).astype(np.float64)  # (exact: the graph's Cast)
         feed: dict[str, np.ndarray] = {"state": rows}
         if self.memory_dim:
             start = self._memory is None
