@@ -42,7 +42,7 @@ from hpc_refer.loop.actor import Actor, action_box, evaluation_episode
 from hpc_refer.loop.checkpoint import CheckpointError
 from hpc_refer.loop.policy_file import load_policy
 from hpc_refer.parallel.solver_link import MpiLinks
-from hpc_refer.parallel.world import abort_job, world_rank_size, world_team
+from hpc_refer.parallel.world import abort_job, singleton_error, world_rank_size, world_team
 from hpc_refer.report.records import EpisodeRecord
 
 
@@ -197,6 +197,10 @@ def main(argv: list[str] | None = None) -> int:
                         "beside the policy and stored under 'baseline' in the JSON")
     args = parser.parse_args(argv)
     rank, size = world_rank_size()
+    singleton = singleton_error()
+    if singleton is not None:
+        print(f"hpc_refer.evaluate: error: {singleton}", file=sys.stderr)
+        return 2
     try:
         if args.episodes < 1:
             raise ConfigError(f"--episodes {args.episodes} is invalid: allowed are integers >= 1")

@@ -4,6 +4,8 @@ implementation of the solvers' :class:`~hpc_refer.envs.interface.Team` protocol)
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
@@ -60,6 +62,58 @@ def abort_job(code: int) -> None:
     """MPI_Abort on COMM_WORLD: ends every app of the job (an external solver waiting for
     hpc_refer would otherwise wait forever)."""
     _mpi().COMM_WORLD.Abort(code)
+
+
+LAUNCHER_SIZES = (
+    ("SLURM_STEP_NUM_TASKS", "srun"),
+    ("SLURM_NTASKS", "srun"),
+    ("OMPI_COMM_WORLD_SIZE", "Open MPI's mpirun"),
+    ("PMI_SIZE", "a PMI launcher (MPICH's mpiexec, or srun --mpi=pmi2)"),
+)
+"""The variables in which launchers announce how many processes they started, and who sets
+each. ``SLURM_NTASKS`` counts only inside an srun step (``SLURM_STEP_ID`` a step's number): a
+batch script has it too, where a one-process run is legitimate."""
+
+
+SLURM_SPECIAL_STEPS = 0xFFFFFFF0
+"""Slurm's step ids from here up name the batch script, the extern and interactive steps
+(SLURM_BATCH_SCRIPT = 0xFFFFFFFE, ...), not an srun step."""
+
+
+def launcher_mismatch(world_size: int, environ: Mapping[str, str],
+                      library: str = "") -> str | None:
+    """The start-up error of a silent singleton, None when there is none: a COMM_WORLD of one
+    rank while a launcher announced more (:data:`LAUNCHER_SIZES`) means the launcher and the
+    MPI library do not speak the same process-management interface, so each process started
+    alone, as a separate one-process training. One line naming the launcher's count, the
+    world's, the library and the launch lines to try."""
+    if world_size != 1:
+        return None
+    step = environ.get("SLURM_STEP_ID", environ.get("SLURM_STEPID", ""))
+    in_step = step.isdigit() and int(step) < SLURM_SPECIAL_STEPS  # not the batch script's
+    for var, launcher in LAUNCHER_SIZES:
+        value = environ.get(var, "")
+        if var == "SLURM_NTASKS" and not in_step:
+            continue
+        if value.isdigit() and int(value) > 1:
+            uses = f" (mpi4py uses {library})" if library else ""
+            return (f"{launcher} started {value} processes ({var}={value}) but this MPI world "
+                    f"holds 1 rank: each process would train alone. The launcher and the MPI "
+                    f"library{uses} do not match: under Slurm try srun --mpi=pmix (Open MPI) "
+                    f"or srun --mpi=pmi2 (MPICH, Intel MPI; srun --mpi=list shows what this "
+                    f"Slurm offers), or the MPI's own mpirun inside the allocation; with "
+                    f"mpirun, the mpirun of the MPI that mpi4py loads (INSTALL.md)")
+    return None
+
+
+def singleton_error() -> str | None:
+    """:func:`launcher_mismatch` of this process (COMM_WORLD's size, the environment, the MPI
+    library's name)."""
+    world = _mpi().COMM_WORLD.Get_size()
+    if world != 1:
+        return None
+    library = _mpi().Get_library_version().splitlines()[0].strip()
+    return launcher_mismatch(world, os.environ, library)
 
 
 def world_rank_size() -> tuple[int, int]:

@@ -39,7 +39,13 @@ from hpc_refer.loop import checkpoint
 from hpc_refer.loop.checkpoint import CheckpointError, Resume
 from hpc_refer.loop.learner import shard_capacity
 from hpc_refer.parallel.channels import Fabric
-from hpc_refer.parallel.world import abort_job, app_count, barrier, world_rank_size
+from hpc_refer.parallel.world import (
+    abort_job,
+    app_count,
+    barrier,
+    singleton_error,
+    world_rank_size,
+)
 from hpc_refer.replay.shard import ReplayShard
 from hpc_refer.report import logs
 from hpc_refer.report.clock import CLOCK
@@ -379,6 +385,9 @@ def main(argv: list[str] | None = None) -> int:
     the same lifecycle for one process and for every rank of an MPI job."""
     rank, world = world_rank_size()
     logs.configure(rank)
+    singleton = singleton_error()
+    if singleton is not None:
+        return _error(singleton, rank)
     try:
         start = _validate(argv, rank, world)
     except START_ERRORS as err:
