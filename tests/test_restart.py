@@ -102,27 +102,50 @@ def assert_same_arrays(a: Path, b: Path, prefix: str = "") -> None:
 
 
 def test_resume_is_bit_for_bit_in_one_process(in_tmp):
-    """N steps, checkpoint, resume to 2N == 2N straight: weights, replay, metrics, policy.
+    """2N steps with a checkpoint at N, stopped there (a preemption), resumed to 2N == 2N
+    straight: weights, replay, metrics, policy.
 
     HalfCheetah's episodes last 1000 steps, so the checkpoint at 600 falls inside an
     episode: the MuJoCo state, the actor's rng and its pending steps must all continue.
     """
     common = ["--env", "HalfCheetah-v5", "--seed", "4", "--checkpoint-every", "600", *SMALL]
-    assert run_main([*common, "--steps", "1200", "--run-dir", "straight"]) == 0
-    assert run_main([*common, "--steps", "600", "--run-dir", "resumed"]) == 0
-    assert (in_tmp / "resumed" / "state.txt").read_text().strip() == "finished"
-    assert run_main(["--restart", "resumed", "--steps", "1200"]) == 0
-    straight, resumed = in_tmp / "straight", in_tmp / "resumed"
-    for name in ("episodes.csv", "train.jsonl"):
-        assert rows(straight / name) == rows(resumed / name), name
+    resumed = assert_resumes_straight(in_tmp, common, 1200, "step-000000000600")
+    full = in_tmp / "full"
     # The rows the first part wrote after its checkpoint were moved aside, not lost.
     assert (resumed / "train.jsonl.after-step-600").exists()
-    last_s, last_r = newest_checkpoint(straight), newest_checkpoint(resumed)
-    assert last_s.name == last_r.name == "step-000000001200"
-    for part in ("learner-0.h5", "actor-0.h5"):
-        assert_same_arrays(last_s / part, last_r / part)
-    assert_same_arrays(straight / "policy.h5", resumed / "policy.h5")
+    assert newest_checkpoint(full).name == newest_checkpoint(resumed).name == "step-000000001200"
+    assert_same_arrays(full / "policy.h5", resumed / "policy.h5")
     assert "resumed from" in (resumed / "log.txt").read_text()
+    final_checkpoint_is_final_state(resumed)
+
+
+def final_checkpoint_is_final_state(run_dir: Path, module: str = "net") -> None:
+    """A finished run's newest checkpoint holds what its policy.h5 and its last train.jsonl
+    record hold: the same environment and gradient steps, and the behaviour module
+    (``module`` of the algorithm) tensor for tensor."""
+    last = newest_checkpoint(run_dir)
+    meta = json.loads((last / "manifest.json").read_text())["meta"]
+    record = json.loads((run_dir / "train.jsonl").read_text().splitlines()[-1])
+    saved = load_policy(run_dir / "policy.h5")
+    assert meta["grad_step"] == saved.grad_step == record["grad_step"]
+    assert meta["env_step"] == saved.env_step == record["env_step"]
+    policy, learner = h5_arrays(run_dir / "policy.h5"), h5_arrays(last / "learner-0.h5")
+    tensors = [k for k in policy if k.startswith("state/policy/")]
+    assert tensors
+    for k in tensors:
+        np.testing.assert_array_equal(policy[k], learner[
+            f"state/learner/algorithm/modules/{module}/{k.removeprefix('state/policy/')}"])
+
+
+def test_the_final_checkpoint_holds_the_final_policy(in_tmp):
+    """The gradient steps owed at the end are made before the last checkpoint (issue 38,
+    point 5): a restart continues from the policy that policy.h5 holds, here in one process
+    with 4 gradient steps per environment step (the learner behind its actor at the end)."""
+    assert run_main(["--env", "Pendulum-v1", "--steps", "500", "--run-dir", "r",
+                     "--replay.grad-ratio", "4", *SMALL]) == 0
+    final_checkpoint_is_final_state(in_tmp / "r")
+    assert run_main(["--restart", "r", "--steps", "600"]) == 0
+    assert rows(in_tmp / "r" / "train.jsonl")[-1]["grad_step"] == 4 * (600 - 300)
 
 
 def test_restart_refuses_what_would_change_the_run(in_tmp, capsys):
@@ -305,6 +328,18 @@ def test_evaluation_rounds_under_mpirun_with_two_learners(in_tmp):
     assert rows(in_tmp / "r" / "train.jsonl")[-1]["env_step"] == 700
     saved = load_policy(in_tmp / "r" / "policy.h5")  # the box, sent by env 0's actor rank
     assert saved.action_low.tolist() == [-2.0] and saved.action_high.tolist() == [2.0]
+
+
+def test_the_final_checkpoint_holds_the_final_policy_under_mpirun(in_tmp):
+    """mpirun -n 3 (1 learner, 2 actors), 4 gradient steps per environment step: the
+    learner owes many at the end; the final checkpoint is written after it made them."""
+    proc = subprocess.run(mpirun(3, "--env", "Pendulum-v1", "--steps", "600", "--run-dir",
+                                 "r", "--replay.grad-ratio", "4", *SMALL, *NO_COMPILE),
+                          capture_output=True, text=True, timeout=300, env=mpi_env(),
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    final_checkpoint_is_final_state(in_tmp / "r")
+    assert rows(in_tmp / "r" / "train.jsonl")[-1]["grad_step"] == 4 * (600 - 300)
 
 
 def test_mpi_signal_checkpoints_and_resumes_with_other_learner_counts(in_tmp):

@@ -44,12 +44,14 @@ actors is an :class:`~hpc_refer.loop.actor_book.ActorBook`, what it reports a
 Checkpoints, preemption, evaluation
 -----------------------------------
 The learners decide together, from the summed loop counters, when to checkpoint (every
-``run.checkpoint_every`` environment steps, and where the loop stops), so every learner takes
-the checkpoint in the same iteration. Under MPI the learners first *quiesce* their actors
-(a cut request makes a running actor send the steps it has, without waiting for its chunk to
-fill), then each actor writes its part (rng, episode in progress, environment state, policy
-copy), each learner its own (networks, optimizers, replay shard, ReF-ER state, rng, loop
-state) and learner 0 publishes the checkpoint (see :mod:`hpc_refer.loop.checkpoint`). In one
+``run.checkpoint_every`` environment steps, where the loop stops early, and at the end, after
+the gradient steps still owed: the last checkpoint of a finished run holds the state that
+``policy.h5`` holds), so every learner takes the checkpoint in the same iteration. Under MPI
+the learners first *quiesce* their actors (a cut request makes a running actor send the
+steps it has, without waiting for its chunk to fill), then each actor writes its part (rng,
+episode in progress, environment state, policy copy), each learner its own (networks,
+optimizers, replay shard, ReF-ER state, rng, loop state) and learner 0 publishes the
+checkpoint (see :mod:`hpc_refer.loop.checkpoint`). In one
 process the actor is idle whenever the learner runs, so nothing is cut and a checkpoint
 changes nothing: a run resumed from it continues bit for bit.
 
@@ -436,11 +438,10 @@ class LearnerLoop:
                 self.stop_early(counters)
                 return self.result
             step = self.env_steps
-            done = step >= total or counters.active == 0
-            if done or self.schedule.checkpoint_due(step):
-                self.checkpoint()
-            if done:
+            if step >= total or counters.active == 0:
                 break
+            if self.schedule.checkpoint_due(step):
+                self.checkpoint()
             self.advance()
         self.shutdown()
         return self.result
@@ -537,20 +538,23 @@ class LearnerLoop:
         self.book.waiting = []
 
     def shutdown(self) -> None:
-        """Stop the waiting actors; take the last chunk of each running one, then stop it;
-        then make the gradient steps still owed for all stored data, and run the evaluation
-        round due at the last step (module docstring) with the final policy."""
+        """The end of a run that reached its steps: take the last chunk of each running
+        actor; make the gradient steps still owed for all stored data; write the final
+        checkpoint, so that it holds the state that ``policy.h5`` holds (a restart continues
+        from the run's final policy, not from the one before the owed steps); stop the actors
+        but the one of the evaluation round due at the last step (module docstring), which
+        runs with the final policy, then stops too."""
         self.schedule.ask_final_evaluation(self.env_steps)
         evaluator = self.eval_actor if self.schedule.eval_step is not None else None
-        self.stop_waiting(keep=evaluator)
         while self.book.running:
             message = self.channel.poll(block=True)
             assert message is not None
             self.handle(message)
-            self.stop_waiting(keep=evaluator)
         self.reduce_counters()
         while self.learner.steps_due(self.env_steps) > 0:
             self.train_step()
+        self.checkpoint()
+        self.stop_waiting(keep=evaluator)
         if evaluator in self.book.waiting:
             self.channel.send_eval(evaluator, self.learner.policy(),
                                    self.config.run.eval_episodes, final=True)
