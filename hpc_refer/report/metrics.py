@@ -425,9 +425,10 @@ def record_stop(run_dir: Path, rank: int, state: str, reason: str = "",
 
 
 def machine_info(world: int, learners: int, envs: int, ranks_per_env: int,
-                 threads: int) -> dict[str, Any]:
-    """Where and with what the run (re)started: host, CPU model, cores, Python and library
-    versions, and the rank layout."""
+                 threads: int, ranks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Where and with what the run (re)started: host (rank 0's), CPU model, cores, Python and
+    library versions, the rank layout and, for an MPI job, ``ranks``: each rank's role, team
+    and host (a job over several hosts shows where each rank ran)."""
     cpu = platform.processor()
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():
@@ -445,7 +446,8 @@ def machine_info(world: int, learners: int, envs: int, ranks_per_env: int,
             "platform": platform.platform(), "cpu": cpu, "cores": os.cpu_count(),
             "python": platform.python_version(), "versions": versions,
             "world": world, "learners": learners, "environment_teams": envs,
-            "ranks_per_env": ranks_per_env, "torch_threads": threads}
+            "ranks_per_env": ranks_per_env, "torch_threads": threads,
+            **({"ranks": ranks} if ranks is not None else {})}
 
 
 def _event_writer(logdir: Path) -> Any:

@@ -15,11 +15,12 @@ import dataclasses
 import io
 import logging
 import os
+import platform
 import shlex
 import sys
 import traceback
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from hpc_refer.config.cli import (
     ENV_HELP,
@@ -43,6 +44,7 @@ from hpc_refer.parallel.world import (
     abort_job,
     app_count,
     barrier,
+    gather_object,
     singleton_error,
     world_rank_size,
 )
@@ -411,10 +413,18 @@ def main(argv: list[str] | None = None) -> int:
     if error:
         return _error(error, rank)
     assert path is not None
+    hosts = gather_object(platform.node()) if fabric is not None else None
     if fabric is not None:
         barrier()  # every rank starts the run's clock as all of them leave it
     CLOCK.start(resume.elapsed if resume is not None else 0.0)
-    return _train(start, rank, fabric, run, path, resume)
+    return _train(start, rank, fabric, run, path, resume, hosts)
+
+
+def rank_table(layout: Layout, hosts: list[str]) -> list[dict[str, Any]]:
+    """Each rank of an MPI job: its role, its team (actors and solver ranks) and its host."""
+    return [{"rank": r, "role": layout.role(r).value, "host": host,
+             **({"team": layout.team(r)} if r >= layout.learners else {})}
+            for r, host in enumerate(hosts)]
 
 
 def _start_line(start: Start, path: Path | None, resume: Resume | None) -> str:
@@ -433,7 +443,7 @@ def _reason(err: BaseException) -> str:
 
 
 def _train(start: Start, rank: int, fabric: Fabric | None, run: RunDirectory | None,
-           path: Path, resume: Resume | None) -> int:
+           path: Path, resume: Resume | None, hosts: list[str] | None) -> int:
     """This rank's role from start to end. Why it ended is recorded by the rank that knows
     it: rank 0 (``run``) for the loop's end (:func:`_outcome`), the rank that meets an error
     for that error (:func:`~hpc_refer.report.metrics.record_stop`: state.txt and log.txt, with the
@@ -445,8 +455,9 @@ def _train(start: Start, rank: int, fabric: Fabric | None, run: RunDirectory | N
     status = 0
     try:
         if run is not None:
-            run.record_machine(machine_info(layout.world, layout.learners, layout.envs,
-                                            layout.ranks_per_env, config.run.threads))
+            run.record_machine(machine_info(
+                layout.world, layout.learners, layout.envs, layout.ranks_per_env,
+                config.run.threads, None if hosts is None else rank_table(layout, hosts)))
             LOG.info("%s", _start_line(start, path, resume))
             for line in start_warnings(config, resume):
                 LOG.warning("%s", line)
