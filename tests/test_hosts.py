@@ -28,6 +28,7 @@ import pytest
 from mpi_launch import mpi_env, mpirun_exe
 
 from hpc_refer.algorithms.vracer import VRacer
+from hpc_refer.report.build import write_run_report
 
 pytestmark = pytest.mark.mpi_skip
 
@@ -133,3 +134,5 @@ def test_a_run_over_three_hosts_trains_checkpoints_and_finishes(hosts, tmp_path)
     assert {line.split(",")[1] for line in episodes} == {"1", "3"}, "both teams' episodes"
     record = json.loads((run_dir / "train.jsonl").read_text().splitlines()[-1])
     assert record["env_step"] == 300 and record["grad_step"] > 0
+    report = write_run_report(run_dir).read_text()
+    assert "ranks on 3 hosts: host-a, host-b, host-c" in report

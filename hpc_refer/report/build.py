@@ -428,8 +428,11 @@ def _machine_table(run: Run) -> str:
         layout = (f"world {m.get('world')}, {m.get('learners')} learners, "
                   f"{m.get('environment_teams')} teams x {m.get('ranks_per_env')} ranks, "
                   f"{m.get('torch_threads')} torch threads")
+        hosts = sorted({r["host"] for r in m.get("ranks", [])})
+        host = (f"{m.get('host')} (ranks on {len(hosts)} hosts: {', '.join(hosts)})"
+                if len(hosts) > 1 else m.get("host"))
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
-            m.get("started"), m.get("host"), f"{m.get('cpu')} ({m.get('cores')} cores)",
+            m.get("started"), host, f"{m.get('cpu')} ({m.get('cores')} cores)",
             layout, f"Python {m.get('python')}; {versions}")) + "</tr>")
     return (f"<p>{html.escape(run.name)}</p><table><tr><th>started</th><th>host</th>"
             "<th>CPU</th><th>layout</th><th>software</th></tr>" + "".join(rows) + "</table>")
