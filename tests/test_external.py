@@ -43,7 +43,14 @@ from hpc_refer.envs.external import (
     SolverFault,
     SolverStartError,
 )
-from hpc_refer.envs.launch import CONNECT, SPAWN, check_apps, check_port_dir, parse_spec
+from hpc_refer.envs.launch import (
+    CONNECT,
+    SPAWN,
+    check_apps,
+    check_port_dir,
+    check_spawn_launcher,
+    parse_spec,
+)
 from hpc_refer.envs.registry import SolverSpec, env_kind, make_driver
 from hpc_refer.report.metrics import RunDirectory
 from hpc_refer.report.records import LoggedEpisode
@@ -916,3 +923,30 @@ def test_the_exported_policy_runs_inside_the_fortran_solver(fortran_mpi, heat1d_
                           tmp_path),
         lambda a: _run_on(fortran_mpi, ["-n", "2", str(heat1d_fortran), *a], tmp_path),
         tmp_path)
+
+
+@pytest.mark.parametrize(("environ", "refused"), [
+    ({"SLURM_STEP_ID": "3"}, True),                                   # srun's own task
+    ({"SLURM_STEP_ID": "3", "PRTE_LAUNCHED": "1"}, False),            # under Open MPI's mpirun
+    ({"SLURM_STEP_ID": "3", "OMPI_COMM_WORLD_SIZE": "2"}, False),
+    ({"SLURM_STEP_ID": "3", "PMI_PORT": "x:1"}, False),               # under MPICH's mpiexec
+    ({"SLURM_STEP_ID": "4294967294"}, False),                         # the batch script
+    ({}, False),                                                      # no Slurm
+    ({"SLURM_STEP_ID": "3", "HPC_REFER_TRY_SPAWN": "1"}, False),      # asked to try
+])
+def test_a_spawned_solver_under_srun_is_refused_at_start_up(environ, refused):
+    """Issue 38, point 4: under srun's direct launch MPI_Comm_spawn fails (Open MPI 5 with
+    PMIx: MPI_ERR_UNKNOWN, seen here under the CI's Slurm) or crashes (MPICH, PMI-2): the
+    start-up check refuses a spawned solver at once, naming the launches that work; MPMD and
+    --connect ids, and spawns under mpirun, pass."""
+    spec = f"external:-n 2 {sys.executable}"
+    if refused:
+        with pytest.raises(ConfigError) as err:
+            check_spawn_launcher(spec, environ)
+        text = str(err.value)
+        assert text.startswith(f"run.env = {spec!r} starts its solver with MPI_Comm_spawn")
+        assert "hpc_refer.run --env external ... : -n K" in text and "--connect DIR" in text
+    else:
+        check_spawn_launcher(spec, environ)
+    check_spawn_launcher("external", environ)
+    check_spawn_launcher("external:--connect /tmp/ports", environ)

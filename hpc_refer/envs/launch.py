@@ -12,6 +12,7 @@ import glob
 import os
 import shlex
 import shutil
+from collections.abc import Mapping
 from typing import NamedTuple, Protocol
 
 import numpy as np
@@ -146,6 +147,42 @@ def check_apps(env_id: str, apps: int) -> None:
     if env_id == PREFIX and apps != 2:
         raise ConfigError(f"run.env = 'external' but this mpirun has {apps} app(s), not "
                           f"hpc_refer and one solver; {USAGE}")
+
+
+MPIRUN_MARKS = ("PRTE_LAUNCHED", "OMPI_COMM_WORLD_SIZE", "HYDI_CONTROL_FD", "PMI_PORT")
+"""Variables that Open MPI's mpirun (PRRTE) or MPICH's mpiexec (Hydra) set in the processes
+they start: a process with one of them was not started by srun directly, even inside a Slurm
+step (mpirun starts its daemons with srun)."""
+
+
+def direct_srun(environ: Mapping[str, str]) -> bool:
+    """Whether this process was started by ``srun`` itself (a Slurm job step's task, no mpirun
+    or mpiexec between), where MPI_Comm_spawn is not available (PMIx under srun: one
+    MPI_Init per step) or crashes (MPICH's PMI-2)."""
+    step = environ.get("SLURM_STEP_ID", environ.get("SLURM_STEPID", ""))
+    return (step.isdigit() and int(step) < 0xFFFFFFF0
+            and not any(mark in environ for mark in MPIRUN_MARKS))
+
+
+def check_spawn_launcher(env_id: str, environ: Mapping[str, str]) -> None:
+    """Start-up check of a spawned solver (``external:[-n K] PROGRAM``): under srun's direct
+    launch (:func:`direct_srun`) it cannot start, so refuse at once, in one line naming the
+    launches that work there, instead of failing (or hanging) in the actors' spawn.
+    ``HPC_REFER_TRY_SPAWN=1`` tries anyway (a site whose srun can spawn)."""
+    if env_id == PREFIX or environ.get("HPC_REFER_TRY_SPAWN") == "1":
+        return
+    launch = parse_spec(env_id)
+    if launch.how != SPAWN or not direct_srun(environ):
+        return
+    program = " ".join([os.path.basename(launch.program), *launch.args])
+    raise ConfigError(
+        f"run.env = {env_id!r} starts its solver with MPI_Comm_spawn, which srun's direct "
+        f"launch does not offer (PMIx: one MPI_Init per step; MPICH's PMI-2 crashes). Inside "
+        f"the allocation, launch with the MPI's mpirun instead: spawn works there (LAUNCHER="
+        f"mpirun in jobscripts/generic/train.sbatch), or MPMD, mpirun -n N python -m "
+        f"hpc_refer.run --env external ... : -n K {program}; or run the solver as a job of "
+        f"its own with --env 'external:--connect DIR' (solvers/README.md). "
+        f"HPC_REFER_TRY_SPAWN=1 tries the spawn anyway")
 
 
 def check_port_dir(env_id: str) -> None:

@@ -12,12 +12,20 @@ solver's processes.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from hpc_refer.config.layout import SeedRole, role_seed
 from hpc_refer.envs.external import ExternalEnv
 from hpc_refer.envs.interface import Team
-from hpc_refer.envs.launch import PREFIX, Links, check_apps, check_port_dir, parse_spec
+from hpc_refer.envs.launch import (
+    PREFIX,
+    Links,
+    check_apps,
+    check_port_dir,
+    check_spawn_launcher,
+    parse_spec,
+)
 from hpc_refer.envs.registry import EnvKind, Factory, SolverSpec, register_kind
 
 
@@ -46,6 +54,7 @@ class ExternalSolver(EnvKind):
         ``external:--connect DIR``."""
         check_apps(spec.env_id, apps)
         check_port_dir(spec.env_id)
+        check_spawn_launcher(spec.env_id, os.environ)
 
     def start(self, spec: SolverSpec, team: Team | None, *, index: int, envs: int,
               timeout: float, links: Links | None) -> tuple[Any, Factory | None]:
