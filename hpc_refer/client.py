@@ -119,6 +119,20 @@ PORT_WAIT = 600.0
 """Default of ``HPC_REFER_PORT_WAIT``: seconds rank 0 waits for the port file (connect)."""
 
 
+def app_number(appnum: int | None, environ: Mapping[str, str]) -> int:
+    """The app of this process in an MPMD launch, what hpc_refer and every client gather to
+    split COMM_WORLD: ``HPC_REFER_APP`` when set (``srun --multi-prog`` gives every line
+    MPI_APPNUM 0, so its lines set it: 0 for hpc_refer, 1 for the solver), else MPI_APPNUM
+    (0 when the MPI has none). A value that is not an integer is a RuntimeError naming it."""
+    text = environ.get("HPC_REFER_APP")
+    if text is None:
+        return 0 if appnum is None else int(appnum)
+    if not text.strip().lstrip("-").isdigit():
+        raise RuntimeError(f"HPC_REFER_APP = {text!r} is invalid: allowed are integers (0 for "
+                           f"hpc_refer's ranks, 1 for the solver's, in srun --multi-prog)")
+    return int(text)
+
+
 class Command(NamedTuple):
     """The actor's next command, on every rank of the group."""
 
@@ -351,8 +365,7 @@ class Client:
         mpi = self._mpi
         world = mpi.COMM_WORLD
         wrank = world.Get_rank()
-        mine = world.Get_attr(mpi.APPNUM)
-        mine = 0 if mine is None else int(mine)
+        mine = app_number(world.Get_attr(mpi.APPNUM), os.environ)
         apps = np.empty(world.Get_size(), np.int32)
         world.Allgather(np.array([mine], np.int32), apps)
         if len(set(apps.tolist())) == 1:

@@ -31,6 +31,7 @@ from hpc_refer.client import (
     TAG_HELLO,
     TAG_METRICS,
     TAG_STATE,
+    app_number,
     parse_params,
 )
 from hpc_refer.config.modes import ConfigError
@@ -946,7 +947,17 @@ def test_a_spawned_solver_under_srun_is_refused_at_start_up(environ, refused):
         text = str(err.value)
         assert text.startswith(f"run.env = {spec!r} starts its solver with MPI_Comm_spawn")
         assert "hpc_refer.run --env external ... : -n K" in text and "--connect DIR" in text
+        assert "srun --multi-prog with HPC_REFER_APP=1 on the solver's line" in text
     else:
         check_spawn_launcher(spec, environ)
     check_spawn_launcher("external", environ)
     check_spawn_launcher("external:--connect /tmp/ports", environ)
+
+
+def test_the_app_number_is_hpc_refer_app_when_set():
+    """srun --multi-prog gives every line MPI_APPNUM 0: a line's HPC_REFER_APP says which
+    program it is (hpc_refer and the clients gather it to split COMM_WORLD)."""
+    assert app_number(None, {}) == 0 and app_number(2, {}) == 2
+    assert app_number(0, {"HPC_REFER_APP": "1"}) == 1
+    with pytest.raises(RuntimeError, match="HPC_REFER_APP = 'x' is invalid: allowed are"):
+        app_number(0, {"HPC_REFER_APP": "x"})

@@ -181,7 +181,7 @@ exit "${STUB_SCONTROL_RC:-0}"
 """
 JOB_ID = "4242"
 VARIABLES = ("ENV", "STEPS", "SEED", "LEARNERS", "RANKS_PER_ENV", "RUN_DIR", "LAUNCHER",
-             "SRUN_ARGS", "MPIRUN_ARGS", "MPIRUN", "PYTHON")
+             "SRUN_ARGS", "MPIRUN_ARGS", "MPIRUN", "PYTHON", "SOLVER", "SOLVER_RANKS")
 
 
 @pytest.fixture
@@ -291,6 +291,39 @@ def test_sbatch_world_check_without_slurm(stubs, tmp_path):
 def test_sbatch_outside_slurm_is_refused(stubs, tmp_path):
     proc = run_script(SBATCH, [], tmp_path, stub_env(stubs))
     assert proc.returncode == 2 and "not inside a Slurm job" in proc.stderr
+
+
+def test_sbatch_runs_a_solver_mpmd_with_a_multi_prog_file(stubs, tmp_path):
+    """SOLVER (issue 38, point 4): 5 tasks = 3 of hpc_refer (1 learner, 2 teams) + 2 of the
+    solver, one step of two programs: srun --multi-prog with HPC_REFER_APP on each line (srun
+    gives every line APPNUM 0); under mpirun, an MPMD line."""
+    env = stub_env(stubs, **slurm_vars(tmp_path, 5), SOLVER="./heat1d --cells 8",
+                   SOLVER_RANKS="2", RUN_DIR="r")
+    proc = run_script(SBATCH, [], tmp_path, env)
+    assert proc.returncode == 0, proc.stderr
+    argv = launched(stubs)
+    assert "hpc_refer.run" not in argv, argv  # both programs are in the file
+    lines = Path(argv[argv.index("--multi-prog") + 1]).read_text().splitlines()
+    assert lines[0].startswith("0-2 env HPC_REFER_APP=0 python -m hpc_refer.run --env external ")
+    assert lines[1] == "3-4 env HPC_REFER_APP=1 ./heat1d --cells 8"
+    assert "5 ranks = 1 learners + 2 teams x 1 + 2 ranks of the solver" in proc.stdout
+    env["LAUNCHER"] = "mpirun"
+    assert run_script(SBATCH, [], tmp_path, env).returncode == 0
+    argv = launched(stubs)
+    assert argv[:3] == ["mpirun", "-n", "3"]
+    assert argv[-6:] == [":", "-n", "2", "./heat1d", "--cells", "8"], argv
+
+
+@pytest.mark.parametrize(("ntasks", "extra", "words"), [
+    (5, {"SOLVER_RANKS": ""}, "SOLVER needs SOLVER_RANKS"),
+    (6, {"SOLVER_RANKS": "3"}, "SOLVER_RANKS=3 does not split into 2 equal groups"),
+    (5, {"SOLVER_RANKS": "2", "ENV": "Pendulum-v1"}, "leave ENV unset, not ENV='Pendulum-v1'"),
+    (5, {"SOLVER_RANKS": "4"}, "leaves 1 rank(s) to hpc_refer"),
+])
+def test_sbatch_refuses_a_solver_that_does_not_fit(stubs, tmp_path, ntasks, extra, words):
+    env = stub_env(stubs, **slurm_vars(tmp_path, ntasks), SOLVER="./heat1d", **extra)
+    proc = run_script(SBATCH, [], tmp_path, env)
+    assert proc.returncode == 2 and words in proc.stderr, proc.stderr
 
 
 def make_checkpoint(run_dir: Path) -> None:
@@ -659,6 +692,29 @@ def test_sbatch_requeues_a_preempted_run_and_finishes_it(slurm, tmp_path):
     assert {int(e["length"]) for e in episodes} == {50}  # whole episodes (cut at 50), none twice
     assert len(episodes) >= steps // 200 - 2 * 3  # at most one open episode per actor and run
     assert {int(e["rank"]) for e in episodes} <= {1, 2, 3}
+
+
+def test_sbatch_runs_an_external_solver_mpmd_under_srun(slurm, tmp_path):
+    """SOLVER under CI's Slurm (issue 38, point 4): one srun step of two programs through the
+    script's --multi-prog file, hpc_refer (1 learner, 1 actor) and heat1d on 2 ranks (their
+    halo exchange inside the step): it trains and finishes, episodes of heat1d's 50 steps."""
+    heat1d = tmp_path / "heat1d"
+    policy_c = ROOT / "hpc_refer" / "export" / "c"
+    subprocess.run([str(Path(sys.executable).parent / "mpicc"), "-O2",
+                    f"-I{ROOT / 'solvers' / 'coupling'}", f"-I{policy_c}",
+                    str(ROOT / "solvers" / "examples" / "heat1d" / "heat1d.c"),
+                    str(policy_c / "hpc_refer_policy.c"), "-o", str(heat1d), "-lm"],
+                   check=True, timeout=120)
+    proc, name = sbatch(tmp_path, 4, *SMALL, ENV=None, STEPS="400", SOLVER=str(heat1d),
+                        SOLVER_RANKS="2", RUN_DIR="run", SRUN_ARGS="")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_dir = tmp_path / "run"
+    log = next(p for p in run_dir.iterdir() if p.name.startswith(f"slurm-{name}-")).read_text()
+    assert "--multi-prog" in log and "env HPC_REFER_APP=1" in log, log
+    assert (run_dir / "state.txt").read_text().strip() == "finished", log
+    episodes = read_episodes(run_dir)
+    assert episodes and {(e["rank"], e["length"]) for e in episodes} == {("1", "50")}
+    assert tomllib.loads((run_dir / "config.toml").read_text())["run"]["env"] == "external"
 
 
 def test_sbatch_rejects_a_world_that_does_not_fit(slurm, tmp_path):

@@ -178,11 +178,12 @@ def check_spawn_launcher(env_id: str, environ: Mapping[str, str]) -> None:
     raise ConfigError(
         f"run.env = {env_id!r} starts its solver with MPI_Comm_spawn, which srun's direct "
         f"launch does not offer (PMIx: one MPI_Init per step; MPICH's PMI-2 crashes). Inside "
-        f"the allocation, launch with the MPI's mpirun instead: spawn works there (LAUNCHER="
-        f"mpirun in jobscripts/generic/train.sbatch), or MPMD, mpirun -n N python -m "
-        f"hpc_refer.run --env external ... : -n K {program}; or run the solver as a job of "
-        f"its own with --env 'external:--connect DIR' (solvers/README.md). "
-        f"HPC_REFER_TRY_SPAWN=1 tries the spawn anyway")
+        f"the allocation, run the solver MPMD in the same step, srun --multi-prog with "
+        f"HPC_REFER_APP=1 on the solver's line (SOLVER='{program}' in "
+        f"jobscripts/generic/train.sbatch writes it) or mpirun -n N python -m hpc_refer.run "
+        f"--env external ... : -n K {program}; or launch with the MPI's mpirun, where spawn "
+        f"works; or run the solver as a job of its own with --env 'external:--connect DIR' "
+        f"(solvers/README.md). HPC_REFER_TRY_SPAWN=1 tries the spawn anyway")
 
 
 def check_port_dir(env_id: str) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from hpc_refer.client import app_number
 from hpc_refer.envs.interface import TeamCommand
 from hpc_refer.envs.timeouts import poll_until
 
@@ -33,9 +34,9 @@ def _appnums() -> tuple[int, ...]:
     """
     mpi = _mpi()
     world = mpi.COMM_WORLD
-    mine = world.Get_attr(mpi.APPNUM)
+    mine = app_number(world.Get_attr(mpi.APPNUM), os.environ)
     out = np.empty(world.Get_size(), np.int32)
-    world.Allgather(np.array([0 if mine is None else mine], np.int32), out)
+    world.Allgather(np.array([mine], np.int32), out)
     return tuple(int(a) for a in out)
 
 

@@ -160,7 +160,8 @@ contains
     double precision, intent(in) :: low(act_dim), high(act_dim)
     character(len=*), intent(in), optional :: metrics(:)
     integer, intent(in), optional :: n_agents
-    integer :: ierr, wrank, wsize, arank, asize, mine, parent, plen, pstat, i, length
+    integer :: ierr, wrank, wsize, arank, asize, mine, parent, plen, pstat, i, length, app_status
+    character(len=32) :: app
     integer :: head(2), hello(5), st(MPI_STATUS_SIZE)
     character(len=:), allocatable :: names
     integer(kind=MPI_ADDRESS_KIND) :: attr
@@ -211,6 +212,8 @@ contains
        call MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_APPNUM, attr, found, ierr)
        mine = 0
        if (found) mine = int(attr)
+       call get_environment_variable('HPC_REFER_APP', app, status=app_status)
+       if (app_status == 0) read (app, *) mine    ! srun --multi-prog: no APPNUM there
        allocate (apps(wsize))
        call MPI_Allgather(mine, 1, MPI_INTEGER, apps, 1, MPI_INTEGER, MPI_COMM_WORLD, ierr)
        several = any(apps /= apps(1))

@@ -39,7 +39,9 @@
  * Use c.comm (the ranks of this environment, c.rank / c.size) for the solver's own MPI
  * traffic instead of MPI_COMM_WORLD. Launch (see solvers/README.md):
  *   MPMD:    mpirun -n 2 python -m hpc_refer.run --env external ... : -n 4 ./solver
- *            (the solver's ranks split into E equal groups, one per hpc_refer actor)
+ *            (the solver's ranks split into E equal groups, one per hpc_refer actor); under
+ *            srun: srun --multi-prog FILE whose lines set HPC_REFER_APP=0 (hpc_refer) and
+ *            HPC_REFER_APP=1 (the solver), since srun gives every line MPI_APPNUM 0
  *   spawn:   [mpirun -n 2] python -m hpc_refer.run --env "external:-n 4 ./solver" ...
  *            (each actor starts its own group with MPI_Comm_spawn)
  *   connect: mpirun -n 2 python -m hpc_refer.run --env "external:--connect DIR" ...  and,
@@ -220,6 +222,7 @@ static inline int hpc_refer_init_agents(hpc_refer_client *c, int *argc, char ***
     MPI_Comm_size(MPI_COMM_WORLD, &wsize);
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_APPNUM, &attr, &found);
     mine = found ? *attr : 0;
+    if (getenv("HPC_REFER_APP") != NULL) mine = atoi(getenv("HPC_REFER_APP")); /* srun --multi-prog */
     int *apps = (int *)malloc((size_t)wsize * sizeof(int));
     MPI_Allgather(&mine, 1, MPI_INT, apps, 1, MPI_INT, MPI_COMM_WORLD);
     for (i = 0; i < wsize; ++i) several |= apps[i] != apps[0];
