@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -90,14 +91,19 @@ def test_the_delayed_actor_steps_every_k_gradient_steps_eager_and_compiled(tmp_p
 
 
 def test_the_plugin_trains_checkpoints_and_resumes_bit_for_bit_in_one_process(tmp_path):
+    """800 steps straight (kept as a copy); the run stopped at its checkpoint of step 400 (as
+    a preemption leaves it) and resumed to 800 ends as the copy."""
     common = [*SMALL, "--seed", "3", "--checkpoint-every", "400"]
     run = ["-m", "hpc_refer.run"]
-    for args in ([*common, "--steps", "800", "--run-dir", "straight"],
-                 [*common, "--steps", "400", "--run-dir", "resumed"],
-                 ["--restart", "resumed", "--steps", "800"]):
-        proc = python([*run, *args], tmp_path)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    straight, resumed = tmp_path / "full", tmp_path / "resumed"
+    proc = python([*run, *common, "--steps", "800", "--run-dir", "resumed"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shutil.copytree(resumed, straight)
+    shutil.rmtree(newest_checkpoint(resumed))
+    assert newest_checkpoint(resumed).name == "step-000000000400"
+    (resumed / "state.txt").write_text("preempted: signal 15\n")
+    proc = python([*run, "--restart", "resumed", "--steps", "800"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     config = (resumed / "config.toml").read_text()
     assert 'plugins = [\n    "plugin_algorithm",\n]' in config and "[delayed_ac]" in config
     last = json.loads((resumed / "train.jsonl").read_text().splitlines()[-1])
