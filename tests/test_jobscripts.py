@@ -359,7 +359,7 @@ def test_sbatch_restart_passes_learners_but_not_ranks_per_env(stubs, tmp_path):
 
 
 @pytest.mark.parametrize("state", ["preempted: signal 10", "finished",
-                                   "failed: env 0: 3 consecutive solver faults"])
+                                   "failed: env 0: 3 consecutive solver faults", "running"])
 def test_sbatch_requeues_only_a_preempted_run(stubs, tmp_path, state):
     log = tmp_path / f"slurm-t-{JOB_ID}.out"
     log.write_text("job log\n")
@@ -373,8 +373,9 @@ def test_sbatch_requeues_only_a_preempted_run(stubs, tmp_path, state):
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert calls[-1] == f"requeue {JOB_ID}"
         assert "requeued job" in proc.stdout
-    else:
-        assert proc.returncode == (1 if failed else 0)
+    else:  # a run that still says running when its launcher exited 0 lost a rank (issue 38)
+        assert proc.returncode == (1 if failed else 3 if state == "running" else 0)
+        assert ("ended without a stop record" in proc.stderr) == (state == "running")
         assert not any(c.startswith("requeue") for c in calls), calls
     assert not log.exists() and (tmp_path / "r" / log.name).read_text() == "job log\n"
 
@@ -494,6 +495,14 @@ def test_local_script_forwards_signals_to_mpirun(stubs, tmp_path, signum):
 def test_local_script_exit_status_is_mpiruns(stubs, tmp_path):
     env = stub_env(stubs, STUB_RC="3", MPIRUN_ARGS="")
     assert run_script(LOCAL, ["2"], tmp_path, env).returncode == 3
+
+
+def test_local_script_fails_a_run_that_ended_without_a_stop_record(stubs, tmp_path):
+    """mpirun exited 0 but state.txt still says running (a lost host ends a job so: issue
+    38, point 2): an error, exit 3."""
+    env = stub_env(stubs, RUN_DIR="r", STUB_STATE="running", MPIRUN_ARGS="")
+    proc = run_script(LOCAL, ["2"], tmp_path, env)
+    assert proc.returncode == 3 and "ended without a stop record" in proc.stderr, proc.stderr
 
 
 # --------------------------------------------------------------------------------------------

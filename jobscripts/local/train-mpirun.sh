@@ -140,5 +140,10 @@ state=""  # the line of state.txt, e.g. "preempted: signal 10"
 if [ "${state%%:*}" = preempted ]; then
     echo "train-mpirun.sh: stopped with a checkpoint (state.txt = preempted): run the same" \
          "command again to resume"
+elif [ "$state" = running ]; then  # every rank gone and none recorded why: never a success
+    echo "train-mpirun.sh: ERROR: the run ended without a stop record (state.txt still says" \
+         "running): a rank or a host was lost or killed (mpirun's output above may name it);" \
+         "run the same command again to resume from the last checkpoint" >&2
+    [ "$rc" -ne 0 ] || rc=3
 fi
 exit "$rc"
