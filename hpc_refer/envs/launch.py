@@ -155,13 +155,23 @@ they start: a process with one of them was not started by srun directly, even in
 step (mpirun starts its daemons with srun)."""
 
 
+SLURM_SPECIAL_STEPS = 0xFFFFFFF0
+"""Slurm's step ids from here up name the batch script, the extern and interactive steps
+(SLURM_BATCH_SCRIPT = 0xFFFFFFFE, ...), not an srun step."""
+
+
+def in_srun_step(environ: Mapping[str, str]) -> bool:
+    """Whether this process runs inside an srun job step (``SLURM_STEP_ID`` a step's number;
+    a batch script, where one process is legitimate, has none or a special one)."""
+    step = environ.get("SLURM_STEP_ID", environ.get("SLURM_STEPID", ""))
+    return step.isdigit() and int(step) < SLURM_SPECIAL_STEPS
+
+
 def direct_srun(environ: Mapping[str, str]) -> bool:
     """Whether this process was started by ``srun`` itself (a Slurm job step's task, no mpirun
     or mpiexec between), where MPI_Comm_spawn is not available (PMIx under srun: one
     MPI_Init per step) or crashes (MPICH's PMI-2)."""
-    step = environ.get("SLURM_STEP_ID", environ.get("SLURM_STEPID", ""))
-    return (step.isdigit() and int(step) < 0xFFFFFFF0
-            and not any(mark in environ for mark in MPIRUN_MARKS))
+    return in_srun_step(environ) and not any(mark in environ for mark in MPIRUN_MARKS)
 
 
 def check_spawn_launcher(env_id: str, environ: Mapping[str, str]) -> None:

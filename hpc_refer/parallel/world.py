@@ -13,6 +13,7 @@ import numpy as np
 
 from hpc_refer.client import app_number
 from hpc_refer.envs.interface import TeamCommand
+from hpc_refer.envs.launch import in_srun_step
 from hpc_refer.envs.timeouts import poll_until
 
 
@@ -76,11 +77,6 @@ each. ``SLURM_NTASKS`` counts only inside an srun step (``SLURM_STEP_ID`` a step
 batch script has it too, where a one-process run is legitimate."""
 
 
-SLURM_SPECIAL_STEPS = 0xFFFFFFF0
-"""Slurm's step ids from here up name the batch script, the extern and interactive steps
-(SLURM_BATCH_SCRIPT = 0xFFFFFFFE, ...), not an srun step."""
-
-
 def launcher_mismatch(world_size: int, environ: Mapping[str, str],
                       library: str = "") -> str | None:
     """The start-up error of a silent singleton, None when there is none: a COMM_WORLD of one
@@ -90,8 +86,7 @@ def launcher_mismatch(world_size: int, environ: Mapping[str, str],
     world's, the library and the launch lines to try."""
     if world_size != 1:
         return None
-    step = environ.get("SLURM_STEP_ID", environ.get("SLURM_STEPID", ""))
-    in_step = step.isdigit() and int(step) < SLURM_SPECIAL_STEPS  # not the batch script's
+    in_step = in_srun_step(environ)
     for var, launcher in LAUNCHER_SIZES:
         value = environ.get(var, "")
         if var == "SLURM_NTASKS" and not in_step:
