@@ -32,6 +32,7 @@ these ops against them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -59,6 +60,15 @@ class Op:
                              f"{', '.join(f'{k} ({len(v)})' for k, v in OP_ARRAYS.items())}")
 
 
+Arrays = Callable[..., tuple[np.ndarray, ...]]
+"""How an op holds its tensors: :func:`copied` (an export) or :func:`viewed` (a numpy forward)."""
+
+
 def copied(*tensors: torch.Tensor) -> tuple[np.ndarray, ...]:
     """float32 copies of parameters or buffers (a description does not follow later loads)."""
     return tuple(np.array(t.detach().numpy(), np.float32, order="C") for t in tensors)
+
+
+def viewed(*tensors: torch.Tensor) -> tuple[np.ndarray, ...]:
+    """numpy views of parameters or buffers (a numpy forward follows every load)."""
+    return tuple(t.detach().numpy() for t in tensors)

@@ -39,7 +39,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from hpc_refer.algorithms.kit.mean_ops import Op, copied
+from hpc_refer.algorithms.kit.mean_ops import Arrays, Op, copied, viewed
 from hpc_refer.algorithms.kit.networks import Normalizer
 
 Updates = dict[str, torch.Tensor]
@@ -135,17 +135,18 @@ class RenormMLP(nn.Module):
         out: torch.Tensor = self.layers(x)
         return out
 
-    def ops(self) -> list[Op]:
-        """The evaluation as export ops: renorm, linear, relu, ...
-        (:mod:`~hpc_refer.algorithms.kit.mean_ops`)."""
+    def ops(self, arrays: Arrays = copied) -> list[Op]:
+        """The evaluation as ops: renorm, linear, relu, ... (:mod:`~hpc_refer.algorithms.kit.
+        mean_ops`), holding copies of the tensors (an export) or views (``arrays=viewed``:
+        :class:`NumpyRenormMLP`)."""
         ops = []
         for layer in self.layers:
             if isinstance(layer, BatchRenorm):
-                ops.append(Op("renorm", copied(layer.ra_mean, layer.ra_var, layer.scale,
+                ops.append(Op("renorm", arrays(layer.ra_mean, layer.ra_var, layer.scale,
                                                layer.bias),
                               {"eps": float(np.float32(layer.shape.eps))}))
             elif isinstance(layer, nn.Linear):
-                ops.append(Op("linear", copied(layer.weight.T, layer.bias)))
+                ops.append(Op("linear", arrays(layer.weight.T, layer.bias)))
             else:
                 ops.append(Op("relu"))
         return ops
@@ -169,26 +170,16 @@ class NumpyRenormMLP:
 
     def __init__(self, net: RenormMLP, normalizer: Normalizer) -> None:
         self.scaling = (normalizer.mean.numpy(), normalizer.inv_std.numpy())
-        self.layers: list[tuple[str, tuple[np.ndarray, ...]]] = []
-        for layer in net.layers:
-            if isinstance(layer, BatchRenorm):
-                self.layers.append(("renorm", (
-                    layer.ra_mean.numpy(), layer.ra_var.numpy(), layer.scale.detach().numpy(),
-                    layer.bias.detach().numpy(), np.array(layer.shape.eps, np.float32))))
-            elif isinstance(layer, nn.Linear):
-                self.layers.append(("linear", (layer.weight.detach().numpy().T,
-                                               layer.bias.detach().numpy())))
-            else:
-                self.layers.append(("relu", ()))
+        self.layers = net.ops(viewed)
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         x = (obs - self.scaling[0]) * self.scaling[1]
-        for kind, p in self.layers:
-            if kind == "renorm":
-                mean, var, scale, bias, eps = p
-                x = scale * ((x - mean) / np.sqrt(var + eps)) + bias
-            elif kind == "linear":
-                x = x @ p[0] + p[1]
+        for op in self.layers:
+            if op.kind == "renorm":
+                mean, var, scale, bias = op.arrays
+                x = scale * ((x - mean) / np.sqrt(var + np.float32(op.attrs["eps"]))) + bias
+            elif op.kind == "linear":
+                x = x @ op.arrays[0] + op.arrays[1]
             else:
                 x = np.maximum(x, 0.0)
         return x
