@@ -26,7 +26,6 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from hpc_refer.export.controller import Controller
 from hpc_refer.export.weights import export_policy, write_exported
 from hpc_refer.loop.checkpoint import CheckpointError
 from hpc_refer.loop.policy_file import load_policy
@@ -43,7 +42,7 @@ def export(run_dir: Path, out: Path, policy: Path | None = None, onnx: bool = Tr
     ``mean_ops``), ImportError when ``onnx`` is asked for and the extra is missing."""
     source = policy or run_dir / POLICY_FILE
     saved = load_policy(source)
-    exported = export_policy(Controller.of(saved, source), saved, source)
+    exported = export_policy(saved, source)
     if onnx:
         from hpc_refer.export.onnx_model import write_onnx
     write_exported(exported, out)

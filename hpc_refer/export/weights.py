@@ -83,10 +83,11 @@ def op_entry(op: Op, width: int, offset: int) -> dict[str, Any]:
     return {"op": op.kind, "in": width, "out": out, "offset": offset, "size": size, **op.attrs}
 
 
-def export_policy(controller: Controller, saved: PolicyFile, source: Path) -> ExportedPolicy:
-    """The header and weights of the policy file ``saved`` read from ``source``, whose
-    deployed form is ``controller``."""
-    ops = controller.policy.mean_ops()
+def export_policy(saved: PolicyFile, source: Path) -> ExportedPolicy:
+    """The header and weights of the policy file ``saved`` read from ``source`` (its deployed
+    form, :class:`~hpc_refer.export.controller.Controller`, gives the history and the box)."""
+    controller = Controller.of(saved, source)
+    ops = saved.policy.mean_ops()
     entries, chunks, width, offset = [], [], saved.obs_dim, 0
     for op in ops:
         entry = op_entry(op, width, offset)
