@@ -25,6 +25,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 LIBRARIES = {
     "common.py": "the shared helpers (machine, write, and the --out/--smoke of every script)",
     "po_envs.py": "the partially observed tasks that partial_observation.py's runs load",
+    "sleeping_solver.py": "the solver of slow_envs.py's runs and of tests/test_slow_envs.py",
 }
 """bench/*.py that are no benchmark: imported by the scripts, never run."""
 
@@ -80,6 +81,8 @@ EXPECTED: dict[str, dict[str, set[str]]] = {
                              "sample_efficiency.md": set(), "sample_efficiency.png": set()},
     "sb3_runner.py": {"sb3-sac/episodes.csv": set(), "sb3-sac/eval.csv": set(),
                       "sb3-sac/state.txt": set()},
+    "slow_envs.py": {"slow_envs.json": WRITE | {"teams", "learners", "step_time_s",
+                                                "slow_factor", "cases"}},
     "turek.py": {"turek.json": WRITE | {"ranks", "2D-1", "2D-2", "runs", "speed"},
                  "turek.md": set()},
 }

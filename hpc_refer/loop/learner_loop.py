@@ -6,6 +6,8 @@ learner takes the same decisions in the same iteration and the collectives match
 sends each chunk and waits for the reply: new parameters, or stop. Its learner holds the reply
 while the learners owe more than ``grad_ratio * E * chunk_len`` gradient steps: the global
 ratio of gradient to environment steps stays within one chunk per actor of ``grad_ratio``.
+An idle learner of several waits at most :data:`IDLE_WAIT_S` for its own actors before it
+joins the iteration's allreduce, so that it never holds the replies to the others' actors.
 
 Step budgets
 ------------
@@ -168,6 +170,31 @@ def grant_steps(remaining: int, waiting: Sequence[int], rank: int, chunk_len: in
     first = sum(waiting[:rank])
     share, extra = divmod(max(remaining, 0), max(total, 1))
     return [min(chunk_len, share + (first + i < extra)) for i in range(waiting[rank])]
+
+
+IDLE_WAIT_S = 0.02
+"""The longest an idle learner of several waits for a message of its own actors before it
+joins the iteration's reduction anyway (:meth:`LearnerLoop.receive`). Every iteration sums
+the loop counters over the learners, so a learner blocked until one of its own actors sends
+would hold the iteration, and with it the replies to every other learner's actors: with
+solver steps of seconds, each team would wait at each chunk for the slowest learner's next
+message (BENCHMARKS 23: 56 teams, 8 learners). Its cost: an idle learner's iteration (an
+allreduce of the counters) every 20 ms, against a reply delayed by up to 20 ms."""
+POLL_PAUSE_S = 0.001
+"""The pause between two looks for a message while an idle learner waits (asleep: a
+blocking probe would keep polling, on an oversubscribed core too)."""
+
+
+def wait_for_message(channel: LearnerSide, deadline: float,
+                     pause: float = POLL_PAUSE_S) -> Incoming | None:
+    """The first message of ``channel`` to arrive before ``deadline`` (a
+    ``time.perf_counter()`` time), else None; between looks the process sleeps ``pause``
+    seconds."""
+    while True:
+        message = channel.poll(False)
+        if message is not None or time.perf_counter() >= deadline:
+            return message
+        time.sleep(pause)
 
 
 class LearnerSide(Protocol):
@@ -341,9 +368,15 @@ class LearnerLoop:
 
     def receive(self, block: bool) -> None:
         """Handle the messages that arrived; with ``block``, wait for one first (the wait is
-        the learner's idle time, ``learner_busy`` of the interval records)."""
+        the learner's idle time, ``learner_busy`` of the interval records). A learner of
+        several under MPI waits at most :data:`IDLE_WAIT_S` (:func:`wait_for_message`): the
+        iteration's reduction that follows needs every learner, so one blocked until its own
+        actors send would hold the replies to every other learner's actors."""
         start = time.perf_counter()
-        message = self.channel.poll(block)
+        if block and self.reducer.size > 1 and not self.channel.in_process:
+            message = wait_for_message(self.channel, start + IDLE_WAIT_S)
+        else:
+            message = self.channel.poll(block)
         if block:
             self.report.interval.idle += time.perf_counter() - start
         while message is not None:
