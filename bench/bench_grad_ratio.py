@@ -44,7 +44,7 @@ from common import median, parse, rate, smoke, write
 
 from hpc_refer.algorithms.kit.collectives import SerialReducer
 from hpc_refer.config.resolve import build_config
-from hpc_refer.run.roles import make_learner
+from hpc_refer.run.learning import make_learner
 
 LEARN_START = 5000
 TRAIN_GRADIENT_STEPS = 50_000

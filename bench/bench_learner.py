@@ -38,7 +38,7 @@ from hpc_refer.config.resolve import build_config
 from hpc_refer.loop.learner import Learner
 from hpc_refer.replay.shard import ReplayShard
 from hpc_refer.report.metrics import RunDirectory
-from hpc_refer.run.roles import make_learner, train_local
+from hpc_refer.run.learning import make_learner, train_local
 
 OBS, ACT, T = 17, 6, 1000
 

@@ -71,7 +71,7 @@ def learners_part(n: int, repeats: int, scaling: str, replay_size: int = 2**18,
     from hpc_refer.algorithms.kit.collectives import SerialReducer
     from hpc_refer.config.resolve import build_config
     from hpc_refer.parallel.world import MpiReducer
-    from hpc_refer.run.roles import make_learner
+    from hpc_refer.run.learning import make_learner
 
     torch.set_num_threads(1)
     comm = MPI.COMM_WORLD

@@ -26,7 +26,7 @@ from common import median, parse, rate, smoke, synthetic_episode, write
 from hpc_refer.algorithms.kit.collectives import SerialReducer
 from hpc_refer.config.resolve import build_config
 from hpc_refer.loop.learner import Learner
-from hpc_refer.run.roles import make_learner
+from hpc_refer.run.learning import make_learner
 
 OBS, ACT, T, SIZE = 17, 6, 1000, 2**16
 ALGORITHMS = ("vracer", "sac", "ddpg")

@@ -35,7 +35,7 @@ from hpc_refer.algorithms.vracer import GaussianPolicyValueNet
 from hpc_refer.config.resolve import build_config, load_toml
 from hpc_refer.envs.registry import env_kind
 from hpc_refer.report.metrics import RunDirectory
-from hpc_refer.run.roles import set_threads, train_local
+from hpc_refer.run.learning import set_threads, train_local
 
 SETTINGS = Path(__file__).resolve().parents[1] / "configs" / "ks.toml"
 EVAL_SEED0 = 10**6

@@ -47,7 +47,7 @@ from hpc_refer.algorithms.kit.compiled import CompiledStep
 from hpc_refer.algorithms.kit.step import GradientAverage
 from hpc_refer.algorithms.registry import ALGORITHMS
 from hpc_refer.config.resolve import build_config, default_algorithm
-from hpc_refer.run.roles import make_learner
+from hpc_refer.run.learning import make_learner
 
 TIMES: dict[str, float] = defaultdict(float)
 

@@ -39,7 +39,7 @@ from hpc_refer.algorithms.kit.step import due, resting
 from hpc_refer.config.resolve import build_config
 from hpc_refer.loop.learner import Learner, make_step
 from hpc_refer.replay.near import NearBounds
-from hpc_refer.run.roles import make_learner
+from hpc_refer.run.learning import make_learner
 
 OBS, ACT = 17, 6
 

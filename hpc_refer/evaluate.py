@@ -24,13 +24,12 @@ import dataclasses
 import json
 import sys
 import types
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from hpc_refer.algorithms.kit.networks import BehaviourPolicy
+from hpc_refer.algorithms.kit.program import Place, Program
 from hpc_refer.config.modes import ActionBounds, ConfigError
 from hpc_refer.config.resolve import build_config, load_toml
 from hpc_refer.envs.driver import TeamDriver, serve_team
@@ -93,24 +92,22 @@ def baseline_action(text: str, low: np.ndarray, high: np.ndarray) -> np.ndarray:
     return action
 
 
-class ConstantAction(BehaviourPolicy):
-    """The uncontrolled reference: every state gets the mean u whose mapped action
-    (:class:`~hpc_refer.loop.actor.ActionMap`) is ``action``. On a bounded dimension
-    z = (a - c) / h with c, h the box's centre and half-width, and u = z (clip) or
-    u = artanh(z) (tanh, z kept inside (-1, 1)); on an unbounded one u = a."""
-
-    def __init__(self, action: np.ndarray, low: np.ndarray, high: np.ndarray,
-                 squash: bool) -> None:
-        super().__init__()
-        bounded, center, half = action_box(low, high)
-        z = np.where(bounded, (action - center) / half, action)
-        if squash:
-            z = np.where(bounded, np.arctanh(np.clip(z, -1 + 1e-12, 1 - 1e-12)), z)
-        self.u = z
-
-    def numpy_policy(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
-        u, std = self.u, np.zeros_like(self.u)
-        return lambda obs: (np.broadcast_to(u, np.shape(obs)[:-1] + u.shape), std)
+def constant_action(action: np.ndarray, low: np.ndarray, high: np.ndarray, squash: bool,
+                    obs_dim: int) -> Program:
+    """The uncontrolled reference: a program (what an actor runs) that gives every state of
+    ``obs_dim`` values the mean u whose mapped action
+    (:class:`~hpc_refer.loop.actor.ActionMap`) is ``action``, to float32 round-off (the
+    actors' precision), with std 0. On a bounded dimension z = (a - c) / h with c, h the
+    box's centre and half-width, and u = z (clip) or u = artanh(z) (tanh, z kept inside
+    (-1, 1)); on an unbounded one u = a."""
+    bounded, center, half = action_box(low, high)
+    z = np.where(bounded, (action - center) / half, action)
+    if squash:
+        z = np.where(bounded, np.arctanh(np.clip(z, -1 + 1e-12, 1 - 1e-12)), z)
+    n = z.size
+    return Program(obs_dim, 0, (), (("const", (Place(0, (n,), (1,)),), {}),),
+                   (("const", (Place(n, (n,), (1,)),), {}),),
+                   np.concatenate([z, np.zeros(n)]).astype(np.float32))
 
 
 def report(label: str, episodes: list[EpisodeRecord], names: tuple[str, ...],
@@ -239,8 +236,9 @@ def main(argv: list[str] | None = None) -> int:
         reference = None
         if args.baseline is not None:
             action = baseline_action(args.baseline, env.low, env.high)
-            reference = ConstantAction(action, env.low, env.high,
-                                       config.action_bounds is ActionBounds.TANH)
+            reference = constant_action(action, env.low, env.high,
+                                        config.action_bounds is ActionBounds.TANH,
+                                        env.state_dim)
         if exported is not None:
             if (exported.state_dim, exported.act_dim) != (env.state_dim, env.act_dim):
                 raise ConfigError(f"{policy_path} takes states of {exported.state_dim} values "
@@ -249,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             episodes, faults = exported_episodes(env, exported, args.episodes, args.seed)
         else:
             assert saved is not None
-            actor = Actor(env, saved.policy, config.action_bounds, args.seed,
+            actor = Actor(env, saved.policy.program(), config.action_bounds, args.seed,
                           config.run.chunk_len, max_failures=config.run.max_env_failures)
             episodes = actor.evaluate(args.episodes, seed=args.seed)
             faults = actor.faults

@@ -9,7 +9,7 @@ from hpc_refer.algorithms.kit.collectives import SerialReducer
 from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.config.resolve import build_config
 from hpc_refer.loop.learner import Learner
-from hpc_refer.run.roles import make_learner
+from hpc_refer.run.learning import make_learner
 
 OBS, ACT = 3, 2
 """The state and action sizes of the synthetic chunks these learners store."""

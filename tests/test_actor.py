@@ -16,7 +16,7 @@ from hpc_refer.config.tables import NetworkShape
 from hpc_refer.envs.driver import TeamDriver
 from hpc_refer.envs.external import SolverFault
 from hpc_refer.envs.gym_env import GymEnv, Status
-from hpc_refer.loop.actor import Actor, clipped_into_box
+from hpc_refer.loop.actor import Actor
 from hpc_refer.loop.learner import Learner
 from hpc_refer.replay.shard import HAS_ACTION, TERMINAL
 from hpc_refer.report.records import OPEN, TRUNCATED
@@ -25,7 +25,7 @@ from hpc_refer.report.records import OPEN, TRUNCATED
 def make_actor(bounds: str, chunk_len: int = 1000) -> Actor:
     env = TeamDriver(GymEnv("Pendulum-v1"), None)  # action box [-2, 2], 200-step episodes
     net = GaussianPolicyValueNet(env.obs_dim, env.act_dim, NetworkShape((8,)), 0.5)
-    return Actor(env, net, ActionBounds(bounds), seed=0, chunk_len=chunk_len)
+    return Actor(env, net.program(), ActionBounds(bounds), seed=0, chunk_len=chunk_len)
 
 
 @pytest.mark.parametrize(("bounds", "expected"), [
@@ -37,28 +37,6 @@ def test_actions_are_mapped_into_the_box(bounds, expected):
     u = np.array([-3.0, -0.5, 0.0, 0.5, 3.0])
     mapped = [actor.to_env(np.array([x]))[0] for x in u]
     assert mapped == pytest.approx(expected)
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("shape", [(3,), (4, 3), "slice"])
-def test_the_compiled_clip_into_the_box_is_numpys_map_bit_for_bit(dtype, shape):
-    """clipped_into_box (the actions of a fully bounded box under ``clip``) gives exactly the
-    numbers of c + h np.minimum(np.maximum(u, -1), 1): samples inside and outside [-1, 1],
-    the bounds themselves, -0, nan, one agent or several, a policy mean's strided view."""
-    rng = np.random.default_rng(7)
-    center, half = rng.uniform(-3, 3, 3), rng.uniform(0.1, 4, 3)
-    for _ in range(200):
-        if shape == "slice":  # as a policy's mean [..., 1:] of its trunk's outputs
-            u = (2 * rng.standard_normal((5, 4))).astype(dtype)[:, 1:]
-        else:
-            u = (2 * rng.standard_normal(shape)).astype(dtype)
-        flat = u.reshape(-1) if u.flags.c_contiguous else u[0]
-        flat[:5] = rng.permutation(np.array([-1.0, 1.0, -0.0, np.nan, 1.0 + 1e-6], dtype))[
-            :flat.size]
-        want = center + half * np.minimum(np.maximum(u, dtype(-1.0)), dtype(1.0))
-        got = clipped_into_box(u, center, half)
-        assert got.dtype == want.dtype and got.shape == want.shape
-        assert got.tobytes() == want.tobytes()
 
 
 def test_chunks_carry_mu_and_end_at_the_time_limit():
@@ -119,8 +97,8 @@ def test_a_fault_after_chunks_were_sent_truncates_the_episode_at_its_last_valid_
     # "Rebuilt" after each fault as itself: its episode count goes on (the rebuild of
     # Python solvers is tested in test_faults.py).
     env = TeamDriver(solver, None, factory=lambda team: solver)
-    actor = Actor(env, GaussianPolicyValueNet(2, 1, NetworkShape((8,)), 0.5), ActionBounds.CLIP,
-                  seed=0, chunk_len=4)
+    net = GaussianPolicyValueNet(2, 1, NetworkShape((8,)), 0.5)
+    actor = Actor(env, net.program(), ActionBounds.CLIP, seed=0, chunk_len=4)
     cfg = build_config({VRacer.name: {"hidden": [8], "batch": 16},
                         "replay": {"size": 256, "learn_start": 64}})
     learner = Learner(VRacer(2, 1, cfg.algorithm, cfg.refer, 0), cfg, 1)

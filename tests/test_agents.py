@@ -108,7 +108,7 @@ def points_actor(agents: int = 3, chunk_len: int = 12, **params: object) -> Acto
                       None)
     torch.manual_seed(0)  # the same policy copy in every actor (a learner's would be loaded)
     net = GaussianPolicyValueNet(Points.obs_dim, Points.act_dim, NetworkShape((8,)), sigma_init=0.5)
-    return Actor(env, net, ActionBounds.CLIP, seed=3, chunk_len=chunk_len, source=7)
+    return Actor(env, net.program(), ActionBounds.CLIP, seed=3, chunk_len=chunk_len, source=7)
 
 
 def run_actor(actor: Actor, messages: int, budgets: list[int] | None = None) -> list:
@@ -126,13 +126,13 @@ def run_actor(actor: Actor, messages: int, budgets: list[int] | None = None) -> 
 def test_one_policy_call_per_step_batches_the_agents():
     actor = points_actor()
     calls = []
-    policy = actor._numpy_policy
+    policy = actor._behaviour
 
     def counted(obs):
         calls.append(np.shape(obs))
         return policy(obs)
 
-    actor._numpy_policy = counted
+    actor._behaviour = counted  # type: ignore[assignment]
     for _ in range(30):
         actor.step()
     assert actor.env.env.calls >= 20

@@ -18,9 +18,10 @@ from deterministic_batches import gaussian_policy_batch
 from hpc_refer.algorithms.crossq import CrossQ
 from hpc_refer.algorithms.kit.base import ReferTerms, TensorBatch
 from hpc_refer.algorithms.kit.networks import gaussian_log_prob
+from hpc_refer.algorithms.kit.ops import viewed
+from hpc_refer.algorithms.kit.program import run_ops
 from hpc_refer.algorithms.kit.renorm import (
     BatchRenorm,
-    NumpyRenormMLP,
     RenormMLP,
     RenormShape,
 )
@@ -96,7 +97,11 @@ def test_the_evaluation_uses_the_running_statistics_and_numpy_agrees():
 
     norm = Normalizer(4)
     norm.set_stats(np.full(4, 0.5), np.full(4, 2.0))
-    forward = NumpyRenormMLP(net, norm)
+    ops = [norm.op(viewed), *net.ops(viewed)]
+
+    def forward(rows: np.ndarray) -> np.ndarray:
+        return run_ops(ops, rows)[0]
+
     with torch.no_grad():
         torch_out = net(norm(torch.from_numpy(x))).numpy()
         net.layers[3].ra_mean.add_(1.0)  # the numpy forward reads views: it follows a load
@@ -414,7 +419,7 @@ def test_a_short_run_counts_the_statistics_of_every_step(tmp_path):
     """Through the run: CrossQ on Pendulum for 600 steps (learning from step 300, its
     renormalisation past the warm-up): every critic's layer counted every gradient step, the
     actor's every third, and the running statistics moved."""
-    from hpc_refer.run.roles import train_local
+    from hpc_refer.run.learning import train_local
 
     cfg = build_config({"run": {"algorithm": "crossq", "env": "Pendulum-v1", "steps": 600,
                                 "run_dir": str(tmp_path / "r"), "compile": "off"},

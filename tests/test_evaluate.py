@@ -13,7 +13,7 @@ from output_lines import one_line_with
 
 from hpc_refer.config.modes import ActionBounds, ConfigError
 from hpc_refer.envs.registry import SolverSpec, make_driver
-from hpc_refer.evaluate import ConstantAction, baseline_action
+from hpc_refer.evaluate import baseline_action, constant_action
 from hpc_refer.evaluate import main as evaluate_main
 from hpc_refer.loop.actor import Actor
 from hpc_refer.run.main import main as run_main
@@ -53,10 +53,11 @@ def test_the_constant_policy_maps_to_the_asked_action(bounds):
     driver.act_dim = 3
     for asked in ([0.0, 0.0, 0.0], [0.25, 3.0, -7.0], [1.0, 4.0, 2.0]):
         action = np.array(asked)
-        policy = ConstantAction(action, LOW, HIGH, bounds is ActionBounds.TANH)
+        policy = constant_action(action, LOW, HIGH, bounds is ActionBounds.TANH, 1)
         actor = Actor(driver, policy, bounds, 0, 10)
-        mean, std = policy.numpy_policy()(np.zeros(1))
-        np.testing.assert_allclose(actor.to_env(mean), action, atol=1e-9)
+        mean, std = policy.bind(policy.params).policy(np.zeros((2, 1)))
+        assert mean.shape == (2, 3)  # one per row (the agents of a simulation)
+        np.testing.assert_allclose(actor.to_env(mean), [action, action], rtol=1e-6, atol=1e-6)
         assert not std.any()
 
 

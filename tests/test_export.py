@@ -280,7 +280,7 @@ def test_a_plugin_algorithm_exports_through_its_heads_ops(in_tmp, drivers, monke
                                                           capsys):
     """tests/plugin_algorithm.py's DelayedAC (a DeterministicActor head: its ops come with
     it) exports and acts as its numpy policy; a behaviour policy that does not describe its
-    mean is refused with a message naming it (exit 2)."""
+    itself as ops is refused with a message naming it (exit 2)."""
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
     tables = {"run": {"plugins": ["plugin_algorithm"], "algorithm": "delayed_ac"},
               "delayed_ac": {"hidden": [16, 16]}}
@@ -289,7 +289,7 @@ def test_a_plugin_algorithm_exports_through_its_heads_ops(in_tmp, drivers, monke
     states, starts = episode_states(200, 1, seed=0)
     _, _, actions = run_driver(drivers["c"], in_tmp / "out", states, starts, in_tmp)
     assert_close(actions, controller_actions(Controller.load(source), states, starts))
-    monkeypatch.setattr(DeterministicActor, "mean_ops", BehaviourPolicy.mean_ops)
+    monkeypatch.setattr(DeterministicActor, "behaviour_ops", BehaviourPolicy.behaviour_ops)
     assert export_main([str(in_tmp), "--out", str(in_tmp / "no")]) == 2
-    assert "error: DeterministicActor does not describe its mean" in capsys.readouterr().err
+    assert "error: DeterministicActor does not describe itself as ops" in capsys.readouterr().err
     assert not (in_tmp / "no").exists()

@@ -18,7 +18,7 @@ import torch
 from log_records import own_messages, own_records
 from tolerances import F32
 
-from hpc_refer.algorithms.kit.networks import flat_state
+from hpc_refer.algorithms.kit.networks import load_flat_state
 from hpc_refer.algorithms.vracer import GaussianPolicyValueNet
 from hpc_refer.config.modes import ActionBounds, ConfigError, Exploration
 from hpc_refer.config.tables import NetworkShape
@@ -123,8 +123,8 @@ def scripted_actor(script: Script, chunk_len: int = 4, max_failures: int = 20,
                         factory=lambda team: solver(team, script), index=index,
                         timeout=TIMEOUT, build_timeout=build_timeout)
     net = GaussianPolicyValueNet(4, 1, NetworkShape((8,)), 0.5)
-    return Actor(driver, net, ActionBounds.CLIP, seed=0, chunk_len=chunk_len, source=source,
-                 max_failures=max_failures)
+    return Actor(driver, net.program(), ActionBounds.CLIP, seed=0, chunk_len=chunk_len,
+                 source=source, max_failures=max_failures)
 
 
 def run(actor: Actor, steps: int) -> tuple[list[Chunk], list]:
@@ -506,7 +506,7 @@ def gym_actor(env_id: str, seed: int, exploration: Exploration, chunk_len: int =
     torch.manual_seed(seed)
     env = TeamDriver(GymEnv(env_id), None, timeout=60)
     net = GaussianPolicyValueNet(env.obs_dim, env.act_dim, NetworkShape((16,)), 0.5)
-    return Actor(env, net, ActionBounds.CLIP, seed=0, chunk_len=chunk_len,
+    return Actor(env, net.program(), ActionBounds.CLIP, seed=0, chunk_len=chunk_len,
                  exploration=exploration)
 
 
@@ -532,7 +532,7 @@ def test_actor_checkpoint_round_trip_gives_identical_chunks(env_id, exploration,
     assert_state_tree(tree)
     assert tree["env"] is not None and tree["lanes"]["0"]["pending"]["act"].shape == (
         k % 16, actor.env.act_dim)
-    policy = flat_state(actor.net).copy()
+    policy = actor.params.copy()
     want = run(actor, m)
     fresh = gym_actor(env_id, 1, exploration)
     fresh.load(policy)
@@ -560,7 +560,7 @@ def test_without_env_state_a_restored_episode_is_closed_like_a_fault(k):
     closing_by_fault, _ = actor.step()
     fresh_script = Script(horizon=20)
     fresh = scripted_actor(fresh_script)
-    fresh.load(flat_state(actor.net))
+    fresh.load(actor.params)
     fresh.restore_state(tree)
     closing, episode = fresh.step()
     assert episode is None and closing is not None and closing_by_fault is not None
@@ -632,8 +632,10 @@ def test_evaluation_runs_the_mean_policy_between_episodes(caplog):
     assert actor.faults == 1 and numpy_rng_state(actor.rng) == rng_before
     assert any("solver fault 1, evaluation episode ended: env 0 (ScriptedSolver).step: reward"
                in m for m in own_messages(caplog))
+    net = GaussianPolicyValueNet(4, 1, NetworkShape((8,)), 0.5)
+    load_flat_state(net, actor.params)
     with torch.inference_mode():
-        mean, _ = actor.net.policy(torch.tensor([[1.0, 1.0, 0.0, 0.5]]))
+        mean, _ = net.policy(torch.tensor([[1.0, 1.0, 0.0, 0.5]]))
     # The actor acts through the numpy forward, this is torch's: float32 round-off apart.
     np.testing.assert_allclose(script.actions[0], actor.to_env(mean[0].numpy()), **F32)
     run(actor, 2)

@@ -71,7 +71,7 @@ def walk_actor(history: History, chunk_len: int = 5, seed: int = 3) -> Actor:
     env = make_driver(SolverSpec("history_envs:Walk", history=history), None)
     torch.manual_seed(0)
     net = GaussianPolicyValueNet(env.obs_dim, env.act_dim, NetworkShape((8,)), sigma_init=0.5)
-    return Actor(env, net, ActionBounds.CLIP, seed=seed, chunk_len=chunk_len)
+    return Actor(env, net.program(), ActionBounds.CLIP, seed=seed, chunk_len=chunk_len)
 
 
 def chunks(actor: Actor, n: int) -> list:
@@ -107,7 +107,7 @@ def test_agents_stack_their_own_states():
     env = make_driver(SolverSpec("agents_envs:Points", params={"agents": 3},
                                  history=History(2)), None)
     net = GaussianPolicyValueNet(env.obs_dim, env.act_dim, NetworkShape((8,)), sigma_init=0.5)
-    actor = Actor(env, net, ActionBounds.CLIP, seed=3, chunk_len=6)
+    actor = Actor(env, net.program(), ActionBounds.CLIP, seed=3, chunk_len=6)
     assert env.obs_dim == 4
     sent = run_actor(actor, 6)
     assert {chunk.agent for chunk, _ in sent} == {0, 1, 2}

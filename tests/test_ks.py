@@ -23,8 +23,8 @@ from hpc_refer.envs.gym_env import Status
 from hpc_refer.envs.registry import SolverSpec, env_kind
 from hpc_refer.parallel.world import world_rank_size
 from hpc_refer.report.metrics import RunDirectory
+from hpc_refer.run.learning import train_local
 from hpc_refer.run.main import main as run_main
-from hpc_refer.run.roles import train_local
 
 
 def mode(n: int) -> np.ndarray:

@@ -35,7 +35,7 @@ from hpc_refer.loop.learner import Learner, reset_seed
 from hpc_refer.replay.near import NearBounds, is_far
 from hpc_refer.replay.shard import HAS_ACTION, TERMINAL, Batch
 from hpc_refer.report.records import TERMINATED, TRUNCATED, Chunk
-from hpc_refer.run.roles import make_learner
+from hpc_refer.run.learning import make_learner
 
 ALGOS = sorted(ALGORITHMS)
 make = small_learner
@@ -245,7 +245,7 @@ def test_actor_stores_the_raw_gaussian_sample_and_its_mu(algorithm):
     with torch.no_grad():  # a mean far outside [-1, 1] so that clipping changes the action
         for p in net.parameters():
             p.add_(3.0)
-    actor = Actor(env, net, ActionBounds.CLIP, seed=5, chunk_len=8)
+    actor = Actor(env, net.program(), ActionBounds.CLIP, seed=5, chunk_len=8)
     sent = []
     original = env.step
     env.step = lambda a: (sent.append(np.array(a)), original(a))[1]  # type: ignore[method-assign]

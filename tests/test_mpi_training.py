@@ -26,12 +26,14 @@ from hpc_refer.config.layout import Role, compute_layout
 from hpc_refer.config.resolve import build_config
 from hpc_refer.envs.registry import SolverSpec, env_kind
 from hpc_refer.loop.learner import Learner
+from hpc_refer.loop.learner_loop import LearnerResult
 from hpc_refer.parallel.channels import Fabric
 from hpc_refer.parallel.world import MpiReducer
 from hpc_refer.replay.shard import HAS_ACTION, IN_USE, ReplayShard
 from hpc_refer.report.metrics import RunDirectory
 from hpc_refer.report.records import TRUNCATED, Chunk
-from hpc_refer.run.roles import LearnerResult, make_learner, run_role
+from hpc_refer.run.learning import make_learner
+from hpc_refer.run.roles import run_role
 
 COMM = MPI.COMM_WORLD
 W = COMM.Get_size()

@@ -22,7 +22,7 @@ from hpc_refer.config.tables import NetworkShape, ReferConfig
 from hpc_refer.loop.learner import Learner
 from hpc_refer.replay.shard import Batch
 from hpc_refer.report.records import TERMINATED, TRUNCATED, Chunk
-from hpc_refer.run.roles import train_local
+from hpc_refer.run.learning import train_local
 
 OBS, ACT = 3, 2
 GAMMA = 0.9

@@ -20,6 +20,8 @@ from test_restart import assert_resumes_straight
 
 from hpc_refer.algorithms.kit.base import Algorithm, ReferTerms
 from hpc_refer.algorithms.kit.collectives import SerialReducer
+from hpc_refer.algorithms.kit.ops import viewed
+from hpc_refer.algorithms.kit.program import run_ops
 from hpc_refer.algorithms.kit.recurrent import RecurrentCell
 from hpc_refer.algorithms.registry import algorithm_class, make_algorithm
 from hpc_refer.algorithms.vracer import GaussianPolicyValueNet
@@ -34,7 +36,8 @@ from hpc_refer.replay.kernels import HAS_ACTION, TERMINAL
 from hpc_refer.replay.sequences import follow
 from hpc_refer.replay.shard import ReplayShard
 from hpc_refer.report.records import Chunk, ChunkEnd
-from hpc_refer.run.roles import make_actor, make_learner
+from hpc_refer.run.learning import make_learner
+from hpc_refer.run.roles import make_actor
 
 # --- the cell --------------------------------------------------------------------------
 
@@ -55,7 +58,8 @@ def test_the_cell_is_torchs_gru_or_lstm_and_its_numpy_twin_agrees(cell):
                 else (theirs(x, carry),))
     torch.testing.assert_close(h, want[0])
     torch.testing.assert_close(new, torch.cat(want, dim=1))
-    h_np, new_np = ours.numpy_cell()(x.numpy(), carry.numpy())
+    h_np, new_np = run_ops([ours.op(viewed)], x.numpy(), carry.numpy())
+    h_np = h_np[:, x.shape[1]:]  # the op's x is [x, h']
     np.testing.assert_allclose(h_np, h.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(new_np, new.numpy(), rtol=1e-5, atol=1e-6)
 
@@ -151,14 +155,14 @@ def recurrent_actor(cell: Cell = Cell.GRU, seed: int = 3, name: str = "vracer") 
     config = build_config({"run": {"algorithm": name},
                            name: {"cell": str(cell), "cell_width": 4, "hidden": [8]}})
     net = algorithm_class(name).behaviour_policy(env.obs_dim, env.act_dim, config.algorithm)
-    return Actor(env, net, ActionBounds.CLIP, seed=seed, chunk_len=5)
+    return Actor(env, net.program(), ActionBounds.CLIP, seed=seed, chunk_len=5)
 
 
 @pytest.mark.parametrize("cell", [Cell.GRU, Cell.LSTM])
 @pytest.mark.parametrize("name", RECURRENT)
 def test_the_actor_stores_the_carry_it_entered_each_step_with(name, cell):
     actor = recurrent_actor(cell, name=name)
-    step = actor.net.numpy_step()
+    step = actor._behaviour
     sent = chunks(actor, 6)  # two episodes of 12 steps
     assert actor.row_dim == 2 + actor.carry_dim
     starts = 0
@@ -182,7 +186,7 @@ def test_each_agent_carries_its_own_state():
     config = build_config({"vracer": {"cell": "gru", "cell_width": 4, "hidden": [8]}})
     net = algorithm_class("vracer").behaviour_policy(env.obs_dim, env.act_dim,
                                                      config.algorithm)
-    actor = Actor(env, net, ActionBounds.CLIP, seed=3, chunk_len=6)
+    actor = Actor(env, net.program(), ActionBounds.CLIP, seed=3, chunk_len=6)
     step = net.numpy_step()
     sent = run_actor(actor, 9)
     for chunk, _ in sent:
@@ -277,8 +281,7 @@ def recurrent_learner(horizon: int = 6) -> Learner:
                            "replay": {"size": 2000, "learn_start": 300}})
     env = make_driver(SolverSpec.of(config), None)
     learner = make_learner(config, env.obs_dim, env.act_dim, SerialReducer())
-    actor = make_actor(config, env, 0, 0)
-    actor.load(learner.policy())
+    actor = make_actor(config, env, learner.algo.behaviour.program(), 0, 0)
     while learner.replay.n_transitions < 400:
         chunk, _ = actor.step()
         if chunk is not None:

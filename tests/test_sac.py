@@ -216,7 +216,8 @@ def test_the_actor_stores_the_pre_squash_sample_and_acts_with_its_tanh(monkeypat
     sent: list[np.ndarray] = []
     step = env.step
     monkeypatch.setattr(env, "step", lambda a: sent.append(np.array(a)) or step(a))
-    actor = make_actor(cfg, env, 0, 0)
+    actor = make_actor(cfg, env, SAC.behaviour_policy(env.obs_dim, env.act_dim,
+                                                      cfg.algorithm).program(), 0, 0)
     chunk = None
     while chunk is None:
         chunk, _ = actor.step()

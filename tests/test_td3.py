@@ -27,7 +27,7 @@ from hpc_refer.algorithms.td3 import (
 from hpc_refer.config.resolve import build_config
 from hpc_refer.config.tables import ReferConfig
 from hpc_refer.replay.shard import Batch
-from hpc_refer.run.roles import train_local
+from hpc_refer.run.learning import train_local
 
 OBS, ACT = 3, 2
 C_MAX = 2.0

@@ -16,12 +16,11 @@ import torch
 from learners import small_learner
 
 from hpc_refer.algorithms.kit.networks import (
-    UNIFORM_STD,
-    flat_state,
     gaussian_kl,
     gaussian_log_prob,
     uniform_behaviour,
 )
+from hpc_refer.algorithms.kit.program import UNIFORM_STD
 from hpc_refer.algorithms.vracer import GaussianPolicyValueNet
 from hpc_refer.config.modes import ActionBounds, ConfigError
 from hpc_refer.config.resolve import build_config
@@ -37,7 +36,8 @@ from hpc_refer.run.roles import warmup_steps
 def pendulum_actor(bounds: str, warmup: int, seed: int = 0) -> Actor:
     env = TeamDriver(GymEnv("Pendulum-v1"), None)  # action box [-2, 2]
     net = GaussianPolicyValueNet(env.obs_dim, env.act_dim, NetworkShape((8,)), 0.5)
-    return Actor(env, net, ActionBounds(bounds), seed=seed, chunk_len=50, warmup_steps=warmup)
+    return Actor(env, net.program(), ActionBounds(bounds), seed=seed, chunk_len=50,
+                 warmup_steps=warmup)
 
 
 def steps(actor: Actor, n: int) -> list[Chunk]:
@@ -71,7 +71,7 @@ def test_a_restored_actor_takes_the_warm_up_steps_left_and_the_same_actions():
     tree = actor.checkpoint_state()
     assert tree["warmup_left"] == 50
     again = pendulum_actor("tanh", warmup=120, seed=99)
-    again.load(flat_state(actor.net))  # the policy copy is the caller's to restore
+    again.load(actor.params)  # the policy copy is the caller's to restore
     again.restore_state(tree)
     ahead, resumed = steps(actor, 130), steps(again, 130)
     for c, d in zip(ahead, resumed, strict=True):
@@ -88,8 +88,8 @@ def test_an_unbounded_action_dimension_is_refused_with_the_option_named():
     net = GaussianPolicyValueNet(env.obs_dim, env.act_dim, NetworkShape((8,)), 0.5)
     with pytest.raises(ValueError, match=r"replay\.warmup = uniform needs a bounded action "
                                          r"box.*\[0\] of 1 are unbounded.*= policy"):
-        Actor(env, net, ActionBounds.CLIP, seed=0, chunk_len=50, warmup_steps=10)
-    Actor(env, net, ActionBounds.CLIP, seed=0, chunk_len=50)  # no warm-up: accepted
+        Actor(env, net.program(), ActionBounds.CLIP, seed=0, chunk_len=50, warmup_steps=10)
+    Actor(env, net.program(), ActionBounds.CLIP, seed=0, chunk_len=50)  # no warm-up: accepted
 
 
 def test_the_option_is_checked_and_split_over_actors_and_agents():
@@ -165,7 +165,7 @@ def test_a_run_with_the_uniform_warm_up_stores_it_and_trains(tmp_path):
     """Through the run: SAC on Pendulum, 600 steps, learning from 300: the replay's first 300
     transitions carry the moment Gaussian (tanh: std pi / sqrt(12)), the later ones the
     policy's; the run trains."""
-    from hpc_refer.run.roles import train_local
+    from hpc_refer.run.learning import train_local
 
     cfg = build_config({"run": {"algorithm": "sac", "env": "Pendulum-v1", "steps": 600,
                                 "compile": "off"},

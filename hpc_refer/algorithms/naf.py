@@ -23,9 +23,7 @@ penalty -(1 - beta) g_D, g_D = grad_w KL_k, through m_w.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
 
-import numpy as np
 import torch
 
 from hpc_refer.algorithms.kit.base import Algorithm, Losses, TensorBatch, adam
@@ -35,8 +33,8 @@ from hpc_refer.algorithms.kit.bodies import (
     heads_with_bodies,
     make_body,
 )
-from hpc_refer.algorithms.kit.mean_ops import Op
 from hpc_refer.algorithms.kit.networks import BehaviourPolicy, gaussian_log_prob
+from hpc_refer.algorithms.kit.ops import Arrays, Op
 from hpc_refer.algorithms.kit.refer import importance_ratio, kl_penalty, near_policy, rule1_mask
 from hpc_refer.algorithms.kit.shared import polyak_, squared_td_loss, td_target
 from hpc_refer.algorithms.registry import register
@@ -137,14 +135,10 @@ class NAFNet(BodyPolicy):
         """The behaviour N(m_w(s), sigma^2 I): mean [B, A] and std [A]."""
         return torch.tanh(out[..., 1 : 1 + self.act_dim]), self.sigma
 
-    def numpy_read(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
-        """(tanh of the mean outputs, sigma) in numpy."""
-        sigma, a = self.sigma.numpy(), self.act_dim
-        return lambda out: (np.tanh(out[..., 1 : 1 + a]), sigma)
-
-    def mean_read_ops(self) -> list[Op]:
-        """tanh of the outputs after V."""
-        return [Op("take", attrs={"start": 1, "count": self.act_dim}), Op("tanh")]
+    def read_ops(self, arrays: Arrays) -> tuple[list[Op], list[Op]]:
+        """tanh of the outputs after V, and sigma."""
+        return ([Op("take", attrs={"start": 1, "count": self.act_dim}), Op("tanh")],
+                [Op("const", arrays(self.sigma))])
 
 
 @register

@@ -32,8 +32,8 @@ from hpc_refer.algorithms.kit.bodies import (
     heads_with_bodies,
     make_body,
 )
-from hpc_refer.algorithms.kit.mean_ops import Op
 from hpc_refer.algorithms.kit.networks import BehaviourPolicy, gaussian_log_prob
+from hpc_refer.algorithms.kit.ops import Arrays, Op
 from hpc_refer.algorithms.kit.refer import importance_ratio, kl_penalty, near_policy, refer_loss
 from hpc_refer.algorithms.registry import register
 from hpc_refer.algorithms.tables.vracer import VRacerConfig
@@ -102,14 +102,10 @@ class GaussianPolicyValueNet(BodyPolicy):
         _, mean, std = self.split(out)
         return mean, std
 
-    def numpy_read(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
-        """(m_w, softplus(p)) in numpy."""
-        p = self.sigma_param.detach().numpy()
-        return lambda out: (out[..., 1:], np.logaddexp(np.float32(0.0), p))
-
-    def mean_read_ops(self) -> list[Op]:
-        """m_w: the outputs after V_w."""
-        return [Op("take", attrs={"start": 1, "count": self.act_dim})]
+    def read_ops(self, arrays: Arrays) -> tuple[list[Op], list[Op]]:
+        """m_w, the outputs after V_w, and softplus(p)."""
+        return ([Op("take", attrs={"start": 1, "count": self.act_dim})],
+                [Op("const", arrays(self.sigma_param)), Op("softplus")])
 
     def numpy_values(self) -> Callable[[np.ndarray], np.ndarray]:
         """rows -> V_w in numpy, by the body's evaluator (on views of the parameters: valid

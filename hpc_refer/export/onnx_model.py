@@ -17,7 +17,7 @@ with M = (k - 1) state_dim (the past states, newest first) + k_a act_dim (the ac
 a_t, ..., a_{t-k_a+1}; k_a = k with ``history_actions``, else 0) + carry_dim; the caller passes
 ``memory_out`` back as the next step's ``memory`` (:class:`OnnxPolicy` does). The graph computes
 what :class:`~hpc_refer.export.controller.Controller` computes: the state rounded to float32,
-the stack, the ops of :mod:`~hpc_refer.algorithms.kit.mean_ops` in float32, and the map into the
+the stack, the ops of :mod:`~hpc_refer.algorithms.kit.ops` in float32, and the map into the
 action box in float64.
 """
 

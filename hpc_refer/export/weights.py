@@ -13,7 +13,7 @@ The header (format ``hpc_refer-policy``, :data:`FORMAT_VERSION`)::
                            action is c + h tanh(m) (squash) or c + h clip(m, -1, 1) on bounded
                            dimensions, m itself on the others
                            (:class:`~hpc_refer.loop.actor.ActionMap`; c and h float64)
-    ops                    the mean m(x) (:mod:`~hpc_refer.algorithms.kit.mean_ops`), each
+    ops                    the mean m(x) (:mod:`~hpc_refer.algorithms.kit.ops`), each
                            {"op", "in", "out", "offset", "size"} and its attributes: its arrays
                            are ``size`` floats from ``offset`` of the weight file, in the
                            op table's order
@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from hpc_refer import __version__
-from hpc_refer.algorithms.kit.mean_ops import Op
+from hpc_refer.algorithms.kit.ops import Op
 from hpc_refer.export.controller import Controller
 from hpc_refer.loop.policy_file import PolicyFile
 

@@ -88,15 +88,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numba
 import numpy as np
 
-from hpc_refer.algorithms.kit.networks import (
-    UNIFORM_STD,
-    UNIFORM_U_BOUND,
-    BehaviourPolicy,
-    load_flat_state,
-)
+from hpc_refer.algorithms.kit.program import UNIFORM_STD, UNIFORM_U_BOUND, Program
 from hpc_refer.config.modes import ActionBounds, Exploration
 from hpc_refer.config.tables import RunConfig
 from hpc_refer.envs.driver import TeamDriver
@@ -219,25 +213,6 @@ Outgoing = tuple[Chunk, EpisodeRecord | None]
 """A chunk waiting in the outbox, with the episode it ends."""
 
 
-@numba.njit(cache=True, nogil=True)
-def clipped_into_box(u: np.ndarray, center: np.ndarray, half: np.ndarray) -> np.ndarray:
-    """c + h min(max(u, -1), 1) over the last axis of u ([..., A], float32 or float64), as
-    float64: the numbers of ``c + h * np.minimum(np.maximum(u, -1), 1)`` bit for bit (the
-    clipped value exactly in u's precision, then the product and the sum rounded once each
-    in float64; nan stays nan), in one compiled call where those four ufunc calls cost
-    twice as much of an actor's step."""
-    out = np.empty(u.shape, np.float64)
-    for index in np.ndindex(u.shape):
-        x = float(u[index])  # (exact: float32 widens without rounding)
-        if x < -1.0:
-            x = -1.0
-        elif x > 1.0:
-            x = 1.0
-        j = index[-1]
-        out[index] = center[j] + half[j] * x
-    return out
-
-
 def action_box(low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The box's bounded dimensions (both bounds finite), its centre c = (low + high) / 2 and
     half-width h = (high - low) / 2 there (0 and 1 on the unbounded ones): an action in
@@ -285,8 +260,6 @@ class ActionMap:
         """The clip's bounds as arrays (a Python float is converted anew at every call)."""
 
     def __call__(self, u: np.ndarray) -> np.ndarray:
-        if self.box and not self.squash:
-            return clipped_into_box(u, self.center, self.half)  # type: ignore[no-any-return]
         # (np.minimum of np.maximum: np.clip's Python wrapper costs more than the two ufuncs)
         squashed = (np.tanh(u) if self.squash
                     else np.minimum(np.maximum(u, self._lower), self._upper))
@@ -308,16 +281,18 @@ class Actor:
     (:meth:`_uniform`); the box must be bounded in every dimension.
     """
 
-    def __init__(self, env: TeamDriver, net: BehaviourPolicy, action_bounds: ActionBounds,
+    def __init__(self, env: TeamDriver, policy: Program, action_bounds: ActionBounds,
                  seed: int, chunk_len: int, source: int = 0,
                  exploration: Exploration = Exploration.GAUSSIAN,
                  max_failures: int = RunConfig.max_env_failures, warmup_steps: int = 0) -> None:
         self.env = env
-        self.net = net
-        self._numpy_policy = net.numpy_policy()
-        self.carry_dim = net.carry_dim
+        self.params = policy.params.copy()
+        """The policy copy's flat vector (:func:`~hpc_refer.algorithms.kit.networks.flat_state`
+        order), which :meth:`load` overwrites."""
+        self._behaviour = policy.bind(self.params)
+        """rows -> (mean, std, carry after the step), on views of :attr:`params`."""
+        self.carry_dim = policy.carry_dim
         """Values of the recurrent policy's carry stored after each state (0: feed-forward)."""
-        self._numpy_step = net.numpy_step() if self.carry_dim else None
         self.row_dim = env.obs_dim + self.carry_dim
         """Width of the rows the actor stores: the state, then the carry it entered with."""
         self.n_agents = env.n_agents
@@ -359,7 +334,10 @@ class Actor:
 
     def load(self, flat: np.ndarray) -> None:
         """Replace the policy copy by the learner's parameters."""
-        load_flat_state(self.net, flat)
+        if flat.shape != self.params.shape:
+            raise ValueError(f"a policy vector of {flat.size} values for a policy of "
+                             f"{self.params.size}")
+        self.params[:] = flat
 
     def grant(self, steps: int) -> None:
         """The learner's step budget of this release (>= 1): the next chunk holds at most
@@ -372,14 +350,11 @@ class Actor:
 
     def _policy(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """mu's mean and std at the rows ``obs``, in numpy
-        (:meth:`BehaviourPolicy.numpy_policy`), and a recurrent policy's carry after the
-        step (None for a feed-forward one)."""
-        if self._numpy_step is None:
-            mean, std = self._numpy_policy(obs)
-            carry = None
-        else:
-            mean, std, carry = self._numpy_step(obs)
-        return mean, std if std.shape == mean.shape else np.broadcast_to(std, mean.shape), carry
+        (:class:`~hpc_refer.algorithms.kit.program.NumpyBehaviour`), and a recurrent policy's
+        carry after the step (None for a feed-forward one)."""
+        mean, std, carry = self._behaviour(obs)
+        std = std if std.shape == mean.shape else np.broadcast_to(std, mean.shape)
+        return mean, std, carry if self.carry_dim else None
 
     def _row(self, state: np.ndarray, carry: np.ndarray) -> np.ndarray:
         """The stored row of ``state`` for a recurrent policy: [state, carry], the carry it
@@ -404,9 +379,9 @@ class Actor:
     def _uniform(self, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """A step of the uniform warm-up: a ~ U(-1, 1) per action dimension, so that
         :attr:`to_env` gives an action uniform in the box; the stored u is a (clip) or
-        atanh(a) with |a| <= :data:`~hpc_refer.algorithms.kit.networks.UNIFORM_U_BOUND`
+        atanh(a) with |a| <= :data:`~hpc_refer.algorithms.kit.program.UNIFORM_U_BOUND`
         (tanh), and mu's mean and std are 0 and
-        :data:`~hpc_refer.algorithms.kit.networks.UNIFORM_STD`, the mark the learner reads
+        :data:`~hpc_refer.algorithms.kit.program.UNIFORM_STD`, the mark the learner reads
         (:meth:`~hpc_refer.loop.learner.Learner.store`)."""
         a = self.rng.uniform(-1.0, 1.0, shape)
         u = np.arctanh(np.clip(a, -UNIFORM_U_BOUND, UNIFORM_U_BOUND)) if self.to_env.squash else a

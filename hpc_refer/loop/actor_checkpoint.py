@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 
-from hpc_refer.algorithms.kit.networks import flat_state
 from hpc_refer.config.resolve import Config
 from hpc_refer.loop import checkpoint
 from hpc_refer.loop.actor import Actor
@@ -29,7 +28,7 @@ def write_actor_part(run_dir: Path, step: int, index: int, actor: Actor,
                      config: Config) -> None:
     """Write the part of environment ``index``'s actor into the checkpoint of ``step``
     being assembled."""
-    tree = {"actor": actor.checkpoint_state(), "policy": flat_state(actor.net)}
+    tree = {"actor": actor.checkpoint_state(), "policy": actor.params.copy()}
     checkpoint.write_tree(checkpoint.partial_dir(run_dir, step) / part_name(index), tree,
                           checkpoint.part_attrs(config.run.env, config.run.algorithm))
 

@@ -37,11 +37,8 @@ import torch
 from hpc_refer.algorithms.kit.base import Algorithm, ReferTerms, StepResult
 from hpc_refer.algorithms.kit.collectives import Reducer, SerialReducer
 from hpc_refer.algorithms.kit.compiled import CompiledOrEagerStep
-from hpc_refer.algorithms.kit.networks import (
-    UNIFORM_STD,
-    gaussian_log_prob,
-    uniform_behaviour,
-)
+from hpc_refer.algorithms.kit.networks import gaussian_log_prob, uniform_behaviour
+from hpc_refer.algorithms.kit.program import UNIFORM_STD
 from hpc_refer.algorithms.kit.refer import ReferState, importance_ratio
 from hpc_refer.algorithms.kit.step import EagerStep, Step
 from hpc_refer.config.modes import ActionBounds, BatchScaling, Sampling
@@ -165,7 +162,7 @@ class Learner:
     def store(self, chunk: Chunk) -> np.ndarray:
         """Store an actor's chunk with log mu_k(a_k|s_k), the current V and rho, and V-tbc;
         return the ring rows written. The steps of a uniform warm-up (``mu_std`` =
-        :data:`~hpc_refer.algorithms.kit.networks.UNIFORM_STD`) get the uniform's exact
+        :data:`~hpc_refer.algorithms.kit.program.UNIFORM_STD`) get the uniform's exact
         log mu and, as their mu_mean and mu_std, the Gaussian of its first two moments that
         Rule 2's KL reads (:func:`~hpc_refer.algorithms.kit.networks.uniform_behaviour`)."""
         replay = self.replay

@@ -4,7 +4,7 @@ of the chunk / parameter exchange."""
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,6 +20,7 @@ from hpc_refer.parallel.world import (
     TAG_FAILED,
     TAG_HEADER,
     TAG_PARAMS,
+    TAG_PROGRAM,
     TAG_SAVED,
     TAG_STOP,
     TAG_STUCK,
@@ -36,6 +37,9 @@ from hpc_refer.report.records import (
     pack_episodes,
     unpack_episodes,
 )
+
+if TYPE_CHECKING:
+    from hpc_refer.algorithms.kit.program import Program
 
 
 class Reply(IntEnum):
@@ -105,8 +109,10 @@ class ActorChannel:
     failed for good, TAG_STUCK (likewise, from its watchdog thread) when it hangs in a
     solver call; TAG_BOUNDS (float64 [low, high], once at the start, by the actor of
     environment 0 only: the action box, which its learner writes into policy files). Learner
-    to actor: TAG_PARAMS (the float32 parameters, then the step budget
-    of this release: the bits of an int32, so any budget is exact, then 0), TAG_STOP,
+    to actor: TAG_PROGRAM (once at the start, pickled: the behaviour policy's
+    :class:`~hpc_refer.algorithms.kit.program.Program`, :func:`recv_program`), TAG_PARAMS
+    (the float32 parameters, then the step budget of this release: the bits of an int32, so
+    any budget is exact, then 0), TAG_STOP,
     TAG_CHECKPOINT (float64 [env step]), TAG_EVAL (float32 parameters, the number of
     episodes, then 1 for the round at the end of the run, else 0), and TAG_CUT (empty: send
     the steps collected so far now, without waiting for the chunk to fill; an actor that
@@ -197,6 +203,13 @@ class ActorChannel:
             return Reply.PARAMS
 
 
+def recv_program(world: Any, learner: int) -> Program:
+    """The behaviour policy an actor rank runs, as its learner sends it at the start
+    (TAG_PROGRAM): the actor builds no network of its own (and imports no torch)."""
+    program: Program = world.recv(source=learner, tag=TAG_PROGRAM)
+    return program
+
+
 class LearnerChannel:
     """The learner's side of the actor <-> learner messages (see :class:`ActorChannel`)."""
 
@@ -253,6 +266,10 @@ class LearnerChannel:
         bounds = np.empty(2 * self.act_dim, np.float64)
         self.world.Recv(bounds, source=actor, tag=TAG_BOUNDS)
         return bounds[:self.act_dim], bounds[self.act_dim:]
+
+    def send_program(self, actor: int, program: Program) -> None:
+        """The behaviour policy ``actor`` runs (:func:`recv_program`)."""
+        self.world.send(program, dest=actor, tag=TAG_PROGRAM)
 
     def send_params(self, actor: int, flat: np.ndarray, budget: int) -> None:
         """The float32 parameters ``flat`` and the environment steps the actor may take."""

@@ -177,7 +177,7 @@ class MpiReducer:
 TAG_HEADER, TAG_DATA, TAG_PARAMS, TAG_STOP, TAG_DONE, TAG_TEAM = 11, 12, 13, 14, 15, 16
 TAG_CUT, TAG_CHECKPOINT, TAG_SAVED, TAG_EVAL, TAG_EVAL_RESULT, TAG_FAILED, TAG_STUCK = range(
     17, 24)
-TAG_BOUNDS = 24
+TAG_BOUNDS, TAG_PROGRAM = 24, 25
 """Tags of the actor <-> learner messages; a chunk's header is a
 :class:`~hpc_refer.report.records.ChunkHeader` (float64, variable length: the episode's metric
 values follow its fixed part)."""

@@ -38,7 +38,6 @@ from hpc_refer.envs.registry import SolverSpec, env_kind, kinds_help
 from hpc_refer.envs.supervision import STOP
 from hpc_refer.loop import checkpoint
 from hpc_refer.loop.checkpoint import CheckpointError, Resume
-from hpc_refer.loop.learner import shard_capacity
 from hpc_refer.parallel.channels import Fabric
 from hpc_refer.parallel.world import (
     abort_job,
@@ -48,13 +47,12 @@ from hpc_refer.parallel.world import (
     singleton_error,
     world_rank_size,
 )
-from hpc_refer.replay.shard import ReplayShard
 from hpc_refer.report import logs
 from hpc_refer.report.clock import CLOCK
 from hpc_refer.report.lock import RunLock, died_message
 from hpc_refer.report.metrics import RunDirectory, machine_info, new_run_dir, record_stop
 from hpc_refer.report.schema import STATE_FILE, read_state
-from hpc_refer.run.roles import LearnerResult, run_role, set_threads
+from hpc_refer.run.roles import run_role
 
 LOG = logging.getLogger("hpc_refer.run")  # not __name__: "__main__" under python -m
 
@@ -247,7 +245,12 @@ def available_memory() -> int | None:
 
 def replay_bytes(config: Config, dims: tuple[int, int], learners: int) -> int:
     """Bytes of one learner's replay shard (its N / L states: every column of
-    :class:`~hpc_refer.replay.shard.ReplayShard`, and the sum tree under prioritized replay)."""
+    :class:`~hpc_refer.replay.shard.ReplayShard`, and the sum tree under prioritized replay).
+    Asked on rank 0, a learner: the replay's modules are imported here, so that actor ranks
+    never load its compiled kernels (:mod:`hpc_refer.run.roles`)."""
+    from hpc_refer.loop.learner import shard_capacity
+    from hpc_refer.replay.shard import ReplayShard
+
     capacity = shard_capacity(config.replay.size, learners)
     total = capacity * ReplayShard(1, dims[0], dims[1], 1.0).column_bytes
     if config.replay.sampling is Sampling.PER:
@@ -366,7 +369,10 @@ the job is then aborted, since a stuck external solver would keep MPI_Finalize w
 
 def _outcome(start: Start, run: RunDirectory, result: object) -> int:
     """Rank 0: record how the loop ended (state.txt, log.txt; a stop before ``run.steps``
-    with the command that resumes it); the exit status (0 unless an environment failed)."""
+    with the command that resumes it); the exit status (0 unless an environment failed).
+    Rank 0 is a learner: its result is the learner loop's."""
+    from hpc_refer.loop.learner_loop import LearnerResult
+
     if not isinstance(result, LearnerResult) or not result.stopped_by:
         run.set_state("finished")
         return 0
@@ -451,7 +457,6 @@ def _train(start: Start, rank: int, fabric: Fabric | None, run: RunDirectory | N
     job (never a hang); in one process it propagates."""
     config, layout = start.config, start.layout
     abort = fabric.abort if fabric is not None else abort_job
-    set_threads(config)
     status = 0
     try:
         if run is not None:

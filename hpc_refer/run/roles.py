@@ -1,10 +1,15 @@
 """The entry points of the rank roles (see :mod:`hpc_refer.config.layout`), one for every launch:
-:func:`run_role` sends a rank to the learner loop
-(:class:`~hpc_refer.loop.learner_loop.LearnerLoop`, which also runs a whole training in one
-process with one actor over :class:`~hpc_refer.loop.local_channel.LocalChannel`:
-:func:`train_local`), to an actor's loop (:func:`actor_main`: send each chunk, wait for new
-parameters or stop) or to a solver rank's (:func:`solver_main`); and the factories of learners
-and actors from the config.
+:func:`run_role` sends a rank to the learning side (:mod:`hpc_refer.run.learning`: a learner
+rank's loop, or a whole training in one process), to an actor's loop (:func:`actor_main`: send
+each chunk, wait for new parameters or stop) or to a solver rank's (:func:`solver_main`); and
+the factory of actors from the config.
+
+Actor and solver ranks stay light: this module imports neither torch nor the replay's
+compiled kernels, and only a learner rank (or a run of one process) imports
+:mod:`hpc_refer.run.learning`. An actor runs the behaviour policy's
+:class:`~hpc_refer.algorithms.kit.program.Program` that its learner sends at the start, in
+numpy; a rank that steps MuJoCo holds about 100 MB where a learner's imports alone take 300 MB
+(BENCHMARKS.md, the design's example runs).
 """
 
 from __future__ import annotations
@@ -12,31 +17,27 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from hpc_refer.algorithms.kit.collectives import Reducer, SerialReducer
-from hpc_refer.algorithms.kit.networks import BehaviourPolicy, flat_state
-from hpc_refer.algorithms.registry import algorithm_class, make_algorithm
+from hpc_refer.algorithms.kit.program import Program
 from hpc_refer.config.layout import Layout, Role, SeedRole, role_seed
 from hpc_refer.config.modes import Warmup
 from hpc_refer.config.resolve import Config
 from hpc_refer.envs.driver import TeamDriver, serve_team
 from hpc_refer.envs.interface import SolverFailure, SolverStartError
 from hpc_refer.envs.registry import SolverSpec, env_kind, make_driver
-from hpc_refer.envs.supervision import Watchdog, end_stuck_process
+from hpc_refer.envs.supervision import Watchdog
 from hpc_refer.loop.actor import Actor
 from hpc_refer.loop.actor_checkpoint import restore_actor, write_actor_part
 from hpc_refer.loop.checkpoint import Resume
-from hpc_refer.loop.learner import Learner
-from hpc_refer.loop.learner_checkpoint import restore_learner
-from hpc_refer.loop.learner_loop import LearnerLoop, LearnerResult
-from hpc_refer.loop.local_channel import LocalChannel, next_message
-from hpc_refer.parallel.channels import ActorChannel, Fabric, LearnerChannel, Reply
+from hpc_refer.loop.local_channel import next_message
+from hpc_refer.parallel.channels import ActorChannel, Fabric, Reply, recv_program
 from hpc_refer.parallel.solver_link import MpiLinks
 from hpc_refer.parallel.world import MpiTeam
 from hpc_refer.report.metrics import RunDirectory
+
+if TYPE_CHECKING:
+    from hpc_refer.loop.learner_loop import LearnerResult
 
 LOG = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ learners need: obs_dim, act_dim and its episode metric names (the extra columns 
 episodes.csv)."""
 
 
-def _agreed_solver(fabric: Fabric, mine: Declared | None) -> Declared:
+def agreed_solver(fabric: Fabric, mine: Declared | None) -> Declared:
     """(obs_dim, act_dim, episode metric names) declared by every actor's solver
     (collective; learners pass None)."""
     declared = {d for d in fabric.allgather(mine) if d is not None}
@@ -59,7 +60,7 @@ def _agreed_solver(fabric: Fabric, mine: Declared | None) -> Declared:
     return declared.pop()
 
 
-def _declare_episode_metrics(run: RunDirectory | None, names: tuple[str, ...]) -> None:
+def declare_episode_metrics(run: RunDirectory | None, names: tuple[str, ...]) -> None:
     """Give the run directory the episode metric names a solver declared when it started
     (before any episode is written); a restart whose episodes.csv has other columns is a
     start-up error (one line)."""
@@ -71,14 +72,6 @@ def _declare_episode_metrics(run: RunDirectory | None, names: tuple[str, ...]) -
         raise SolverStartError(str(err)) from None
 
 
-def make_learner(config: Config, obs_dim: int, act_dim: int, reducer: Reducer) -> Learner:
-    """The learner of learner rank ``reducer.rank``: networks seeded alike on every learner,
-    minibatch sampling seeded per learner."""
-    algo = make_algorithm(config, obs_dim, act_dim, role_seed(config.run.seed, SeedRole.NETWORKS))
-    return Learner(algo, config, role_seed(config.run.seed, SeedRole.SAMPLING, reducer.rank),
-                   reducer)
-
-
 def warmup_steps(config: Config, envs: int, n_agents: int) -> int:
     """The environment steps each of ``envs`` actors of ``n_agents`` agents acts uniformly
     under ``replay.warmup = uniform``: ceil(learn_start / (envs n_agents)), so that together
@@ -88,13 +81,11 @@ def warmup_steps(config: Config, envs: int, n_agents: int) -> int:
     return -(-config.replay.start // (envs * n_agents))
 
 
-def make_actor(config: Config, env: TeamDriver, index: int, source: int,
+def make_actor(config: Config, env: TeamDriver, policy: Program, index: int, source: int,
                envs: int = 1) -> Actor:
     """The actor of environment ``index`` of ``envs`` (a lane per agent of its simulation,
-    see :mod:`hpc_refer.loop.actor`) with a fresh copy of the behaviour policy."""
-    cls = algorithm_class(config.run.algorithm)
-    net: BehaviourPolicy = cls.behaviour_policy(env.obs_dim, env.act_dim, config.algorithm)
-    return Actor(env, net, config.action_bounds,
+    see :mod:`hpc_refer.loop.actor`), acting with a copy of ``policy``."""
+    return Actor(env, policy, config.action_bounds,
                  role_seed(config.run.seed, SeedRole.ACTOR, index), config.run.chunk_len,
                  source=source, exploration=config.algorithm.exploration,
                  max_failures=config.run.max_env_failures,
@@ -111,63 +102,6 @@ def outputs_of(config: Config, run_dir: Path | None) -> dict[str, Any]:
             "series_stride": config.run.series_stride,
             "snapshot_dir": run_dir / "snapshots" if run_dir is not None else None,
             "snapshot_due": config.run.snapshot_due if config.run.snapshot else None}
-
-
-def train_local(config: Config, run: RunDirectory | None, run_dir: Path | None = None,
-                resume: Resume | None = None) -> LearnerResult:
-    """One process: one learner and one actor, the learner loop over a :class:`LocalChannel`."""
-    env = make_driver(SolverSpec.of(config, run_dir), None, timeout=config.run.env_step_timeout,
-                      links=MpiLinks(), **outputs_of(config, run_dir))
-    watchdog = Watchdog(env, config.run.env_step_timeout,
-                        lambda text: end_stuck_process(text, run))
-    try:
-        if env_kind(config.run.env).declares_sizes:
-            _declare_episode_metrics(run, env.metric_names)
-        learner = make_learner(config, env.obs_dim, env.act_dim, SerialReducer())
-        actor = make_actor(config, env, 0, 0)
-        channel = LocalChannel(actor, config, 0, run_dir)
-        loop = LearnerLoop(config, learner, channel, [0], 1, run, run_dir, eval_actor=0,
-                           meta={"learners": 1, "envs": 1, "config": config.to_dict(),
-                                 "obs_dim": env.obs_dim, "act_dim": env.act_dim},
-                           action_box=(env.low, env.high))
-        if resume is not None:
-            _resumed(restore_learner(learner, loop, resume, layout_same=resume.envs == 1),
-                     resume, learner)
-            restore_actor(actor, resume, 0)
-        return loop.loop()
-    finally:
-        watchdog.close()
-        env.close()
-
-
-def learner_main(config: Config, layout: Layout, fabric: Fabric, run: RunDirectory | None,
-                 run_dir: Path | None = None, resume: Resume | None = None) -> LearnerResult:
-    """A learner rank: serve its actors, train with the other learners, log (rank 0)."""
-    dims = env_kind(config.run.env).dims(SolverSpec.of(config, run_dir))
-    if dims is not None:
-        obs_dim, act_dim = dims
-    else:  # the solvers declare their sizes when they start: they come from the actors
-        obs_dim, act_dim, names = _agreed_solver(fabric, None)
-        _declare_episode_metrics(run, names)
-    learner = make_learner(config, obs_dim, act_dim, fabric.reducer())
-    channel = LearnerChannel(fabric.world, learner.algo.row_dim, act_dim)
-    actors = layout.actors_of(fabric.rank)
-    eval_actor = layout.actor_rank(0) if layout.learner_of(0) == fabric.rank else None
-    meta = {"learners": layout.learners, "envs": layout.envs, "config": config.to_dict(),
-            "obs_dim": obs_dim, "act_dim": act_dim}
-    # the learner of environment 0 (learner 0, which writes policy files) hears its box
-    box = channel.recv_bounds(eval_actor) if eval_actor is not None else None
-    loop = LearnerLoop(config, learner, channel, actors, layout.envs, run, run_dir,
-                       eval_actor, meta, action_box=box)
-    if resume is not None:
-        same = (resume.learners, resume.envs) == (layout.learners, layout.envs)
-        _resumed(restore_learner(learner, loop, resume, layout_same=same), resume, learner)
-    return loop.loop()
-
-
-def _resumed(stored: int, resume: Resume, learner: Learner) -> None:
-    LOG.info("resumed %d stored transitions of %d learner(s) on %d learner(s) from %s",
-             stored, resume.learners, learner.reducer.size, resume.path)
 
 
 @dataclass
@@ -196,11 +130,13 @@ def actor_main(config: Config, layout: Layout, fabric: Fabric, run_dir: Path | N
                       timeout=config.run.env_step_timeout, links=MpiLinks(),
                       **outputs_of(config, run_dir))
     if env_kind(config.run.env).declares_sizes:
-        _agreed_solver(fabric, (env.obs_dim, env.act_dim, env.metric_names))
-    actor = make_actor(config, env, index, fabric.rank, layout.envs)
+        agreed_solver(fabric, (env.obs_dim, env.act_dim, env.metric_names))
+    learner = layout.learner_of(index)
+    actor = make_actor(config, env, recv_program(fabric.world, learner), index, fabric.rank,
+                       layout.envs)
     if resume is not None:
         restore_actor(actor, resume, index)
-    channel = ActorChannel(fabric.world, layout.learner_of(index), flat_state(actor.net).size)
+    channel = ActorChannel(fabric.world, learner, actor.params.size)
     if index == 0:
         channel.send_bounds(env.low, env.high)
     watchdog = Watchdog(env, config.run.env_step_timeout,
@@ -258,19 +194,20 @@ def run_role(config: Config, layout: Layout, fabric: Fabric | None,
 
     A world of one rank (``fabric`` may then be None) trains in this process. ``run_dir``
     (on every rank; None: no checkpoints) receives the checkpoints; ``resume`` is the
-    checkpoint to continue from."""
+    checkpoint to continue from. The learning side is imported here, by the ranks that
+    learn (module docstring)."""
     role = layout.role(fabric.rank if fabric is not None else 0)
+    if role is Role.ACTOR:
+        assert fabric is not None
+        return actor_main(config, layout, fabric, run_dir, resume)
+    if role is Role.SOLVER:
+        assert fabric is not None
+        solver_main(config, layout, fabric, run_dir)
+        return None
+    from hpc_refer.run.learning import learner_main, set_threads, train_local
+
+    set_threads(config)
     if role is Role.SINGLE:
         return train_local(config, run, run_dir, resume)
     assert fabric is not None
-    if role is Role.LEARNER:
-        return learner_main(config, layout, fabric, run, run_dir, resume)
-    if role is Role.ACTOR:
-        return actor_main(config, layout, fabric, run_dir, resume)
-    solver_main(config, layout, fabric, run_dir)
-    return None
-
-
-def set_threads(config: Config) -> None:
-    """One (or ``run.threads``) torch thread per rank."""
-    torch.set_num_threads(config.run.threads)
+    return learner_main(config, layout, fabric, run, run_dir, resume)

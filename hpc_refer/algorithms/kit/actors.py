@@ -18,17 +18,16 @@ the cell too; the actor's loss reads it detached).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import NamedTuple
 
-import numpy as np
 import torch
 
 from hpc_refer.algorithms.kit.base import TensorBatch
 from hpc_refer.algorithms.kit.bodies import BodyPolicy, make_body
-from hpc_refer.algorithms.kit.mean_ops import Op
 from hpc_refer.algorithms.kit.networks import BehaviourPolicy, Normalizer, small_output_
-from hpc_refer.algorithms.kit.renorm import NumpyRenormMLP, RenormMLP, RenormShape, Updates
+from hpc_refer.algorithms.kit.ops import Arrays, Op, copied
+from hpc_refer.algorithms.kit.program import NumpyBehaviour
+from hpc_refer.algorithms.kit.renorm import RenormMLP, RenormShape, Updates
 from hpc_refer.config.tables import NetworkShape
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
@@ -71,12 +70,8 @@ class DeterministicActor(BodyPolicy):
         """Behaviour mean tanh(outputs) [B, A] and std sigma [A]."""
         return torch.tanh(out), self.sigma
 
-    def numpy_read(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
-        sigma = self.sigma.numpy()
-        return lambda out: (np.tanh(out), sigma)
-
-    def mean_read_ops(self) -> list[Op]:
-        return [Op("tanh")]
+    def read_ops(self, arrays: Arrays) -> tuple[list[Op], list[Op]]:
+        return [Op("tanh")], [Op("const", arrays(self.sigma))]
 
     def inputs(self, batch: TensorBatch, target: DeterministicActor,
                length: int) -> DeterministicInputs:
@@ -111,9 +106,11 @@ def squashed_gaussian(out: torch.Tensor, act_dim: int) -> tuple[torch.Tensor, to
     return mean, torch.exp(torch.clamp(log_std, LOG_STD_MIN, LOG_STD_MAX))
 
 
-def numpy_squashed_gaussian(out: np.ndarray, act_dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`squashed_gaussian` in numpy."""
-    return out[..., :act_dim], np.exp(np.clip(out[..., act_dim:], LOG_STD_MIN, LOG_STD_MAX))
+def squashed_gaussian_ops(act_dim: int) -> tuple[list[Op], list[Op]]:
+    """:func:`squashed_gaussian` as ops on the outputs: (the mean's, the std's)."""
+    return ([Op("take", attrs={"start": 0, "count": act_dim})],
+            [Op("take", attrs={"start": act_dim, "count": act_dim}),
+             Op("clip", attrs={"low": LOG_STD_MIN, "high": LOG_STD_MAX}), Op("exp")])
 
 
 class SquashedGaussianActor(BodyPolicy):
@@ -131,12 +128,10 @@ class SquashedGaussianActor(BodyPolicy):
     def read(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return squashed_gaussian(out, self.act_dim)
 
-    def numpy_read(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
-        return lambda out: numpy_squashed_gaussian(out, self.act_dim)
-
-    def mean_read_ops(self) -> list[Op]:
-        """m_w: the first A outputs (the action is tanh of it, by the action map)."""
-        return [Op("take", attrs={"start": 0, "count": self.act_dim})]
+    def read_ops(self, arrays: Arrays) -> tuple[list[Op], list[Op]]:
+        """m_w, the first A outputs (the action is tanh of it, by the action map), and
+        exp(clip(log sigma)) of the last A."""
+        return squashed_gaussian_ops(self.act_dim)
 
     def inputs(self, batch: TensorBatch, length: int) -> SquashedInputs:
         """Sequences of ``length`` steps (single rows without a cell): the Gaussians at s_k
@@ -163,7 +158,7 @@ class RenormSquashedActor(BehaviourPolicy):
     def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...],
                  shape: RenormShape) -> None:
         super().__init__()
-        self.act_dim = act_dim
+        self.obs_dim, self.act_dim = obs_dim, act_dim
         self.normalizer = Normalizer(obs_dim)
         self.trunk = RenormMLP([obs_dim, *hidden, 2 * act_dim], shape)
         small_output_(self.trunk.layers)
@@ -178,17 +173,10 @@ class RenormSquashedActor(BehaviourPolicy):
         out, new = self.trunk.train_forward(self.normalizer(obs))
         return (*squashed_gaussian(out, self.act_dim), {f"trunk.{k}": v for k, v in new.items()})
 
-    def mean_ops(self) -> list[Op]:
-        """normalize, the trunk's evaluation, its first A outputs."""
-        return [self.normalizer.op(), *self.trunk.ops(),
-                Op("take", attrs={"start": 0, "count": self.act_dim})]
-
-    def numpy_step(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """The evaluation in numpy (:class:`~hpc_refer.algorithms.kit.renorm.NumpyRenormMLP`);
-        no carry (an empty one)."""
-        forward, a = NumpyRenormMLP(self.trunk, self.normalizer), self.act_dim
-
-        def step(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            return (*numpy_squashed_gaussian(forward(rows), a), rows[..., rows.shape[-1]:])
-
-        return step
+    def behaviour_ops(self, arrays: Arrays = copied) -> NumpyBehaviour:
+        """normalize and the trunk's evaluation, read as :func:`squashed_gaussian`; no
+        carry."""
+        mean, std = squashed_gaussian_ops(self.act_dim)
+        return NumpyBehaviour(self.obs_dim, 0,
+                              (self.normalizer.op(arrays), *self.trunk.ops(arrays)),
+                              tuple(mean), tuple(std))

@@ -21,9 +21,9 @@ What a body answers (the protocol):
 ``after``          the successor states s_{k+1} of steps whose carries after the step are
                    given: one cell step from them (at a successor inside the sequence, the
                    unroll's own next step); a feed-forward body reads the states alone
-``numpy_step``     the actors' per-row step in numpy, rows -> (outputs, carry after the step)
-``numpy_outputs``  the same without the carry (an actor's policy), on numpy views of the
-                   parameters that follow every load
+``ops``            the trunk as ops (:mod:`~hpc_refer.algorithms.kit.ops`): the per-row step
+                   in numpy, rows -> (outputs, carry after the step), that actors and exports
+                   interpret (copies of the tensors, or views that follow every load)
 ``evaluator``      rows -> outputs for the learner's evaluations outside the gradient step (a
                    few bootstrap states per step): the cheaper exact path of each body
 ``carry_dim``      values of the carry stored after the state in each row (0: feed-forward)
@@ -52,15 +52,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from hpc_refer.algorithms.kit.mean_ops import Op
 from hpc_refer.algorithms.kit.networks import (
     BehaviourPolicy,
     Normalizer,
-    NumpyMLP,
     mlp,
     mlp_ops,
     small_output_,
 )
+from hpc_refer.algorithms.kit.ops import Arrays, Op, copied, viewed
+from hpc_refer.algorithms.kit.program import NumpyBehaviour, run_ops
 from hpc_refer.algorithms.kit.recurrent import RecurrentCell
 from hpc_refer.config.modes import Activation, Cell
 from hpc_refer.config.tables import NetworkShape
@@ -69,8 +69,6 @@ from hpc_refer.report.formats import TreeFormat, Upgrade
 if TYPE_CHECKING:
     from hpc_refer.report.records import StateTree
 
-NumpyStep = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
-"""rows -> (outputs, carry after the step), in numpy."""
 NumpyOutputs = Callable[[np.ndarray], np.ndarray]
 """rows -> outputs, in numpy."""
 
@@ -109,17 +107,9 @@ class Body(nn.Module, ABC):
         carries after the step are ``carry`` [B, carry_dim]."""
 
     @abstractmethod
-    def numpy_step(self) -> NumpyStep:
-        """rows -> (outputs, carry after the step) in numpy, on views of the parameters."""
-
-    @abstractmethod
-    def ops(self) -> list[Op]:
-        """The trunk's outputs as export ops (:mod:`~hpc_refer.algorithms.kit.mean_ops`)."""
-
-    def numpy_outputs(self) -> NumpyOutputs:
-        """rows -> outputs in numpy: :meth:`numpy_step` without the carry."""
-        step = self.numpy_step()
-        return lambda rows: step(rows)[0]
+    def ops(self, arrays: Arrays = copied) -> list[Op]:
+        """The trunk's outputs as ops (:mod:`~hpc_refer.algorithms.kit.ops`) over a row's
+        state part and carry."""
 
     def evaluator(self) -> NumpyOutputs:
         """rows -> outputs (numpy in and out, no gradient) for the learner's evaluations
@@ -155,21 +145,15 @@ class FeedForwardBody(Body):
         """The states alone (there is no carry)."""
         return self.rows(states)
 
-    def numpy_outputs(self) -> NumpyOutputs:
-        """:class:`~hpc_refer.algorithms.kit.networks.NumpyMLP` (no carry to make)."""
-        return NumpyMLP(self.trunk, self.normalizer)
-
-    def ops(self) -> list[Op]:
-        return [self.normalizer.op(), *mlp_ops(self.trunk)]
-
-    def numpy_step(self) -> NumpyStep:
-        forward, d = self.numpy_outputs(), self.obs_dim
-        return lambda rows: (forward(rows), rows[..., d:])
+    def ops(self, arrays: Arrays = copied) -> list[Op]:
+        return [self.normalizer.op(arrays), *mlp_ops(self.trunk, arrays)]
 
     def evaluator(self) -> NumpyOutputs:
-        """In numpy (:meth:`numpy_outputs`): a torch call's overhead (about 50 us) is several
-        times the arithmetic of a few rows."""
-        return self.numpy_outputs()
+        """In numpy (:func:`~hpc_refer.algorithms.kit.program.run_ops` on views of the
+        parameters): a torch call's overhead (about 50 us) is several times the arithmetic of
+        a few rows."""
+        ops = self.ops(viewed)
+        return lambda rows: run_ops(ops, rows)[0]
 
 
 class RecurrentBody(Body):
@@ -209,21 +193,8 @@ class RecurrentBody(Body):
         """One cell step from ``carry`` at the states."""
         return self.rows(torch.cat([states[..., :self.obs_dim], carry], dim=-1))
 
-    def ops(self) -> list[Op]:
-        return [self.normalizer.op(), self.cell.op(), *mlp_ops(self.trunk)]
-
-    def numpy_step(self) -> NumpyStep:
-        cell = self.cell.numpy_cell()
-        trunk = NumpyMLP(self.trunk, None)
-        mean, inv_std = self.normalizer.mean.numpy(), self.normalizer.inv_std.numpy()
-        d = self.obs_dim
-
-        def step(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            x = (rows[..., :d] - mean) * inv_std
-            h, carry = cell(x, rows[..., d:])
-            return trunk(np.concatenate([x, h], axis=-1)), carry
-
-        return step
+    def ops(self, arrays: Arrays = copied) -> list[Op]:
+        return [self.normalizer.op(arrays), self.cell.op(arrays), *mlp_ops(self.trunk, arrays)]
 
 
 def make_body(obs_dim: int, out_dim: int, shape: NetworkShape) -> Body:
@@ -237,8 +208,8 @@ def make_body(obs_dim: int, out_dim: int, shape: NetworkShape) -> Body:
 
 class BodyPolicy(BehaviourPolicy, ABC):
     """A behaviour policy written once over a body: the head reads the mean and std of the
-    Gaussian behaviour from the trunk's outputs (:meth:`read`, and :meth:`numpy_read` in
-    numpy); policy, numpy policy and numpy step follow for either body."""
+    Gaussian behaviour from the trunk's outputs (:meth:`read`, and as ops
+    :meth:`read_ops`); policy and numpy behaviour follow for either body."""
 
     def __init__(self, body: Body) -> None:
         super().__init__()
@@ -250,33 +221,17 @@ class BodyPolicy(BehaviourPolicy, ABC):
         """The behaviour's mean and std from the trunk's outputs."""
 
     @abstractmethod
-    def numpy_read(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
-        """:meth:`read` in numpy (on views of the head's parameters)."""
+    def read_ops(self, arrays: Arrays) -> tuple[list[Op], list[Op]]:
+        """:meth:`read` as ops on the trunk's outputs: (the mean's, the std's)."""
 
-    @abstractmethod
-    def mean_read_ops(self) -> list[Op]:
-        """The mean of :meth:`numpy_read` as export ops on the trunk's outputs."""
-
-    def mean_ops(self) -> list[Op]:
-        return [*self.body.ops(), *self.mean_read_ops()]
+    def behaviour_ops(self, arrays: Arrays = copied) -> NumpyBehaviour:
+        mean, std = self.read_ops(arrays)
+        return NumpyBehaviour(self.body.obs_dim, self.carry_dim, tuple(self.body.ops(arrays)),
+                              tuple(mean), tuple(std))
 
     def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean and std of the behaviour at rows, each from its stored carry."""
         return self.read(self.body.rows(obs).out)
-
-    def numpy_policy(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
-        outputs, read = self.body.numpy_outputs(), self.numpy_read()
-        return lambda rows: read(outputs(rows))
-
-    def numpy_step(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        step, read = self.body.numpy_step(), self.numpy_read()
-
-        def policy(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            out, carry = step(rows)
-            mean, std = read(out)
-            return mean, std, carry
-
-        return policy
 
 
 # --- the upgrades of trees written before bodies -------------------------------------------

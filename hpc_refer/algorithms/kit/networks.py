@@ -1,6 +1,7 @@
-"""Networks (torch): input normalisation, MLP trunks (and their numpy forward), the critic
-Q(s, a), the interface of the behaviour modules actors sample from and their flat parameter
-vector. The bodies that heads are written over are :mod:`hpc_refer.algorithms.kit.bodies`.
+"""Networks (torch): input normalisation, MLP trunks, the critic Q(s, a), the interface of the
+behaviour modules actors sample from (their numpy forward and the program an actor rank
+runs, :mod:`hpc_refer.algorithms.kit.program`) and their flat parameter vector. The bodies
+that heads are written over are :mod:`hpc_refer.algorithms.kit.bodies`.
 
 Also the diagonal-Gaussian formulas every algorithm with a parameterised policy needs:
 log-probabilities and the Kullback-Leibler divergence.
@@ -17,7 +18,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from hpc_refer.algorithms.kit.mean_ops import Op, copied
+from hpc_refer.algorithms.kit.ops import Arrays, Op, copied, viewed
+from hpc_refer.algorithms.kit.program import NumpyBehaviour, Program
 from hpc_refer.config.modes import Activation
 
 LOG_2PI = math.log(2.0 * math.pi)
@@ -50,14 +52,6 @@ def log_tanh_jacobian(u: torch.Tensor) -> torch.Tensor:
     """log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2 u)) elementwise (the stable form):
     the log-Jacobian of a = tanh(u)."""
     return 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))
-
-
-UNIFORM_STD = 0.0
-"""The ``mu_std`` an actor stores for a step of the uniform warm-up (``replay.warmup =
-uniform``): a Gaussian's std is never 0 (the policies floor it at exp(-20)), so the value
-marks the rows whose behaviour is :func:`uniform_behaviour`'s, not a Gaussian."""
-UNIFORM_U_BOUND = 1.0 - 1e-6
-"""The largest |a| a squashed uniform warm-up step takes (its u = atanh(a) stays finite)."""
 
 
 def uniform_behaviour(u: torch.Tensor, squashed: bool
@@ -109,9 +103,9 @@ class Normalizer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return (x - self.mean) * self.inv_std
 
-    def op(self) -> Op:
-        """This scaling as an export op (:mod:`~hpc_refer.algorithms.kit.mean_ops`)."""
-        return Op("normalize", copied(self.mean, self.inv_std))
+    def op(self, arrays: Arrays = copied) -> Op:
+        """This scaling as an op (:mod:`~hpc_refer.algorithms.kit.ops`)."""
+        return Op("normalize", arrays(self.mean, self.inv_std))
 
 
 class _SoftsignFunction(torch.autograd.Function):
@@ -160,57 +154,19 @@ def mlp(sizes: list[int], activation: Activation = Activation.SOFTSIGN,
     return nn.Sequential(*layers)
 
 
-def mlp_ops(trunk: nn.Sequential) -> list[Op]:
-    """The layers of an :func:`mlp` without layer normalisation (a policy's trunk) as export
-    ops: linear, softsign, relu (:mod:`~hpc_refer.algorithms.kit.mean_ops`)."""
+def mlp_ops(trunk: nn.Sequential, arrays: Arrays = copied) -> list[Op]:
+    """The layers of an :func:`mlp` without layer normalisation (a policy's trunk) as ops:
+    linear, softsign, relu (:mod:`~hpc_refer.algorithms.kit.ops`)."""
     ops = []
     for layer in trunk:
         if isinstance(layer, nn.Linear):
-            ops.append(Op("linear", copied(layer.weight.T, layer.bias)))
+            ops.append(Op("linear", arrays(layer.weight.T, layer.bias)))
         elif isinstance(layer, Softsign | nn.ReLU):
             ops.append(Op("softsign" if isinstance(layer, Softsign) else "relu"))
         else:
             raise ValueError(f"a {type(layer).__name__} layer has no export op (a policy's "
                              f"trunk holds Linear, Softsign and ReLU layers)")
     return ops
-
-
-class NumpyMLP:
-    """The forward pass of a normalised :func:`mlp` in numpy, for one state at a time.
-
-    Actors evaluate the policy once per environment step on a single state, where torch's
-    per-call overhead (dispatch, autograd bookkeeping, tensor wrapping: tens of microseconds)
-    exceeds the arithmetic of a 2 x 128 network several times over. The weights are numpy
-    *views* of the module's parameters and buffers, so they follow every in-place update
-    (:func:`load_flat_state`, :meth:`Normalizer.set_stats`) without being rebuilt. Computes
-    x_0 = (s - mean) inv_std, x_{k+1} = f(W_k x_k + b_k) with the trunk's activation f
-    (softsign or relu, read from its modules), the last layer linear: the module's values to
-    float32 round-off.
-    """
-
-    def __init__(self, trunk: nn.Sequential, normalizer: Normalizer | None) -> None:
-        """``normalizer`` None: the inputs are taken as they come (already scaled)."""
-        linears = [m for m in trunk if isinstance(m, nn.Linear)]
-        self.relu = any(isinstance(m, nn.ReLU) for m in trunk)
-        self.weights = [lin.weight.detach().numpy().T for lin in linears]
-        self.biases = [lin.bias.detach().numpy() for lin in linears]
-        self.scaling = None if normalizer is None else (normalizer.mean.numpy(),
-                                                        normalizer.inv_std.numpy())
-
-    def __call__(self, obs: np.ndarray) -> np.ndarray:
-        x = obs if self.scaling is None else (obs - self.scaling[0]) * self.scaling[1]
-        last = len(self.weights) - 1
-        for k, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
-            x = x @ w  # a new array: the updates below are in place (the same numbers, with
-            x += b     # fewer temporaries: an actor's step calls this once per solver step)
-            if k < last:
-                if self.relu:
-                    np.maximum(x, 0.0, out=x)
-                else:
-                    denominator = np.abs(x)
-                    denominator += 1.0
-                    x /= denominator
-        return x
 
 
 class QNetwork(nn.Module):
@@ -230,9 +186,10 @@ class QNetwork(nn.Module):
 
 class BehaviourPolicy(nn.Module):
     """A module actors sample from: ``policy(s)`` -> (mean [B, A], std [A] or [B, A]) of the
-    Gaussian behaviour mu(.|s), and the same for one state in numpy
-    (:meth:`numpy_policy`, what actors call). Its parameters and buffers travel to the actors
-    as one flat vector (:func:`flat_state`)."""
+    Gaussian behaviour mu(.|s), described as ops (:meth:`behaviour_ops`): the numpy forward
+    the learner's side calls (:meth:`numpy_step`), the program an actor rank runs without
+    torch (:meth:`program`) and the mean an export writes (:meth:`mean_ops`). Its parameters
+    and buffers travel to the actors as one flat vector (:func:`flat_state`)."""
 
     carry_dim: int = 0
     """Values of the recurrent state stored after the state in each row (0: feed-forward;
@@ -241,27 +198,41 @@ class BehaviourPolicy(nn.Module):
     def policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
 
-    def numpy_step(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """A function row -> (mean, std, carry'): :meth:`numpy_policy` that also returns the
-        carry after the step, what actors of a recurrent policy call (the heads over a body,
-        :class:`~hpc_refer.algorithms.kit.bodies.BodyPolicy`, have one either way)."""
-        raise NotImplementedError(f"{type(self).__name__} is not recurrent")
+    def behaviour_ops(self, arrays: Arrays = copied) -> NumpyBehaviour:
+        """:meth:`policy` as its three op lists (outputs, mean, std:
+        :mod:`~hpc_refer.algorithms.kit.program`), holding copies of the tensors or views
+        (``arrays``). A plug-in's policy that does not describe itself has no numpy forward,
+        no program and no export."""
+        raise NotImplementedError(f"{type(self).__name__} does not describe itself as ops "
+                                  f"(BehaviourPolicy.behaviour_ops)")
+
+    def numpy_step(self) -> NumpyBehaviour:
+        """rows [..., obs_dim + carry_dim] -> (mean, std, carry after the step) equal to
+        :meth:`policy` to float32 round-off, on numpy views of the parameters: built once,
+        it follows every later load. A batch of rows (the agents of one simulation) gives
+        means [n, A] in one call (std [A] or [n, A])."""
+        return self.behaviour_ops(viewed)
 
     def numpy_policy(self) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
-        """A function state [obs_dim] -> (mean [A], std [A]) equal to :meth:`policy` to
-        float32 round-off, on numpy views of the parameters (see :class:`NumpyMLP`); built
-        once, it follows every later load of parameters. A batch of states [n, obs_dim]
-        (the agents of one simulation) gives means [n, A] in one call (std [A] or [n, A]).
-        A recurrent policy's is its :meth:`numpy_step` without the carry."""
-        step = self.numpy_step()
-        return lambda obs: step(obs)[:2]
+        """:meth:`numpy_step` without the carry."""
+        return self.numpy_step().policy
+
+    def program(self) -> Program:
+        """What an actor rank runs (:class:`~hpc_refer.algorithms.kit.program.Program`): the
+        ops' arrays as places in :func:`flat_state`'s vector, which it holds too."""
+        tensors = list(self.state_dict().values())
+        if not all(t.is_contiguous() for t in tensors):
+            raise ValueError(f"{type(self).__name__} holds a non-contiguous tensor: a "
+                             f"program locates arrays in contiguous tensors")
+        return Program.of(self.behaviour_ops(viewed),
+                          [(t.data_ptr(), t.numel(), t.element_size()) for t in tensors],
+                          flat_state(self))
 
     def mean_ops(self) -> list[Op]:
-        """The mean of :meth:`numpy_policy` as export ops over a row's state part and the
-        carry (:mod:`~hpc_refer.algorithms.kit.mean_ops`): what ``python -m hpc_refer.export``
-        writes. A plug-in's policy that does not describe its mean cannot be exported."""
-        raise NotImplementedError(f"{type(self).__name__} does not describe its mean as "
-                                  f"export ops (BehaviourPolicy.mean_ops)")
+        """The mean of :meth:`numpy_policy` as ops over a row's state part and the carry,
+        holding copies: what ``python -m hpc_refer.export`` writes."""
+        described = self.behaviour_ops(copied)
+        return [*described.outputs, *described.mean]
 
 
 def small_output_(trunk: nn.Sequential, scale: float = 0.1) -> None:

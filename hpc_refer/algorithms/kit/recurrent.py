@@ -36,13 +36,10 @@ a burn-in from the episode's start, costs up to an episode of forward steps per 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-import numpy as np
 import torch
 from torch import nn
 
-from hpc_refer.algorithms.kit.mean_ops import Op, copied
+from hpc_refer.algorithms.kit.ops import Arrays, Op, copied
 from hpc_refer.config.modes import Cell
 
 
@@ -94,34 +91,9 @@ class RecurrentCell(nn.Module):
             carries.append(carry)
         return torch.stack(outs, dim=1), torch.stack(carries, dim=1)
 
-    def op(self) -> Op:
-        """This cell as an export op (:mod:`~hpc_refer.algorithms.kit.mean_ops`)."""
+    def op(self, arrays: Arrays = copied) -> Op:
+        """This cell as an op (:mod:`~hpc_refer.algorithms.kit.ops`; its numpy step is
+        :func:`~hpc_refer.algorithms.kit.program.run_ops`)."""
         return Op("lstm" if self.lstm else "gru",
-                  copied(self.ih.weight.T, self.ih.bias, self.hh.weight.T, self.hh.bias),
+                  arrays(self.ih.weight.T, self.ih.bias, self.hh.weight.T, self.hh.bias),
                   {"width": self.width})
-
-    def numpy_cell(self) -> Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
-        """:meth:`forward` in numpy on views of the parameters (they follow every load)."""
-        w = self.width
-        wi, bi = self.ih.weight.detach().numpy().T, self.ih.bias.detach().numpy()
-        wh, bh = self.hh.weight.detach().numpy().T, self.hh.bias.detach().numpy()
-
-        def sigmoid(v: np.ndarray) -> np.ndarray:
-            return 0.5 * (1.0 + np.tanh(0.5 * v))
-
-        def step(x: np.ndarray, carry: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            h = carry[..., :w]
-            gx, gh = x @ wi + bi, h @ wh + bh
-            if self.lstm:
-                g = gx + gh
-                c = sigmoid(g[..., w:2 * w]) * carry[..., w:] + sigmoid(g[..., :w]) * np.tanh(
-                    g[..., 2 * w:3 * w])
-                h_new = sigmoid(g[..., 3 * w:]) * np.tanh(c)
-                return h_new, np.concatenate([h_new, c], axis=-1)
-            r = sigmoid(gx[..., :w] + gh[..., :w])
-            z = sigmoid(gx[..., w:2 * w] + gh[..., w:2 * w])
-            n = np.tanh(gx[..., 2 * w:] + r * gh[..., 2 * w:])
-            h_new = (1.0 - z) * n + z * h
-            return h_new, h_new
-
-        return step

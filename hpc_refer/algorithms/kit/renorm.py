@@ -39,8 +39,8 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from hpc_refer.algorithms.kit.mean_ops import Arrays, Op, copied, viewed
 from hpc_refer.algorithms.kit.networks import Normalizer
+from hpc_refer.algorithms.kit.ops import Arrays, Op, copied
 
 Updates = dict[str, torch.Tensor]
 """New values of buffers (running statistics, counts) by state-dict name, from a training
@@ -136,9 +136,9 @@ class RenormMLP(nn.Module):
         return out
 
     def ops(self, arrays: Arrays = copied) -> list[Op]:
-        """The evaluation as ops: renorm, linear, relu, ... (:mod:`~hpc_refer.algorithms.kit.
-        mean_ops`), holding copies of the tensors (an export) or views (``arrays=viewed``:
-        :class:`NumpyRenormMLP`)."""
+        """The evaluation as ops: renorm, linear, relu, ... (:mod:`~hpc_refer.algorithms.kit.ops`),
+        holding copies of the tensors (an export) or views (``arrays=viewed``: the actors'
+        numpy forward)."""
         ops = []
         for layer in self.layers:
             if isinstance(layer, BatchRenorm):
@@ -161,28 +161,6 @@ class RenormMLP(nn.Module):
             else:
                 x = layer(x)
         return x, updates
-
-
-class NumpyRenormMLP:
-    """The evaluation of a normalised :class:`RenormMLP` in numpy, for the actors' steps, on
-    numpy views of the module's parameters and buffers (so it follows every load): x_0 =
-    (s - mean) inv_std, then each renormalisation's affine map, linear layer and ReLU."""
-
-    def __init__(self, net: RenormMLP, normalizer: Normalizer) -> None:
-        self.scaling = (normalizer.mean.numpy(), normalizer.inv_std.numpy())
-        self.layers = net.ops(viewed)
-
-    def __call__(self, obs: np.ndarray) -> np.ndarray:
-        x = (obs - self.scaling[0]) * self.scaling[1]
-        for op in self.layers:
-            if op.kind == "renorm":
-                mean, var, scale, bias = op.arrays
-                x = scale * ((x - mean) / np.sqrt(var + np.float32(op.attrs["eps"]))) + bias
-            elif op.kind == "linear":
-                x = x @ op.arrays[0] + op.arrays[1]
-            else:
-                x = np.maximum(x, 0.0)
-        return x
 
 
 class RenormQ(nn.Module):

@@ -1,6 +1,6 @@
 /* hpc_refer_policy.c: the interpreter of an exported hpc_refer policy (see the header file).
  *
- * policy.json lists the ops of the policy's mean (hpc_refer/algorithms/kit/mean_ops.py):
+ * policy.json lists the ops of the policy's mean (hpc_refer/algorithms/kit/ops.py):
  * normalize, gru, lstm, linear, softsign, relu, tanh, renorm, take, each reading its arrays
  * from policy.bin; then the action map c + h squash(m). A small JSON reader (the subset the
  * exporter writes: objects, arrays, numbers, strings, true, false, null) reads the header.

@@ -1,12 +1,16 @@
-"""A policy's mean action as a short list of operations, the form every export is written from
-(:mod:`hpc_refer.export`: the ONNX graph, the weight file and the C routine that interprets
-it).
+"""A behaviour policy as short lists of operations: the form every export is written from
+(:mod:`hpc_refer.export`: the ONNX graph, the weight file and the C routine that interpret a
+policy's mean) and the form actor ranks run, in numpy without torch
+(:mod:`hpc_refer.algorithms.kit.program`).
 
-A behaviour policy describes the mean m(r) of its Gaussian, the action an evaluation takes
-before the map into the action box, as ops applied in order to a vector x that starts as the
-policy's input row's state part (the stacked observation with ``env.history``) and to the
-carry c of a recurrent policy (0 at an episode's start). All arithmetic is float32; matrices
-are stored as numpy's forwards multiply them, a row vector times [inputs, outputs]:
+A behaviour policy describes its Gaussian mu(.|r) = N(m(r), sigma(r)^2) in three lists, each
+applied in order to a vector x: the *outputs* of its network, starting from the input row's
+state part (the stacked observation with ``env.history``) and the carry c of a recurrent
+policy (0 at an episode's start); the *mean* m, starting from those outputs (the action an
+evaluation takes before the map into the action box); the *std* sigma, starting from the
+same outputs. The export writes the outputs' and the mean's ops (``mean_ops()``); the std
+ops appear only in actors' programs. All arithmetic is float32; matrices are stored as
+numpy's forwards multiply them, a row vector times [inputs, outputs]:
 
 ============ ====================================== ===========================================
 op           arrays (float32, row-major)             x <- (and c <-)
@@ -23,32 +27,47 @@ tanh         --                                      tanh(x)
 renorm       mean [N], var [N], scale [N], bias [N]  scale (x - mean) / sqrt(var + eps) + bias
              (attribute ``eps``)                     (batch renormalisation in evaluation)
 take         (attributes ``start``, ``count``)       x[start : start + count]
+const        value [N]                               value (a state-independent output)
+softplus     --                                      log(1 + exp(x))
+clip         (attributes ``low``, ``high``)          min(max(x, low), high)
+exp          --                                      exp(x)
 ============ ====================================== ===========================================
 
-The ops are a description, not a second forward: hpc_refer's actors run the numpy forwards of
-:mod:`~hpc_refer.algorithms.kit.networks`, and the export's tests check every interpretation of
-these ops against them.
+The export reads the first nine kinds (:data:`MEAN_KINDS`); ``const``, ``softplus``, ``clip``
+and ``exp`` make the std of V-RACER (softplus of a parameter vector), of the fixed-sigma
+heads (a buffer) and of the squashed Gaussians (exp of the clipped log sigma outputs).
+
+This module imports no torch: :func:`copied` and :func:`viewed` take anything with torch's
+``detach().numpy()``, so that actor ranks read the ops without the learner's stack.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 OP_ARRAYS: dict[str, tuple[str, ...]] = {
     "normalize": ("mean", "inv_std"), "gru": ("w_ih", "b_ih", "w_hh", "b_hh"),
     "lstm": ("w_ih", "b_ih", "w_hh", "b_hh"), "linear": ("w", "b"), "softsign": (),
-    "relu": (), "tanh": (), "renorm": ("mean", "var", "scale", "bias"), "take": ()}
+    "relu": (), "tanh": (), "renorm": ("mean", "var", "scale", "bias"), "take": (),
+    "const": ("value",), "softplus": (), "clip": (), "exp": ()}
 """Each op's arrays, in the order :class:`Op` holds them (module docstring)."""
+
+MEAN_KINDS = ("normalize", "gru", "lstm", "linear", "softsign", "relu", "tanh", "renorm",
+              "take")
+"""The kinds a policy's outputs and mean are made of: what the export writes and reads."""
 
 
 @dataclass(frozen=True)
 class Op:
-    """One operation of a policy's mean (module docstring): ``kind`` one of :data:`OP_ARRAYS`,
-    its float32 ``arrays`` in that table's order, and its integer or float ``attrs``."""
+    """One operation (module docstring): ``kind`` one of :data:`OP_ARRAYS`, its float32
+    ``arrays`` in that table's order, and its integer or float ``attrs``."""
 
     kind: str
     arrays: tuple[np.ndarray, ...] = ()
@@ -61,7 +80,8 @@ class Op:
 
 
 Arrays = Callable[..., tuple[np.ndarray, ...]]
-"""How an op holds its tensors: :func:`copied` (an export) or :func:`viewed` (a numpy forward)."""
+"""How an op holds its tensors: :func:`copied` (an export) or :func:`viewed` (a numpy forward,
+and an actor's program)."""
 
 
 def copied(*tensors: torch.Tensor) -> tuple[np.ndarray, ...]:
