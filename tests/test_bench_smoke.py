@@ -54,6 +54,7 @@ EXPECTED: dict[str, dict[str, set[str]]] = {
     "crossq_speed.py": {"crossq_speed.json": WRITE | {"env", "critic_width", "rates",
                                                       "median_steps_per_s",
                                                       "ratio_hpc_refer_over_sb3"}},
+    "example_runs.py": {"example_runs.json": WRITE | {"ranks", "learners", "steps", "cases"}},
     "export_speed.py": {"export_speed.json": WRITE | {"network", "us_per_call", "samples_us",
                                                       "targets_us", "load_avg_before",
                                                       "load_avg_after"}},
