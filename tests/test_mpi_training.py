@@ -33,7 +33,7 @@ from hpc_refer.replay.shard import HAS_ACTION, IN_USE, ReplayShard
 from hpc_refer.report.metrics import RunDirectory
 from hpc_refer.report.records import TRUNCATED, Chunk
 from hpc_refer.run.learning import make_learner
-from hpc_refer.run.roles import run_role
+from hpc_refer.run.main import run_role
 
 COMM = MPI.COMM_WORLD
 W = COMM.Get_size()

@@ -20,7 +20,7 @@ import shlex
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hpc_refer.config.cli import (
     ENV_HELP,
@@ -29,7 +29,7 @@ from hpc_refer.config.cli import (
     parse_command_line,
     plugins_of,
 )
-from hpc_refer.config.layout import Layout, LayoutError, compute_layout
+from hpc_refer.config.layout import Layout, LayoutError, Role, compute_layout
 from hpc_refer.config.modes import ConfigError, Sampling
 from hpc_refer.config.resolve import Config, build_config, load_toml, table_types
 from hpc_refer.config.values import coerce
@@ -52,7 +52,10 @@ from hpc_refer.report.clock import CLOCK
 from hpc_refer.report.lock import RunLock, died_message
 from hpc_refer.report.metrics import RunDirectory, machine_info, new_run_dir, record_stop
 from hpc_refer.report.schema import STATE_FILE, read_state
-from hpc_refer.run.roles import run_role
+from hpc_refer.run.roles import ActorResult, actor_main, solver_main
+
+if TYPE_CHECKING:
+    from hpc_refer.loop.learner_loop import LearnerResult
 
 LOG = logging.getLogger("hpc_refer.run")  # not __name__: "__main__" under python -m
 
@@ -424,6 +427,32 @@ def main(argv: list[str] | None = None) -> int:
         barrier()  # every rank starts the run's clock as all of them leave it
     CLOCK.start(resume.elapsed if resume is not None else 0.0)
     return _train(start, rank, fabric, run, path, resume, hosts)
+
+
+def run_role(config: Config, layout: Layout, fabric: Fabric | None,
+             run: RunDirectory | None, run_dir: Path | None = None,
+             resume: Resume | None = None) -> LearnerResult | ActorResult | None:
+    """Run this rank's role to the end; returns what a learner or actor rank ends with.
+
+    A world of one rank (``fabric`` may then be None) trains in this process. ``run_dir``
+    (on every rank; None: no checkpoints) receives the checkpoints; ``resume`` is the
+    checkpoint to continue from. The learning side is imported here, by the ranks that
+    learn alone (:mod:`hpc_refer.run.roles`)."""
+    role = layout.role(fabric.rank if fabric is not None else 0)
+    if role is Role.ACTOR:
+        assert fabric is not None
+        return actor_main(config, layout, fabric, run_dir, resume)
+    if role is Role.SOLVER:
+        assert fabric is not None
+        solver_main(config, layout, fabric, run_dir)
+        return None
+    from hpc_refer.run.learning import learner_main, set_threads, train_local
+
+    set_threads(config)
+    if role is Role.SINGLE:
+        return train_local(config, run, run_dir, resume)
+    assert fabric is not None
+    return learner_main(config, layout, fabric, run, run_dir, resume)
 
 
 def rank_table(layout: Layout, hosts: list[str]) -> list[dict[str, Any]]:

@@ -1,8 +1,8 @@
-"""The entry points of the rank roles (see :mod:`hpc_refer.config.layout`), one for every launch:
-:func:`run_role` sends a rank to the learning side (:mod:`hpc_refer.run.learning`: a learner
-rank's loop, or a whole training in one process), to an actor's loop (:func:`actor_main`: send
-each chunk, wait for new parameters or stop) or to a solver rank's (:func:`solver_main`); and
-the factory of actors from the config.
+"""The rank roles that step environments (see :mod:`hpc_refer.config.layout`): an actor's loop
+(:func:`actor_main`: send each chunk, wait for new parameters or stop) and a solver rank's
+(:func:`solver_main`), the factory of actors from the config and what both sides of a run
+share; :func:`hpc_refer.run.main.run_role` sends each rank here or to the learning side
+(:mod:`hpc_refer.run.learning`).
 
 Actor and solver ranks stay light: this module imports neither torch nor the replay's
 compiled kernels, and only a learner rank (or a run of one process) imports
@@ -17,10 +17,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hpc_refer.algorithms.kit.program import Program
-from hpc_refer.config.layout import Layout, Role, SeedRole, role_seed
+from hpc_refer.config.layout import Layout, SeedRole, role_seed
 from hpc_refer.config.modes import Warmup
 from hpc_refer.config.resolve import Config
 from hpc_refer.envs.driver import TeamDriver, serve_team
@@ -35,9 +35,6 @@ from hpc_refer.parallel.channels import ActorChannel, Fabric, Reply, recv_progra
 from hpc_refer.parallel.solver_link import MpiLinks
 from hpc_refer.parallel.world import MpiTeam
 from hpc_refer.report.metrics import RunDirectory
-
-if TYPE_CHECKING:
-    from hpc_refer.loop.learner_loop import LearnerResult
 
 LOG = logging.getLogger(__name__)
 
@@ -185,29 +182,3 @@ def solver_main(config: Config, layout: Layout, fabric: Fabric,
     team = MpiTeam(fabric.team)
     spec = SolverSpec.of(config, run_dir)
     serve_team(env_kind(spec.env_id).factory(spec, layout.team(fabric.rank)), team)
-
-
-def run_role(config: Config, layout: Layout, fabric: Fabric | None,
-             run: RunDirectory | None, run_dir: Path | None = None,
-             resume: Resume | None = None) -> LearnerResult | ActorResult | None:
-    """Run this rank's role to the end; returns what a learner or actor rank ends with.
-
-    A world of one rank (``fabric`` may then be None) trains in this process. ``run_dir``
-    (on every rank; None: no checkpoints) receives the checkpoints; ``resume`` is the
-    checkpoint to continue from. The learning side is imported here, by the ranks that
-    learn (module docstring)."""
-    role = layout.role(fabric.rank if fabric is not None else 0)
-    if role is Role.ACTOR:
-        assert fabric is not None
-        return actor_main(config, layout, fabric, run_dir, resume)
-    if role is Role.SOLVER:
-        assert fabric is not None
-        solver_main(config, layout, fabric, run_dir)
-        return None
-    from hpc_refer.run.learning import learner_main, set_threads, train_local
-
-    set_threads(config)
-    if role is Role.SINGLE:
-        return train_local(config, run, run_dir, resume)
-    assert fabric is not None
-    return learner_main(config, layout, fabric, run, run_dir, resume)
