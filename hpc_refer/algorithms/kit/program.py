@@ -130,8 +130,8 @@ class NumpyBehaviour:
 
     def __call__(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         d = self.obs_dim
-        s, c = (rows, rows[..., d:]) if rows.shape[-1] == d else (rows[..., :d], rows[..., d:])
-        y, carry = run_ops(self.outputs, s, c if self.carry_dim else None)
+        c = rows[..., d:]
+        y, carry = run_ops(self.outputs, rows[..., :d], c if self.carry_dim else None)
         mean, _ = run_ops(self.mean, y)
         std, _ = run_ops(self.std, y)
         if mean.ndim < rows.ndim:  # a constant mean, one per row all the same
