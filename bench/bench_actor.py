@@ -36,7 +36,12 @@ from hpc_refer.loop.actor import Actor
 
 class TorchPolicyActor(Actor):
     """The actor with mu evaluated by the torch module (one call per step). Its policy is
-    feed-forward, so the carry that :meth:`Actor._policy` returns third is None."""
+    feed-forward, so the carry that :meth:`Actor._policy` returns third is None. It is
+    built like the numpy actor, from the network's program, and keeps the network."""
+
+    def __init__(self, env: TeamDriver, net: GaussianPolicyValueNet) -> None:
+        super().__init__(env, net.program(), ActionBounds.CLIP, seed=0, chunk_len=1000)
+        self.net = net
 
     @torch.inference_mode()
     def _policy(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, None]:
@@ -44,10 +49,11 @@ class TorchPolicyActor(Actor):
         return mean[0].numpy(), std.expand_as(mean)[0].numpy(), None
 
 
-def actor_rate(cls: type[Actor], steps: int) -> float:
+def actor_rate(torch_policy: bool, steps: int) -> float:
     env = TeamDriver(GymEnv("HalfCheetah-v5"), None, timeout=RunConfig.env_step_timeout)
     net = GaussianPolicyValueNet(env.obs_dim, env.act_dim, NetworkShape((128, 128)), 0.5)
-    actor = cls(env, net, ActionBounds.CLIP, seed=0, chunk_len=1000)
+    actor = (TorchPolicyActor(env, net) if torch_policy else
+             Actor(env, net.program(), ActionBounds.CLIP, seed=0, chunk_len=1000))
     actor.step()  # the first reset
     t = time.perf_counter()
     for _ in range(steps):
@@ -89,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     rates: dict[str, list[float]] = {"mujoco": [], "actor_numpy": [], "actor_torch": []}
     for _ in range(args.repeats):
         rates["mujoco"].append(mujoco_rate(args.steps))
-        rates["actor_numpy"].append(actor_rate(Actor, args.steps))
-        rates["actor_torch"].append(actor_rate(TorchPolicyActor, args.steps))
+        rates["actor_numpy"].append(actor_rate(False, args.steps))
+        rates["actor_torch"].append(actor_rate(True, args.steps))
     med = {k: median(v) for k, v in rates.items()}
     overheads = [1e6 / a - 1e6 / m for a, m in zip(rates["actor_numpy"], rates["mujoco"],
                                                       strict=True)]

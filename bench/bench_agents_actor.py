@@ -75,7 +75,7 @@ def rate(cls: type[Actor], agents: int, steps: int) -> float:
     env = TeamDriver(Free(agents=agents), None)
     torch.manual_seed(0)
     net = GaussianPolicyValueNet(OBS, ACT, NetworkShape((128, 128)), 0.5)
-    actor = cls(env, net, ActionBounds.CLIP, seed=0, chunk_len=256)
+    actor = cls(env, net.program(), ActionBounds.CLIP, seed=0, chunk_len=256)
     actor.grant(256)
     t = time.perf_counter()
     while env.env.steps < steps:
