@@ -9,11 +9,25 @@ checkpoint part (:meth:`ActorBook.checkpoint_state`, keys of the loop tree).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from hpc_refer.report.records import ChunkEnd, Incoming, MessageKind, StateTree
+
+SPEED_CAP = 10**9
+"""The largest speed (:func:`speed`): a million steps per second. Speeds are integers so that
+their sums over learners (float64 allreduces) are exact and every learner grants alike."""
+
+
+def speed(steps: int, seconds: float) -> int:
+    """An actor's speed, the weight of its step budgets (:func:`~hpc_refer.loop.learner_loop
+    .grant_steps`): ``steps`` taken in ``seconds``, as steps per 1000 s rounded to an
+    integer in [1, :data:`SPEED_CAP`]."""
+    if seconds <= 0:
+        return SPEED_CAP
+    return max(1, min(SPEED_CAP, round(1000 * steps / seconds)))
 
 
 @dataclass
@@ -38,6 +52,11 @@ class ActorBook:
     """Why environments failed for good (one text each)."""
     faults: dict[int, int] = field(default_factory=dict)
     """Solver faults of each actor so far, as its latest message reported them."""
+    released_at: dict[int, float] = field(default_factory=dict)
+    """When each actor running with a step budget was released (``time.perf_counter()``)."""
+    speeds: dict[int, int] = field(default_factory=dict)
+    """Each actor's speed, the weight of its step budgets (:func:`speed`): that of its latest
+    chunk, from its release to its message; none before its first chunk."""
 
     @classmethod
     def of(cls, actors: list[int]) -> ActorBook:
@@ -45,12 +64,14 @@ class ActorBook:
         return cls(list(actors), waiting=list(actors),
                    between_episodes=dict.fromkeys(actors, True))
 
-    def note(self, message: Incoming) -> bool:
-        """Book a message: the sender no longer runs; it waits for a reply unless it
-        finished or is stuck. Returns whether the message carries steps to store (a chunk
-        with at least one state)."""
+    def note(self, message: Incoming, now: float) -> bool:
+        """Book a message that arrived at ``now`` (``time.perf_counter()``): the sender no
+        longer runs; it waits for a reply unless it finished or is stuck; a chunk of steps
+        taken on a budget measures its speed. Returns whether the message carries steps to
+        store (a chunk with at least one state)."""
         actor = message.actor
         self.running.discard(actor)
+        released_at = self.released_at.pop(actor, None)
         self.granted.pop(actor, None)
         if message.faults is not None:
             self.faults[actor] = message.faults
@@ -75,14 +96,26 @@ class ActorBook:
             return False
         self.between_episodes[actor] = (chunk.end != ChunkEnd.OPEN if message.between is None
                                         else message.between)
+        if released_at is not None and chunk.act.shape[0]:
+            self.speeds[actor] = speed(chunk.act.shape[0], now - released_at)
         return True
 
-    def release(self, actor: int, budget: int | None) -> None:
-        """``actor`` was answered: with parameters and a step ``budget``, or (None) with an
-        evaluation round."""
+    def release(self, actor: int, budget: int | None, now: float) -> None:
+        """``actor`` was answered at ``now``: with parameters and a step ``budget``, or
+        (None) with an evaluation round."""
         self.running.add(actor)
         if budget is not None:
             self.granted[actor] = budget
+            self.released_at[actor] = now
+
+    @property
+    def unmeasured(self) -> int:
+        """Actors running or waiting whose speed is not known yet."""
+        return sum(a not in self.speeds for a in (*self.running, *self.waiting))
+
+    def speed_sum(self, actors: Iterable[int]) -> int:
+        """The summed speeds of ``actors`` (each measured)."""
+        return sum(self.speeds[a] for a in actors)
 
     @property
     def total_faults(self) -> int:

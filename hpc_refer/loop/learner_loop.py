@@ -17,9 +17,15 @@ actors of all learners together never take more than ``run.steps``. The counters
 every iteration hold the steps received, the steps *granted* to running actors and not
 received yet, and the number of waiting actors of each learner; from these every learner
 knows the same remainder R = ``run.steps`` - received - granted and the same order of all
-waiting actors (learner by learner), and grants its own ones their place's share of R
-(:func:`grant_steps`: R // W each, one more to the first R % W, at most ``chunk_len``), so
-the budgets of one iteration sum to at most R over all learners. An actor granted nothing
+waiting actors (learner by learner), and grants its own ones their share of R
+(:func:`grant_steps`, at most ``chunk_len``), so the budgets of one iteration sum to at most
+R over all learners. The shares follow the actors' speeds (the steps of an actor's latest
+chunk over the time from its release to its message, summed in the counters too): the
+waiting actors get the part of R that is theirs beside the running ones, each in proportion
+to its speed, so near the end a slow actor is granted only what it takes in the time the
+others need for the rest, and no actor waits for the last chunk of a slow one (BENCHMARKS 23).
+Until every actor's speed is known (the first chunks, after a restart), all weigh the same:
+R // W each of the W waiting actors while none runs. An actor granted nothing
 keeps waiting (a later iteration, or the stop at the end, answers it); an actor's grant is
 over when its next message arrives (its chunk holds at most the budget, a cut or an episode
 end sends fewer). Whenever steps remain and no actor runs, the first waiting one is granted
@@ -145,31 +151,80 @@ class LoopCounters(NamedTuple):
     """Environments that failed for good."""
     granted: int
     """Environment steps granted to running actors and not received yet."""
+    unmeasured: int
+    """Actors running or waiting whose speed is not known yet."""
+    running_speed: int
+    """The summed speeds of the running actors (:func:`~hpc_refer.loop.actor_book.speed`)."""
     waiting: tuple[int, ...]
     """Actors waiting for a reply, per learner (each learner fills its own slot)."""
+    waiting_speed: tuple[int, ...]
+    """The summed speeds of the waiting actors with a known one, per learner."""
 
     def pack(self) -> np.ndarray:
-        return np.array([*self[:-1], *self.waiting], np.float64)
+        return np.array([*self[:-2], *self.waiting, *self.waiting_speed], np.float64)
 
     @classmethod
     def unpack(cls, flat: np.ndarray) -> LoopCounters:
-        fixed = len(cls._fields) - 1
-        return cls._make([*(int(x) for x in flat[:fixed]), tuple(int(x) for x in flat[fixed:])])
+        fixed = len(cls._fields) - 2
+        learners = (len(flat) - fixed) // 2
+        ints = [int(x) for x in flat]
+        return cls._make([*ints[:fixed], tuple(ints[fixed:fixed + learners]),
+                          tuple(ints[fixed + learners:])])
+
+    @classmethod
+    def zero(cls, learners: int) -> LoopCounters:
+        """Counters of a loop that has summed none yet."""
+        return cls.unpack(np.zeros(len(cls._fields) - 2 + 2 * learners))
+
+    def grant_weights(self) -> tuple[tuple[int, ...], int]:
+        """The weights that share the remaining steps (:func:`grant_steps`): the waiting
+        actors' summed speed per learner and the running ones' speed; while any actor's
+        speed is unknown, every actor weighs 1 (actors counted)."""
+        if self.unmeasured:
+            return self.waiting, self.active - sum(self.waiting)
+        return self.waiting_speed, self.running_speed
 
 
-def grant_steps(remaining: int, waiting: Sequence[int], rank: int, chunk_len: int
-                ) -> list[int]:
-    """The step budgets of learner ``rank``'s waiting actors, in its order.
+def shares(total: int, weights: Sequence[int]) -> list[int]:
+    """``total`` split in proportion to ``weights`` (integers >= 0, some > 0):
+    floor(total w_i / sum w) each, then one more to each of the first ones with w_i > 0 until
+    the parts sum to ``total`` (fewer than the positive weights are left over)."""
+    whole = sum(weights)
+    parts = [total * w // whole for w in weights]
+    left = total - sum(parts)
+    for i, w in enumerate(weights):
+        if left == 0:
+            break
+        if w:
+            parts[i] += 1
+            left -= 1
+    return parts
 
-    ``remaining``: steps of the run neither received nor granted; ``waiting``: the waiting
-    actors of every learner. All waiting actors, learner by learner, share ``remaining``:
-    each gets ``remaining // W``, the first ``remaining % W`` one more, and none more than
-    ``chunk_len``; the budgets of all learners sum to at most ``max(remaining, 0)``.
+
+def grant_steps(remaining: int, waiting: Sequence[int], running: int, weights: Sequence[int],
+                rank: int, chunk_len: int) -> list[int]:
+    """The step budgets of learner ``rank``'s waiting actors, whose weights (speeds) are
+    ``weights``, in its order.
+
+    ``remaining``: the steps R of the run neither received nor granted; ``waiting``: the
+    summed weight V_k of the waiting actors of every learner k, V_w their sum; ``running``:
+    the summed weight V_r of the running actors (:meth:`LoopCounters.grant_weights`). At the
+    actors' speeds R takes R / (V_w + V_r) more time, so the waiting actors together get
+    R_w = floor(R V_w / (V_w + V_r)) steps (all of R when none runs), learner k the share
+    S_k of R_w in proportion to V_k and its actor i the share of S_k in proportion to w_i
+    (:func:`shares`), none more than ``chunk_len``. The budgets of all learners sum to R_w,
+    or less where the cap cut them: never more than max(R, 0). Where every actor weighs 1 and
+    none runs, this is R // W each of W waiting actors, the first R % W one more. With
+    speeds, no actor is granted more steps than it takes in the time the others need for
+    theirs: near the end of a run the budgets shrink with what remains, a slow actor's most,
+    so all actors step until the last steps are taken instead of waiting for a slow one's
+    last chunk.
     """
+    if not weights or remaining <= 0:
+        return [0] * len(weights)
     total = sum(waiting)
-    first = sum(waiting[:rank])
-    share, extra = divmod(max(remaining, 0), max(total, 1))
-    return [min(chunk_len, share + (first + i < extra)) for i in range(waiting[rank])]
+    own = shares(remaining * total // (total + running), waiting)[rank]
+    return [min(chunk_len, g) for g in shares(own, weights)]
 
 
 IDLE_WAIT_S = 0.02
@@ -337,7 +392,7 @@ class LearnerLoop:
         self.faults = 0
         """Solver faults of all actors so far (global)."""
         self.new_steps = 0
-        self.counters = LoopCounters(0, 0, 0, 0, 0, 0, 0, (0,) * self.reducer.size)
+        self.counters = LoopCounters.zero(self.reducer.size)
         """The counters of the latest reduction (:meth:`sum_counters`)."""
         self.slack = config.replay.grad_ratio * envs * config.run.chunk_len
         self.resumed = False
@@ -354,7 +409,7 @@ class LearnerLoop:
 
     def handle(self, message: Incoming) -> None:
         """Book one actor message; store its steps and note its episodes."""
-        if self.book.note(message):
+        if self.book.note(message, time.perf_counter()):
             chunk = message.chunk
             assert chunk is not None
             self.learner.store(chunk)
@@ -387,11 +442,16 @@ class LearnerLoop:
         """Collective over learners: the loop counters summed (kept as ``counters``)."""
         book = self.book
         waiting = [0] * self.reducer.size
+        waiting_speed = [0] * self.reducer.size
         waiting[self.reducer.rank] = len(book.waiting)
+        unmeasured = book.unmeasured
+        if not unmeasured:
+            waiting_speed[self.reducer.rank] = book.speed_sum(book.waiting)
         local = LoopCounters(self.new_steps, self.learner.replay.size,
                              len(book.running) + len(book.waiting), book.total_faults,
                              int(STOP()), len(book.failures), sum(book.granted.values()),
-                             tuple(waiting))
+                             unmeasured, 0 if unmeasured else book.speed_sum(book.running),
+                             tuple(waiting), tuple(waiting_speed))
         self.counters = LoopCounters.unpack(self.reducer.sum(local.pack()))
         return self.counters
 
@@ -413,18 +473,22 @@ class LearnerLoop:
         assert counters.waiting[self.reducer.rank] == len(book.waiting)
         if not book.waiting:  # (most iterations: the policy vector costs 0.2 ms to build)
             return
+        waiting, running = counters.grant_weights()
+        weights = ([1] * len(book.waiting) if counters.unmeasured
+                   else [book.speeds[a] for a in book.waiting])
         budgets = grant_steps(self.config.run.steps - self.env_steps - counters.granted,
-                              counters.waiting, self.reducer.rank, self.config.run.chunk_len)
-        flat = self.learner.policy()
+                              waiting, running, weights, self.reducer.rank,
+                              self.config.run.chunk_len)
+        flat, now = self.learner.policy(), time.perf_counter()
         kept = []
         for actor, budget in zip(book.waiting, budgets, strict=True):
             if (actor == self.eval_actor and self.schedule.eval_step is not None
                     and book.between_episodes[actor]):
                 self.channel.send_eval(actor, flat, self.config.run.eval_episodes)
-                book.release(actor, None)
+                book.release(actor, None, now)
             elif budget:
                 self.channel.send_params(actor, flat, budget)
-                book.release(actor, budget)
+                book.release(actor, budget, now)
             else:
                 kept.append(actor)
         book.waiting = kept
@@ -549,8 +613,9 @@ class LearnerLoop:
             # Only here can an actor be running at a checkpoint (MPI actors are cut first):
             # released, not run yet. It runs with a budget recomputed from this run's steps
             # (a restart asks for more steps than the checkpoint's, so it is >= 1).
-            budgets = grant_steps(self.config.run.steps - self.env_steps,
-                                  (len(self.book.running),), 0, self.config.run.chunk_len)
+            running = len(self.book.running)
+            budgets = grant_steps(self.config.run.steps - self.env_steps, (running,), 0,
+                                  [1] * running, 0, self.config.run.chunk_len)
             self.book.granted = dict(zip(sorted(self.book.running), budgets, strict=True))
             self.channel.resume(self.book.granted)
 
