@@ -74,6 +74,7 @@ from hpc_refer.report.schema import (
 )
 from hpc_refer.report.series import read_series
 from hpc_refer.report.snapshots import draw_snapshot
+from hpc_refer.report.starts import starts_section
 
 DIAGNOSTICS = (("beta", "beta (penalty coefficient, eq. 12)"),
                ("c_max", "c_max (eq. 13)"),
@@ -465,6 +466,7 @@ def render(runs: list[Run], window: int | None = None) -> str:
         ("Losses", losses_section(runs)),
         ("Throughput", throughput_section(runs)),
         ("Solver faults", faults_section(runs)),
+        ("Starts and stops", starts_section([r.name for r in runs], [r.log_lines for r in runs])),
         ("Episode metrics", metrics_section(runs, window)),
         ("Per-step series", series_section(runs)),
         ("Flow fields", fields_section(runs)),
@@ -475,7 +477,7 @@ def render(runs: list[Run], window: int | None = None) -> str:
     ]
     if any(agent_count(r.episodes) > 1 for r in runs):  # a section for several agents
         named = [(r.name, r.episodes) for r in runs]
-        sections.insert(8, ("Agents", agents_section(
+        sections.insert(9, ("Agents", agents_section(
             named, window or auto_window([r.path for r in runs]))))
     body = "".join(f"<section><h2>{html.escape(h)}</h2>{content}</section>"
                    for h, content in sections)

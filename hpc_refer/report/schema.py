@@ -57,6 +57,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -254,6 +255,20 @@ LOG_LINE = re.compile(r"^(?P<time>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) \[(?P<ran
                       r"(?P<message>.*)$")
 """A line of log.txt (:mod:`hpc_refer.report.logs`): ``<date> <time> [<rank>] <message>``, the
 message of a warning or an error starting with ``warning: `` or ``error: ``."""
+
+
+START_LINE = re.compile(r"^run directory .*?(?:, resumed from .*step-(?P<step>\d+))?$")
+"""The message that begins each start of a run (learner 0, :mod:`hpc_refer.run.main`), with
+the step of the checkpoint it resumed from."""
+STOP_LINE = re.compile(r"^stopped at step (?P<step>\d+) \((?P<why>.*)\); resume with: ")
+"""The message of a run that stopped before its steps (a signal, a failure, lost ranks)."""
+STEP_LINE = re.compile(r"^steps (?P<step>\d+)/\d+ ")
+"""A progress line (:func:`~hpc_refer.report.metrics.progress_line`)."""
+
+
+def parse_log_time(text: str) -> datetime:
+    """The time of a log line (:data:`LOG_LINE`'s ``time``)."""
+    return datetime.strptime(text, "%Y-%m-%d %H:%M:%S")
 
 
 def log_messages(path: Path) -> list[str]:
