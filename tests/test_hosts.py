@@ -20,6 +20,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from mpi_launch import mpi_env, mpirun_exe
 
 from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.report.build import write_run_report
+from hpc_refer.report.schema import STEP_LINE, STOP_LINE, log_messages
 
 pytestmark = pytest.mark.mpi_skip
 
@@ -136,3 +138,80 @@ def test_a_run_over_three_hosts_trains_checkpoints_and_finishes(hosts, tmp_path)
     assert record["env_step"] == 300 and record["grad_step"] > 0
     report = write_run_report(run_dir).read_text()
     assert "ranks on 3 hosts: host-a, host-b, host-c" in report
+
+
+def _kill_ranks(ns: str) -> int:
+    """Kill the ranks of namespace ``ns`` (the processes of hpc_refer there)."""
+    pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True,
+                          check=True).stdout.split()
+    ranks = [p for p in pids
+             if b"hpc_refer.run" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    for pid in ranks:
+        subprocess.run(["kill", "-9", pid], capture_output=True, check=False)
+    return len(ranks)
+
+
+def _progress_steps(run_dir: Path) -> list[int]:
+    log = run_dir / "log.txt"
+    lines = log_messages(log) if log.is_file() else []
+    return [int(m["step"]) for line in lines if (m := STEP_LINE.match(line))]
+
+
+def test_a_lost_host_stops_the_run_with_a_record_that_names_its_ranks(hosts, tmp_path):
+    """The layout of the test above under ``mpirun --with-ft ulfm``; host c (team 1's
+    solver rank 4, and Open MPI's daemon there) is killed mid-run. The learner hears of the
+    lost rank from MPI, checkpoints without team 1, and the job ends (status 1) with a stop
+    record naming rank 4 and host-c. ``--restart`` on hosts a and b (one team) resumes from
+    that checkpoint and finishes; no episode written before it is lost, and the report's
+    starts-and-stops table shows the gap."""
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("".join(f"{a} slots={n}\n"
+                                for a, n in zip(hosts.addresses, (1, 3, 1), strict=True)))
+    run_dir = tmp_path / "run"
+    train = ["--env", "Diffusion1D", "--ranks-per-env", "2", "--steps", "100000",
+             "--checkpoint-every", "200", "--log-every", "50", "--replay.learn-start", "100",
+             "--replay.size", "400", f"--{VRacer.name}.batch", "16",
+             f"--{VRacer.name}.hidden", "8", "--chunk-len", "25", "--compile", "off",
+             "--run-dir", str(run_dir)]
+    proc = subprocess.Popen([*hosts.mpirun(hostfile), "--with-ft", "ulfm", "-n", "5",
+                             sys.executable, "-m", "hpc_refer.run", *train],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=mpi_env())
+    try:
+        deadline = time.monotonic() + 400
+        while not any(s >= 300 for s in _progress_steps(run_dir)):
+            assert proc.poll() is None and time.monotonic() < deadline, "no progress to 300"
+            time.sleep(0.5)
+        assert _kill_ranks(hosts.names[2]) == 1, "host c runs rank 4"
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode != 0, out[-3000:]
+    state = (run_dir / "state.txt").read_text()
+    assert state.startswith("failed: MPI ranks lost: 4 (host-c)"), state
+    stops = [m for line in log_messages(run_dir / "log.txt") if (m := STOP_LINE.match(line))]
+    assert len(stops) == 1 and "4 (host-c)" in stops[0]["why"]
+    stopped = int(stops[0]["step"])
+    last = run_dir / "checkpoints" / f"step-{stopped:012d}"
+    assert sorted(p.name for p in last.iterdir()) == [
+        "actor-0.h5", "learner-0.h5", "manifest.json"], "team 1 is lost: no part of it"
+    before = (run_dir / "episodes.csv").read_text().splitlines()
+    assert len(before) > 1
+
+    (hosts_ab := tmp_path / "hosts-ab").write_text(
+        "".join(f"{a} slots={n}\n" for a, n in zip(hosts.addresses[:2], (1, 2), strict=True)))
+    more = subprocess.run([*hosts.mpirun(hosts_ab), "-n", "3", sys.executable, "-m",
+                           "hpc_refer.run", "--restart", str(run_dir), "--steps",
+                           str(stopped + 200)],
+                          capture_output=True, text=True, timeout=600, env=mpi_env(),
+                          check=False)
+    assert more.returncode == 0, more.stdout[-3000:] + more.stderr[-3000:]
+    assert (run_dir / "state.txt").read_text() == "finished\n"
+    after = (run_dir / "episodes.csv").read_text().splitlines()
+    assert after[:len(before)] == before, "every episode before the checkpoint is kept"
+    assert len(after) > len(before)
+    ranks = json.loads((run_dir / "machine.json").read_text())[-1]["ranks"]
+    assert {r["host"] for r in ranks} == {"host-a", "host-b"}
+    report = write_run_report(run_dir).read_text()
+    assert "stopped: MPI ranks lost: 4 (host-c)" in report
+    assert "0 steps taken again" in report

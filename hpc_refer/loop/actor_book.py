@@ -47,7 +47,8 @@ class ActorBook:
     finished: list[int] = field(default_factory=list)
     """Actors whose environments finished their work."""
     stuck: set[int] = field(default_factory=set)
-    """Actors stuck in a solver call: they answer nothing any more."""
+    """Actors stuck in a solver call, or whose team lost a rank: they answer nothing any
+    more."""
     failures: list[str] = field(default_factory=list)
     """Why environments failed for good (one text each)."""
     faults: dict[int, int] = field(default_factory=dict)
@@ -70,6 +71,8 @@ class ActorBook:
         taken on a budget measures its speed. Returns whether the message carries steps to
         store (a chunk with at least one state)."""
         actor = message.actor
+        if actor in self.stuck:  # a team that lost a rank may still send: it is out
+            return False
         self.running.discard(actor)
         released_at = self.released_at.pop(actor, None)
         self.granted.pop(actor, None)
@@ -78,7 +81,7 @@ class ActorBook:
         if message.kind is MessageKind.FINISHED:
             self.finished.append(actor)
             return False
-        if message.kind is MessageKind.STUCK:
+        if message.kind in (MessageKind.STUCK, MessageKind.LOST):
             if actor in self.waiting:  # its main thread answered after all, then hung
                 self.waiting.remove(actor)
             self.failures.append(message.failure)

@@ -3,6 +3,8 @@ of the chunk / parameter exchange."""
 
 from __future__ import annotations
 
+import platform
+from collections.abc import Callable, Sequence
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +29,7 @@ from hpc_refer.parallel.world import (
     MpiReducer,
     _app_comm,
     _mpi,
+    proc_failed_classes,
 )
 from hpc_refer.report.records import (
     Chunk,
@@ -40,6 +43,26 @@ from hpc_refer.report.records import (
 
 if TYPE_CHECKING:
     from hpc_refer.algorithms.kit.program import Program
+
+
+def proc_failed(err: BaseException) -> bool:
+    """Whether ``err`` is MPI's report that a peer process failed (ULFM)."""
+    return (isinstance(err, _mpi().Exception)
+            and err.Get_error_class() in proc_failed_classes())
+
+
+def failed_ranks(comm: Any) -> list[int]:
+    """The ranks of ``comm`` that this process knows to have failed (ULFM)."""
+    failed = comm.Get_failed()
+    return _mpi().Group.Translate_ranks(failed, list(range(failed.Get_size())),
+                                        comm.Get_group())
+
+
+def lost_text(ranks: Sequence[int], hosts: Sequence[str]) -> str:
+    """The stop reason of a run that lost ``ranks`` (world ranks; ``hosts``: each rank's
+    host name, or empty)."""
+    where = ", ".join(f"{r}{f' ({hosts[r]})' if hosts else ''}" for r in ranks)
+    return f"MPI ranks lost: {where} (their processes died or their host went down)"
 
 
 class Reply(IntEnum):
@@ -79,6 +102,8 @@ class Fabric:
             self.learners = None
         if self.team == mpi.COMM_NULL:
             self.team = None
+        self.hosts: list[str] = []
+        """Each rank's host name once :meth:`gather_hosts` ran."""
 
     def reducer(self) -> Reducer:
         """The learners' reducer (serial when L = 1)."""
@@ -96,6 +121,27 @@ class Fabric:
     def allgather(self, obj: Any) -> list[Any]:
         """Every rank's pickled ``obj``, on every rank (rare control data)."""
         return self.world.allgather(obj)
+
+    def exit_status(self, status: int) -> int:
+        """Collective: rank 0's exit ``status`` on every rank; where ranks of the job are
+        lost (ULFM), the run failed and rank 0 aborts the job: 1 without a word."""
+        try:
+            return int(self.bcast(status))
+        except Exception as err:
+            if not proc_failed(err):
+                raise
+            return 1
+
+    def lost(self, err: BaseException) -> str | None:
+        """The stop reason :func:`lost_text` where ``err`` says that ranks of the job
+        failed (ULFM), else None."""
+        return lost_text(failed_ranks(self.world), self.hosts) if proc_failed(err) else None
+
+    def gather_hosts(self) -> list[str]:
+        """Collective: every rank's host name, in rank order, on every rank (kept as
+        ``hosts``: the learners name the hosts of lost ranks)."""
+        self.hosts = self.allgather(platform.node())
+        return self.hosts
 
 
 class ActorChannel:
@@ -216,21 +262,68 @@ class LearnerChannel:
     in_process = False
     """Actors run in their own processes (see the learner loop's ``LearnerSide``)."""
 
-    def __init__(self, world: Any, obs_dim: int, act_dim: int) -> None:
+    def __init__(self, world: Any, obs_dim: int, act_dim: int,
+                 actor_of: Callable[[int], int | None] = lambda rank: rank,
+                 hosts: Sequence[str] = ()) -> None:
         self.world = world
         self.obs_dim = obs_dim
         self.act_dim = act_dim
+        self.actor_of = actor_of
+        """The actor rank of a rank's team (None for a learner rank)."""
+        self.hosts = hosts
+        """Each world rank's host name (empty: unknown), for the text of lost ranks."""
+        self.lost: list[int] = []
+        """World ranks that MPI reported failed (under ULFM), in the order found."""
+        self._unreported: list[int] = []
         self._status = _mpi().Status()
 
     def poll(self, block: bool) -> Incoming | None:
         """Receive one message from any actor; None when nothing is pending and ``block`` is
-        False."""
+        False. A rank that MPI reports failed (``mpirun --with-ft ulfm``) comes as a LOST
+        message of its team's actor, one per lost rank."""
         mpi = _mpi()
-        if block:
-            self.world.Probe(source=mpi.ANY_SOURCE, tag=mpi.ANY_TAG, status=self._status)
-        elif not self.world.Iprobe(source=mpi.ANY_SOURCE, tag=mpi.ANY_TAG, status=self._status):
-            return None
-        source, tag = self._status.Get_source(), self._status.Get_tag()
+        try:
+            if self._unreported:
+                return self._lost_message()
+            if block:
+                self.world.Probe(source=mpi.ANY_SOURCE, tag=mpi.ANY_TAG, status=self._status)
+            elif not self.world.Iprobe(source=mpi.ANY_SOURCE, tag=mpi.ANY_TAG,
+                                       status=self._status):
+                return None
+            return self._receive(self._status.Get_source(), self._status.Get_tag())
+        except mpi.Exception as err:
+            if not self._note_failures(err):
+                raise
+            return self._lost_message()
+
+    def _note_failures(self, err: Any) -> bool:
+        """Whether ``err`` says that ranks failed; if so, book the newly failed ones (and
+        acknowledge them, so that receives from any source work again)."""
+        if not proc_failed(err):
+            return False
+        self.world.Ack_failed()
+        new = [r for r in failed_ranks(self.world) if r not in self.lost]
+        self.lost += new
+        self._unreported += new
+        return True
+
+    def _lost_message(self) -> Incoming:
+        rank = self._unreported.pop(0)
+        actor = self.actor_of(rank)
+        return Incoming(rank if actor is None else actor, MessageKind.LOST,
+                        failure=lost_text(self.lost, self.hosts))
+
+    def _send(self, buffer: np.ndarray, dest: int, tag: int) -> None:
+        """Send to an actor; one that failed is booked (a LOST message follows), not fatal."""
+        mpi = _mpi()
+        try:
+            self.world.Send(buffer, dest=dest, tag=tag)
+        except mpi.Exception as err:
+            if not self._note_failures(err):
+                raise
+
+    def _receive(self, source: int, tag: int) -> Incoming:
+        mpi = _mpi()
         if tag == TAG_DONE:
             self.world.Recv(np.empty(0, np.float32), source=source, tag=TAG_DONE)
             return Incoming(source, MessageKind.FINISHED)
@@ -274,27 +367,31 @@ class LearnerChannel:
     def send_params(self, actor: int, flat: np.ndarray, budget: int) -> None:
         """The float32 parameters ``flat`` and the environment steps the actor may take."""
         bits = np.array([budget, 0], np.int32).view(np.float32)
-        self.world.Send(np.concatenate([np.asarray(flat, np.float32), bits]), dest=actor,
-                        tag=TAG_PARAMS)
+        self._send(np.concatenate([np.asarray(flat, np.float32), bits]), actor, TAG_PARAMS)
 
     def send_stop(self, actor: int) -> None:
-        self.world.Send(np.empty(0, np.float32), dest=actor, tag=TAG_STOP)
+        self._send(np.empty(0, np.float32), actor, TAG_STOP)
 
     def send_cut(self, actor: int) -> None:
-        self.world.Send(np.empty(0, np.float32), dest=actor, tag=TAG_CUT)
+        self._send(np.empty(0, np.float32), actor, TAG_CUT)
 
     def send_eval(self, actor: int, flat: np.ndarray, episodes: int, final: bool = False) -> None:
         """An evaluation round of ``episodes`` with the parameters ``flat``; ``final``: the
         run's last, which drops the actor's training episode in progress."""
-        self.world.Send(np.append(flat, np.array([episodes, final], np.float32)), dest=actor,
-                        tag=TAG_EVAL)
+        self._send(np.append(flat, np.array([episodes, final], np.float32)), actor, TAG_EVAL)
 
     def resume(self, budgets: dict[int, int]) -> None:
         """Nothing to resume: actor ranks wait for their learner's first reply."""
 
     def request_checkpoints(self, actors: list[int], step: int) -> None:
-        """Ask each (waiting) actor to write its checkpoint part; wait until all have."""
+        """Ask each (waiting) actor to write its checkpoint part; wait until all have (or
+        are lost: the checkpoint then has no part of theirs)."""
+        mpi = _mpi()
         for actor in actors:
-            self.world.Send(np.array([step], np.float64), dest=actor, tag=TAG_CHECKPOINT)
+            self._send(np.array([step], np.float64), actor, TAG_CHECKPOINT)
         for actor in actors:
-            self.world.Recv(np.empty(0, np.float32), source=actor, tag=TAG_SAVED)
+            try:
+                self.world.Recv(np.empty(0, np.float32), source=actor, tag=TAG_SAVED)
+            except mpi.Exception as err:
+                if not self._note_failures(err):
+                    raise

@@ -26,6 +26,16 @@ def _mpi() -> Any:
 
 
 @cache
+def proc_failed_classes() -> frozenset[int]:
+    """The MPI error classes that say a peer process failed (ULFM: MPI_ERR_PROC_FAILED and
+    MPI_ERR_PROC_FAILED_PENDING; none where mpi4py's MPI does not define them)."""
+    mpi = _mpi()
+    return frozenset(getattr(mpi, name) for name in ("ERR_PROC_FAILED",
+                                                     "ERR_PROC_FAILED_PENDING")
+                     if hasattr(mpi, name))
+
+
+@cache
 def _appnums() -> tuple[int, ...]:
     """MPI_APPNUM of every rank of COMM_WORLD (one Allgather, on every process of the job).
 

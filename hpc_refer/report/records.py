@@ -125,6 +125,10 @@ class MessageKind(IntEnum):
     STUCK = 4
     """The actor's process is stuck in a solver call (its watchdog thread says so): it
     answers nothing any more, so the run checkpoints without it and ends the job."""
+    LOST = 5
+    """A rank of the actor's team is gone (its process died or its host went down; MPI
+    reported it, under ``mpirun --with-ft ulfm``): like STUCK, the run checkpoints without
+    the team and ends the job; the text names the lost ranks and their hosts."""
 
 
 class Incoming(NamedTuple):

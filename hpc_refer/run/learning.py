@@ -78,7 +78,10 @@ def learner_main(config: Config, layout: Layout, fabric: Fabric, run: RunDirecto
         obs_dim, act_dim, names = agreed_solver(fabric, None)
         declare_episode_metrics(run, names)
     learner = make_learner(config, obs_dim, act_dim, fabric.reducer())
-    channel = LearnerChannel(fabric.world, learner.algo.row_dim, act_dim)
+    channel = LearnerChannel(fabric.world, learner.algo.row_dim, act_dim,
+                             lambda rank: (None if rank < layout.learners
+                                           else layout.actor_rank(layout.team(rank))),
+                             fabric.hosts)
     actors = layout.actors_of(fabric.rank)
     eval_actor = layout.actor_rank(0) if layout.learner_of(0) == fabric.rank else None
     program = learner.algo.behaviour.program()

@@ -15,7 +15,6 @@ import dataclasses
 import io
 import logging
 import os
-import platform
 import shlex
 import sys
 import traceback
@@ -43,7 +42,6 @@ from hpc_refer.parallel.world import (
     abort_job,
     app_count,
     barrier,
-    gather_object,
     singleton_error,
     world_rank_size,
 )
@@ -422,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     if error:
         return _error(error, rank)
     assert path is not None
-    hosts = gather_object(platform.node()) if fabric is not None else None
+    hosts = fabric.gather_hosts() if fabric is not None else None
     if fabric is not None:
         barrier()  # every rank starts the run's clock as all of them leave it
     CLOCK.start(resume.elapsed if resume is not None else 0.0)
@@ -518,7 +516,7 @@ def _train(start: Start, rank: int, fabric: Fabric | None, run: RunDirectory | N
             run.close()
     if status == FAILED and (fabric is not None or env_kind(config.run.env).outside_ranks):
         abort(FAILED)
-    return status if fabric is None else fabric.bcast(status)
+    return status if fabric is None else fabric.exit_status(status)
 
 
 def _error(message: str, rank: int) -> int:

@@ -169,6 +169,16 @@ def actor_main(config: Config, layout: Layout, fabric: Fabric, run_dir: Path | N
             result.sent += chunk.act.shape[0]
             result.episodes += episode is not None
         return result
+    except Exception as err:
+        lost = fabric.lost(err)
+        if lost is None:
+            raise
+        # A rank of this team is gone (ULFM): the learner checkpoints without the team and
+        # rank 0 then ends the job; nothing more comes from it.
+        channel.send_failed(lost, stuck=True)
+        while channel.recv_reply() is not Reply.STOP:
+            pass
+        return result
     finally:
         result.faults = actor.faults
         watchdog.close()
