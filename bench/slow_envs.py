@@ -193,6 +193,16 @@ def learner_figures(run_dir: Path) -> dict[str, Any]:
             "grad_steps": records[-1]["grad_step"], "env_steps": records[-1]["env_step"]}
 
 
+def wait_figures(waits: np.ndarray) -> dict[str, float] | None:
+    """Mean, 90th percentile and largest of the waits of all teams at their episode ends
+    (from the end of an episode's last step to the start of the next episode's first: the
+    chunk's round trip to the learner and the actor's reset), seconds."""
+    if not waits.size:
+        return None
+    return {"mean": round(float(waits.mean()), 3), "p90": round(float(np.quantile(waits, 0.9)), 3),
+            "max": round(float(waits.max()), 3)}
+
+
 def analyse(run_dir: Path, teams: int, lo: float, hi: float, slow_factor: float | None,
             episode_len: int) -> dict[str, Any]:
     """The figures of one case from its solvers' step logs and train.jsonl."""
@@ -210,9 +220,11 @@ def analyse(run_dir: Path, teams: int, lo: float, hi: float, slow_factor: float 
     total = int(counts.sum())
     share = rates / rates.sum()
     per_team = []
+    end_waits = []
     for e, x in enumerate(logs):
         gaps = x[1:, 0] - x[:-1, 1]
         boundary = (np.arange(1, len(x)) % episode_len) == 0  # gap before an episode's step 1
+        end_waits.append(gaps[boundary])
         inside = np.clip(np.minimum(x[:, 1], t1) - np.maximum(x[:, 0], t0), 0, None).sum()
         per_team.append({
             "team": e, "steps": int(counts[e]), "ideal_share": round(float(share[e] * total), 1),
@@ -248,6 +260,7 @@ def analyse(run_dir: Path, teams: int, lo: float, hi: float, slow_factor: float 
         "team_in_solver_fraction_mean": round(float(np.mean(
             [t["in_solver_fraction"] for t in per_team])), 4),
         "per_team": per_team,
+        "episode_end_wait_s": wait_figures(np.concatenate(end_waits)),
         **learner_figures(run_dir),
     }
     if slow_factor:
