@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from mpi_launch import mpi_env
 from output_lines import last_json
+from system_mpi import FORTRAN, fortran_openmpi, needs_fortran
 from test_external import ScriptedLink
 
 from hpc_refer.client import (
@@ -41,7 +42,6 @@ EXAMPLE = ROOT / "solvers/examples/agents"
 BIN = Path(sys.executable).parent
 MPICC = shutil.which("mpicc", path=str(BIN)) or shutil.which("mpicc")
 MPIRUN = shutil.which("mpirun", path=str(BIN)) or shutil.which("mpirun")
-FORTRAN = shutil.which("mpifort") or shutil.which("mpif90")
 NAME = "external env 3 (spawned rank 0 of true)"
 
 
@@ -489,15 +489,14 @@ def test_c_client_solver_of_three_agents(agents_c, ranks, send_done, tmp_path):
     check_example(out, episode_metric=False)
 
 
-@pytest.mark.skipif(FORTRAN is None, reason="no Fortran MPI wrapper (mpifort/mpif90)")
+@needs_fortran
 def test_fortran_client_solver_of_three_agents(tmp_path):
     """agents.f90 with the Fortran module, compiled (f2008, warnings are errors) and spawned
     under the Open MPI of the Fortran wrapper (hpc_refer on it through MPI4PY_LIBMPI)."""
-    from test_external import _jobs, _openmpi_at
+    from test_external import _jobs
 
     assert FORTRAN is not None
-    mpi = _openmpi_at(Path(FORTRAN).parent)
-    assert mpi is not None
+    mpi = fortran_openmpi()
     subprocess.run([FORTRAN, "-O2", "-Wall", "-Wextra", "-std=f2008", "-Werror",
                     str(ROOT / "solvers/coupling/hpc_refer_client.f90"),
                     str(EXAMPLE / "agents.f90"), "-o", "agents_f"], cwd=tmp_path, check=True,

@@ -169,7 +169,7 @@ def test_a_lost_host_stops_the_run_with_a_record_that_names_its_ranks(hosts, tmp
                                 for a, n in zip(hosts.addresses, (1, 3, 1), strict=True)))
     run_dir = tmp_path / "run"
     train = ["--env", "Diffusion1D", "--ranks-per-env", "2", "--steps", "100000",
-             "--checkpoint-every", "200", "--log-every", "50", "--replay.learn-start", "100",
+             "--checkpoint-every", "100000", "--log-every", "50", "--replay.learn-start", "100",
              "--replay.size", "400", f"--{VRacer.name}.batch", "16",
              f"--{VRacer.name}.hidden", "8", "--chunk-len", "25", "--compile", "off",
              "--run-dir", str(run_dir)]

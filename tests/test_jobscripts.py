@@ -28,6 +28,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from system_mpi import build_heat1d_fortran, fortran_openmpi, needs_fortran
 
 from hpc_refer.algorithms.vracer import VRacer
 
@@ -724,6 +725,30 @@ def test_sbatch_runs_an_external_solver_mpmd_under_srun(slurm, tmp_path):
     episodes = read_episodes(run_dir)
     assert episodes and {(e["rank"], e["length"]) for e in episodes} == {("1", "50")}
     assert tomllib.loads((run_dir / "config.toml").read_text())["run"]["env"] == "external"
+
+
+@needs_fortran
+def test_sbatch_runs_a_fortran_solver_mpmd_under_srun(slurm, tmp_path):
+    """The Fortran port of heat1d under CI's Slurm (issue 38, point 4): the client module
+    reads HPC_REFER_APP from its line of the --multi-prog file (srun gives every line
+    MPI_APPNUM 0). The wheel's Open MPI has no Fortran bindings, so the step runs on the
+    system Open MPI (Debian's, through srun --mpi=pmix), hpc_refer on it through
+    MPI4PY_LIBMPI: it trains and finishes, episodes of heat1d's 50 steps."""
+    mpi = fortran_openmpi()
+    heat1d = build_heat1d_fortran(tmp_path)
+    proc, name = sbatch(tmp_path, 4, *SMALL, ENV=None, STEPS="400", SOLVER=str(heat1d),
+                        SOLVER_RANKS="2", RUN_DIR="run", SRUN_ARGS="",
+                        MPI4PY_LIBMPI=str(mpi.libmpi),
+                        PATH=f"{Path(sys.executable).parent}:{mpi.bin}:{os.environ['PATH']}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_dir = tmp_path / "run"
+    log = next(p for p in run_dir.iterdir() if p.name.startswith(f"slurm-{name}-")).read_text()
+    assert "--multi-prog" in log and "env HPC_REFER_APP=1" in log, log
+    assert (run_dir / "state.txt").read_text().strip() == "finished", log
+    episodes = read_episodes(run_dir)
+    assert episodes and {(e["rank"], e["length"]) for e in episodes} == {("1", "50")}
+    machine = json.loads((run_dir / "machine.json").read_text())[-1]
+    assert machine["mpi_library"].startswith("Open MPI v4"), machine  # not the wheel's v5
 
 
 def test_sbatch_rejects_a_world_that_does_not_fit(slurm, tmp_path):

@@ -25,6 +25,12 @@ def _mpi() -> Any:
     return MPI
 
 
+def mpi_library() -> str:
+    """The first line of the MPI library's own name and version
+    (``MPI_Get_library_version``)."""
+    return _mpi().Get_library_version().strip().splitlines()[0].strip()
+
+
 @cache
 def proc_failed_classes() -> frozenset[int]:
     """The MPI error classes that say a peer process failed (ULFM: MPI_ERR_PROC_FAILED and

@@ -425,10 +425,13 @@ def record_stop(run_dir: Path, rank: int, state: str, reason: str = "",
 
 
 def machine_info(world: int, learners: int, envs: int, ranks_per_env: int,
-                 threads: int, ranks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                 threads: int, ranks: list[dict[str, Any]] | None = None,
+                 mpi_library: str | None = None) -> dict[str, Any]:
     """Where and with what the run (re)started: host (rank 0's), CPU model, cores, Python and
     library versions, the rank layout and, for an MPI job, ``ranks``: each rank's role, team
-    and host (a job over several hosts shows where each rank ran)."""
+    and host (a job over several hosts shows where each rank ran), and ``mpi_library``: the
+    MPI library the job runs on, as it names itself (``MPI_Get_library_version``; not always
+    the wheel's package, whose version ``versions`` holds: ``MPI4PY_LIBMPI`` loads another)."""
     cpu = platform.processor()
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():
@@ -447,7 +450,8 @@ def machine_info(world: int, learners: int, envs: int, ranks_per_env: int,
             "python": platform.python_version(), "versions": versions,
             "world": world, "learners": learners, "environment_teams": envs,
             "ranks_per_env": ranks_per_env, "torch_threads": threads,
-            **({"ranks": ranks} if ranks is not None else {})}
+            **({"ranks": ranks} if ranks is not None else {}),
+            **({"mpi_library": mpi_library} if mpi_library is not None else {})}
 
 
 def _event_writer(logdir: Path) -> Any:

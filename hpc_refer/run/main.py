@@ -42,6 +42,7 @@ from hpc_refer.parallel.world import (
     abort_job,
     app_count,
     barrier,
+    mpi_library,
     singleton_error,
     world_rank_size,
 )
@@ -489,7 +490,8 @@ def _train(start: Start, rank: int, fabric: Fabric | None, run: RunDirectory | N
         if run is not None:
             run.record_machine(machine_info(
                 layout.world, layout.learners, layout.envs, layout.ranks_per_env,
-                config.run.threads, None if hosts is None else rank_table(layout, hosts)))
+                config.run.threads, None if hosts is None else rank_table(layout, hosts),
+                None if fabric is None else mpi_library()))
             LOG.info("%s", _start_line(start, path, resume))
             for line in start_warnings(config, resume):
                 LOG.warning("%s", line)
