@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,18 @@ def run_snippet(script: str) -> str:
                           timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout + done.stderr
+
+
+def wait_for_step(proc: subprocess.Popen, run_dir: Path, step: int,
+                  timeout: float = 400.0) -> None:
+    """Wait until a progress line of ``run_dir``'s log.txt reaches ``step`` (``proc``, the
+    job, must run meanwhile)."""
+    from hpc_refer.report.schema import STEP_LINE, log_messages
+
+    log = run_dir / "log.txt"
+    deadline = time.monotonic() + timeout
+    while not any(int(m["step"]) >= step for line in (log_messages(log) if log.is_file() else [])
+                  if (m := STEP_LINE.match(line))):
+        assert proc.poll() is None, f"the job ended ({proc.returncode}) before step {step}"
+        assert time.monotonic() < deadline, f"no progress to step {step} in {timeout:.0f} s"
+        time.sleep(0.2)

@@ -20,17 +20,16 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from mpi_launch import mpi_env, mpirun_exe
+from test_lost_ranks import stop_of_lost_ranks
 
 from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.report.build import write_run_report
-from hpc_refer.report.schema import STEP_LINE, STOP_LINE, log_messages
 
 pytestmark = pytest.mark.mpi_skip
 
@@ -140,21 +139,15 @@ def test_a_run_over_three_hosts_trains_checkpoints_and_finishes(hosts, tmp_path)
     assert "ranks on 3 hosts: host-a, host-b, host-c" in report
 
 
-def _kill_ranks(ns: str) -> int:
-    """Kill the ranks of namespace ``ns`` (the processes of hpc_refer there)."""
+def _kill_ranks_of(ns: str, count: int) -> None:
+    """Kill the ranks of namespace ``ns`` (the processes of hpc_refer there: ``count``)."""
     pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True,
                           check=True).stdout.split()
     ranks = [p for p in pids
              if b"hpc_refer.run" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    assert len(ranks) == count, f"{ns} runs {len(ranks)} ranks, not {count}"
     for pid in ranks:
         subprocess.run(["kill", "-9", pid], capture_output=True, check=False)
-    return len(ranks)
-
-
-def _progress_steps(run_dir: Path) -> list[int]:
-    log = run_dir / "log.txt"
-    lines = log_messages(log) if log.is_file() else []
-    return [int(m["step"]) for line in lines if (m := STEP_LINE.match(line))]
 
 
 def test_a_lost_host_stops_the_run_with_a_record_that_names_its_ranks(hosts, tmp_path):
@@ -177,21 +170,8 @@ def test_a_lost_host_stops_the_run_with_a_record_that_names_its_ranks(hosts, tmp
                              sys.executable, "-m", "hpc_refer.run", *train],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=mpi_env())
-    try:
-        deadline = time.monotonic() + 400
-        while not any(s >= 300 for s in _progress_steps(run_dir)):
-            assert proc.poll() is None and time.monotonic() < deadline, "no progress to 300"
-            time.sleep(0.5)
-        assert _kill_ranks(hosts.names[2]) == 1, "host c runs rank 4"
-        out, _ = proc.communicate(timeout=300)
-    finally:
-        proc.kill()
-    assert proc.returncode != 0, out[-3000:]
-    state = (run_dir / "state.txt").read_text()
-    assert state.startswith("failed: MPI ranks lost: 4 (host-c)"), state
-    stops = [m for line in log_messages(run_dir / "log.txt") if (m := STOP_LINE.match(line))]
-    assert len(stops) == 1 and "4 (host-c)" in stops[0]["why"]
-    stopped = int(stops[0]["step"])
+    stopped = stop_of_lost_ranks(proc, run_dir, 300,
+                                 lambda: _kill_ranks_of(hosts.names[2], 1), "4 (host-c)")
     last = run_dir / "checkpoints" / f"step-{stopped:012d}"
     assert sorted(p.name for p in last.iterdir()) == [
         "actor-0.h5", "learner-0.h5", "manifest.json"], "team 1 is lost: no part of it"

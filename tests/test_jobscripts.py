@@ -704,19 +704,35 @@ def test_sbatch_requeues_a_preempted_run_and_finishes_it(slurm, tmp_path):
     assert {int(e["rank"]) for e in episodes} <= {1, 2, 3}
 
 
-def test_sbatch_runs_an_external_solver_mpmd_under_srun(slurm, tmp_path):
-    """SOLVER under CI's Slurm (issue 38, point 4): one srun step of two programs through the
-    script's --multi-prog file, hpc_refer (1 learner, 1 actor) and heat1d on 2 ranks (their
-    halo exchange inside the step): it trains and finishes, episodes of heat1d's 50 steps."""
-    heat1d = tmp_path / "heat1d"
-    policy_c = ROOT / "hpc_refer" / "export" / "c"
+def heat1d_for(language: str, where: Path) -> tuple[Path, dict[str, str], str]:
+    """The example solver in ``language`` built in ``where``, the job's extra environment and
+    the MPI library the job must name: C with the wheel's mpicc (Open MPI 5); Fortran with
+    the system Open MPI's mpifort (the wheel has no Fortran bindings), hpc_refer then on that
+    MPI through MPI4PY_LIBMPI (Debian's Open MPI 4)."""
+    if language == "fortran":
+        mpi = fortran_openmpi()
+        return build_heat1d_fortran(where), {
+            "MPI4PY_LIBMPI": str(mpi.libmpi),
+            "PATH": f"{Path(sys.executable).parent}:{mpi.bin}:{os.environ['PATH']}"}, "v4"
+    heat1d, policy_c = where / "heat1d", ROOT / "hpc_refer" / "export" / "c"
     subprocess.run([str(Path(sys.executable).parent / "mpicc"), "-O2",
                     f"-I{ROOT / 'solvers' / 'coupling'}", f"-I{policy_c}",
                     str(ROOT / "solvers" / "examples" / "heat1d" / "heat1d.c"),
                     str(policy_c / "hpc_refer_policy.c"), "-o", str(heat1d), "-lm"],
                    check=True, timeout=120)
+    return heat1d, {}, "v5"
+
+
+@pytest.mark.parametrize("language", ["c", pytest.param("fortran", marks=needs_fortran)])
+def test_sbatch_runs_an_external_solver_mpmd_under_srun(slurm, tmp_path, language):
+    """SOLVER under CI's Slurm (issue 38, point 4): one srun step of two programs through the
+    script's --multi-prog file, hpc_refer (1 learner, 1 actor) and heat1d on 2 ranks (their
+    halo exchange inside the step), in C and in Fortran (whose client module reads
+    HPC_REFER_APP from its line: srun gives every line MPI_APPNUM 0): it trains and
+    finishes, episodes of heat1d's 50 steps, on the MPI library of the solver's language."""
+    heat1d, extra, version = heat1d_for(language, tmp_path)
     proc, name = sbatch(tmp_path, 4, *SMALL, ENV=None, STEPS="400", SOLVER=str(heat1d),
-                        SOLVER_RANKS="2", RUN_DIR="run", SRUN_ARGS="")
+                        SOLVER_RANKS="2", RUN_DIR="run", SRUN_ARGS="", **extra)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_dir = tmp_path / "run"
     log = next(p for p in run_dir.iterdir() if p.name.startswith(f"slurm-{name}-")).read_text()
@@ -725,30 +741,8 @@ def test_sbatch_runs_an_external_solver_mpmd_under_srun(slurm, tmp_path):
     episodes = read_episodes(run_dir)
     assert episodes and {(e["rank"], e["length"]) for e in episodes} == {("1", "50")}
     assert tomllib.loads((run_dir / "config.toml").read_text())["run"]["env"] == "external"
-
-
-@needs_fortran
-def test_sbatch_runs_a_fortran_solver_mpmd_under_srun(slurm, tmp_path):
-    """The Fortran port of heat1d under CI's Slurm (issue 38, point 4): the client module
-    reads HPC_REFER_APP from its line of the --multi-prog file (srun gives every line
-    MPI_APPNUM 0). The wheel's Open MPI has no Fortran bindings, so the step runs on the
-    system Open MPI (Debian's, through srun --mpi=pmix), hpc_refer on it through
-    MPI4PY_LIBMPI: it trains and finishes, episodes of heat1d's 50 steps."""
-    mpi = fortran_openmpi()
-    heat1d = build_heat1d_fortran(tmp_path)
-    proc, name = sbatch(tmp_path, 4, *SMALL, ENV=None, STEPS="400", SOLVER=str(heat1d),
-                        SOLVER_RANKS="2", RUN_DIR="run", SRUN_ARGS="",
-                        MPI4PY_LIBMPI=str(mpi.libmpi),
-                        PATH=f"{Path(sys.executable).parent}:{mpi.bin}:{os.environ['PATH']}")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    run_dir = tmp_path / "run"
-    log = next(p for p in run_dir.iterdir() if p.name.startswith(f"slurm-{name}-")).read_text()
-    assert "--multi-prog" in log and "env HPC_REFER_APP=1" in log, log
-    assert (run_dir / "state.txt").read_text().strip() == "finished", log
-    episodes = read_episodes(run_dir)
-    assert episodes and {(e["rank"], e["length"]) for e in episodes} == {("1", "50")}
     machine = json.loads((run_dir / "machine.json").read_text())[-1]
-    assert machine["mpi_library"].startswith("Open MPI v4"), machine  # not the wheel's v5
+    assert machine["mpi_library"].startswith(f"Open MPI {version}"), machine
 
 
 def test_sbatch_rejects_a_world_that_does_not_fit(slurm, tmp_path):

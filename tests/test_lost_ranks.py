@@ -12,15 +12,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from mpi_launch import mpi_env, mpirun_exe
+from mpi_launch import mpi_env, mpirun_exe, wait_for_step
 
 from hpc_refer.algorithms.vracer import VRacer
 from hpc_refer.report.build import write_run_report
-from hpc_refer.report.schema import STEP_LINE, STOP_LINE, log_messages
+from hpc_refer.report.schema import STOP_LINE, log_messages
 from hpc_refer.report.starts import starts
 
 pytestmark = pytest.mark.mpi_skip
@@ -47,11 +47,31 @@ def rank_pid(run_dir: Path, rank: int) -> int | None:
     return None
 
 
-def progress(run_dir: Path) -> int:
-    log = run_dir / "log.txt"
-    steps = [int(m["step"]) for line in (log_messages(log) if log.is_file() else [])
-             if (m := STEP_LINE.match(line))]
-    return max(steps, default=0)
+def kill_rank(run_dir: Path, rank: int) -> None:
+    pid = rank_pid(run_dir, rank)
+    assert pid is not None, f"rank {rank} runs"
+    os.kill(pid, signal.SIGKILL)
+
+
+def stop_of_lost_ranks(proc: subprocess.Popen, run_dir: Path, step: int,
+                       kill: Callable[[], None], lost: str) -> int:
+    """Once the job ``proc`` reached ``step``, ``kill`` ranks of it; assert that the job
+    failed with a stop record (state.txt and one stop line of log.txt) that names the lost
+    ranks, ``lost`` (``"4 (host-c)"``: a rank and the start of its host); the step it
+    stopped at."""
+    try:
+        wait_for_step(proc, run_dir, step)
+        kill()
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode != 0, out[-3000:]
+    state = (run_dir / "state.txt").read_text()
+    assert state.startswith(f"failed: MPI ranks lost: {lost}"), state
+    assert "processes died or their host went down" in state
+    (stop,) = [m for line in log_messages(run_dir / "log.txt") if (m := STOP_LINE.match(line))]
+    assert lost in stop["why"]
+    return int(stop["step"])
 
 
 def test_a_killed_actor_rank_stops_the_run_with_a_record_naming_it_and_a_restart_resumes(
@@ -62,23 +82,7 @@ def test_a_killed_actor_rank_stops_the_run_with_a_record_naming_it_and_a_restart
          "hpc_refer.run", "--env", "Pendulum-v1", "--steps", "1000000", *SMALL,
          "--run-dir", str(run_dir)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=mpi_env())
-    try:
-        deadline = time.monotonic() + 300
-        while progress(run_dir) < 1000:
-            assert proc.poll() is None and time.monotonic() < deadline, "no progress"
-            time.sleep(0.2)
-        pid = rank_pid(run_dir, 2)
-        assert pid is not None, "rank 2 (the actor of team 1) runs"
-        os.kill(pid, signal.SIGKILL)
-        out, _ = proc.communicate(timeout=300)
-    finally:
-        proc.kill()
-    assert proc.returncode != 0, out[-3000:]
-    state = (run_dir / "state.txt").read_text()
-    assert state.startswith("failed: MPI ranks lost: 2 ("), state
-    assert "processes died or their host went down" in state
-    (stop,) = [m for line in log_messages(run_dir / "log.txt") if (m := STOP_LINE.match(line))]
-    stopped = int(stop["step"])
+    stopped = stop_of_lost_ranks(proc, run_dir, 1000, lambda: kill_rank(run_dir, 2), "2 (")
     last = run_dir / "checkpoints" / f"step-{stopped:012d}"
     machine = json.loads((run_dir / "machine.json").read_text())[-1]
     assert machine["mpi_library"].startswith("Open MPI v5"), machine  # ULFM's
