@@ -1,7 +1,7 @@
 """ReF-ER reduces to plain experience replay where its rules cannot act (issue 39, point 3): a
 cut-off C = 10^6 (c_max = 1 + C: Rule 1 drops nothing while every rho lies in [1/c_max,
-c_max]), beta fixed at 1 (beta_init 1 and rate 0: eq. 10's objective weighs 1 and the KL
-penalty 0) and no annealing (A = 0: c_max and the learning rate stay put, eq. 13) give
+c_max]), beta at 1 (beta_init 1, and eq. 12 keeps it there, its fixed point while no sample
+is far: eq. 10's objective weighs 1 and the KL penalty 0) and no annealing (A = 0: c_max and the learning rate stay put, eq. 13) give
 exactly plain ER's numbers, step by step, for every algorithm: the same parameters after
 every gradient step, bit for bit. A difference would be a term of ReF-ER that acts where the
 paper says it does not (a gradient through the penalty, a mask, an annealed rate).
@@ -22,7 +22,7 @@ from hpc_refer.algorithms.registry import ALGORITHMS
 from hpc_refer.loop.learner import Learner
 from hpc_refer.report.records import TERMINATED, TRUNCATED, Chunk
 
-IDENTITY = {"mode": "refer", "C": 1e6, "A": 0.0, "beta_init": 1.0, "beta_rate": 0.0}
+IDENTITY = {"mode": "refer", "C": 1e6, "A": 0.0, "beta_init": 1.0}
 """ReF-ER with nothing left for its rules to do."""
 
 
