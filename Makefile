@@ -41,7 +41,7 @@ export OMPI_MCA_btl := ^ofi
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .PHONY: run test suite test-under-load test-portable lint install system-mpi system-browser \
-  mutation
+  mutation docs docs-serve
 
 install: $(VENV)/.installed
 
@@ -88,7 +88,7 @@ run: install
 	$(PY) -m hpc_refer.run $(ARGS)
 
 lint: install
-	$(VENV)/bin/ruff check hpc_refer tests bench
+	$(VENV)/bin/ruff check hpc_refer tests bench docs
 	$(VENV)/bin/mypy hpc_refer
 	$(VENV)/bin/lint-imports
 
@@ -150,6 +150,16 @@ test-portable: install system-mpi system-browser
 # algorithms/ ([tool.mutmut] in pyproject.toml); not part of `make test`. It resumes where it stopped (state in mutants/;
 # delete it after changing the tests). The score and the surviving mutants judged equivalent
 # are in BENCHMARKS.md.
+# The documentation site (mkdocs.yml, docs/hooks.py): `make docs` builds it into site/ in
+# strict mode (a broken link, a missing page or an unknown anchor fails; tests/test_docs.py
+# does the same in the suite), `make docs-serve` serves it at http://127.0.0.1:8000 and
+# rebuilds on every change. mkdocs comes with the test extra.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+docs-serve: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --strict
+
 mutation: install
 	$(PY) -m pip install -q -e ".[mutation]"
 	$(VENV)/bin/mutmut run --max-children 2

@@ -99,12 +99,12 @@ def test_train_raises_when_the_run_does_not_start(in_tmp):
         hpc_refer.evaluate(in_tmp / "nowhere")
 
 
-def test_readme_example_runs(in_tmp):
-    """The README's Python example, as written (its steps shortened by its own flag)."""
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    code = re.search(r"<!-- api-example -->\n```python\n(.*?)```", readme, re.S).group(1)
+def test_the_guides_python_example_runs(in_tmp):
+    """The guide's Python example (docs/guide.md), as written."""
+    guide = (Path(__file__).parents[1] / "docs" / "guide.md").read_text()
+    code = re.search(r"<!-- api-example -->\n```python\n(.*?)```", guide, re.S).group(1)
     namespace: dict = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, "docs/guide.md", "exec"), namespace)
     assert namespace["stats"]["episodes"] == 2
 
 
