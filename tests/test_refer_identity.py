@@ -1,10 +1,11 @@
 """ReF-ER reduces to plain experience replay where its rules cannot act (issue 39, point 3): a
 cut-off C = 10^6 (c_max = 1 + C: Rule 1 drops nothing while every rho lies in [1/c_max,
 c_max]), beta at 1 (beta_init 1, and eq. 12 keeps it there, its fixed point while no sample
-is far: eq. 10's objective weighs 1 and the KL penalty 0) and no annealing (A = 0: c_max and the learning rate stay put, eq. 13) give
-exactly plain ER's numbers, step by step, for every algorithm: the same parameters after
-every gradient step, bit for bit. A difference would be a term of ReF-ER that acts where the
-paper says it does not (a gradient through the penalty, a mask, an annealed rate).
+is far: eq. 10's objective weighs 1 and the KL penalty 0) and no annealing (A = 0: c_max and
+the learning rate stay put, eq. 13) give exactly plain ER's numbers, step by step, for every
+algorithm: the same parameters after every gradient step, bit for bit. A difference would be
+a term of ReF-ER that acts where the paper says it does not (a gradient through the penalty,
+a mask, an annealed rate).
 
 The replay holds what the initial policy itself would store (mu = pi_w, so rho = 1 at the
 first step): a large C alone does not make every sample near, since rho of a behaviour far
