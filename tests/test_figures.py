@@ -6,8 +6,8 @@ for a list's item), SCALE a factor (100 for a percentage of a ratio). The test r
 fails where the figure is not the file's value rounded to the figure's own decimals, or where
 a marker names a file or key that is not there.
 
-Which figures carry a marker so far: BENCHMARKS sections 23 and 24. The other sections'
-figures are not checked yet."""
+Which figures carry a marker so far: BENCHMARKS sections 23 and 24 and section 20's IQM of
+the three MuJoCo tasks. The other sections' figures are not checked yet."""
 
 from __future__ import annotations
 
