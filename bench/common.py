@@ -74,6 +74,13 @@ def repository_path(path: Path) -> str:
     return str(full.relative_to(REPOSITORY)) if full.is_relative_to(REPOSITORY) else str(full)
 
 
+def runs_dir(out: Path, name: str) -> Path:
+    """Where a benchmark's run directories go: bench/runs/<name> for the results of
+    bench/results, else <out>/runs/<name> (``--out``, and smoke runs)."""
+    results = REPOSITORY / "bench" / "results"
+    return (out / "runs" if out != results else REPOSITORY / "bench" / "runs") / name
+
+
 def median(xs: list[float]) -> float:
     return float(statistics.median(xs))
 

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import REPOSITORY, parse, repository_path, smoke, write
+from common import REPOSITORY, parse, repository_path, runs_dir, smoke, write
 from slow_envs import RankWatch, run_env
 
 CASES = {"mujoco": ["--env", "Pendulum-v1"],
@@ -94,8 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(parser, argv, smoke_runs)
     if args.smoke:
         return smoke(main, smoke_runs, args.out)
-    runs = (args.out / "runs" if args.out != REPOSITORY / "bench" / "results"
-            else REPOSITORY / "bench" / "runs") / "example_runs"
+    runs = runs_dir(args.out, "example_runs")
     cases = {name: run_case(name, args, runs) for name in args.cases}
     path = write(args.name, {"ranks": args.ranks, "learners": args.learners,
                              "steps": args.steps, "learn_start": args.learn_start,

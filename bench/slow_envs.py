@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from common import REPOSITORY, parse, repository_path, smoke, write
+from common import REPOSITORY, parse, repository_path, runs_dir, smoke, write
 from sleeping_solver import log_path, mean_step_s
 
 SOLVER = "bench.sleeping_solver:SleepingSolver"
@@ -347,8 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(parser, argv, smoke_runs)
     if args.smoke:
         return smoke(main, smoke_runs, args.out)
-    runs = (args.out / "runs" if args.out != REPOSITORY / "bench" / "results"
-            else REPOSITORY / "bench" / "runs") / "slow_envs"
+    runs = runs_dir(args.out, "slow_envs")
     cases = {name: run_case(name, args, args.slow_factor if name == "slow" else None, runs)
              for name in args.cases}
     path = write(args.name, {"teams": args.teams, "learners": args.learners,

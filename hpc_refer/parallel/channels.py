@@ -29,7 +29,7 @@ from hpc_refer.parallel.world import (
     MpiReducer,
     _app_comm,
     _mpi,
-    proc_failed_classes,
+    proc_failed,
 )
 from hpc_refer.report.records import (
     Chunk,
@@ -43,12 +43,6 @@ from hpc_refer.report.records import (
 
 if TYPE_CHECKING:
     from hpc_refer.algorithms.kit.program import Program
-
-
-def proc_failed(err: BaseException) -> bool:
-    """Whether ``err`` is MPI's report that a peer process failed (ULFM)."""
-    return (isinstance(err, _mpi().Exception)
-            and err.Get_error_class() in proc_failed_classes())
 
 
 def failed_ranks(comm: Any) -> list[int]:

@@ -32,13 +32,19 @@ def mpi_library() -> str:
 
 
 @cache
-def proc_failed_classes() -> frozenset[int]:
+def _proc_failed_classes() -> frozenset[int]:
     """The MPI error classes that say a peer process failed (ULFM: MPI_ERR_PROC_FAILED and
     MPI_ERR_PROC_FAILED_PENDING; none where mpi4py's MPI does not define them)."""
     mpi = _mpi()
     return frozenset(getattr(mpi, name) for name in ("ERR_PROC_FAILED",
                                                      "ERR_PROC_FAILED_PENDING")
                      if hasattr(mpi, name))
+
+
+def proc_failed(err: BaseException) -> bool:
+    """Whether ``err`` is MPI's report that a peer process failed (ULFM)."""
+    return (isinstance(err, _mpi().Exception)
+            and err.Get_error_class() in _proc_failed_classes())
 
 
 @cache

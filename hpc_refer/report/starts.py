@@ -17,7 +17,18 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from hpc_refer.report.figures import absent
-from hpc_refer.report.schema import LOG_LINE, START_LINE, STEP_LINE, STOP_LINE, parse_log_time
+from hpc_refer.report.schema import (
+    LOG_LINE,
+    START_LINE,
+    STEP_LINE,
+    STOP_LINE,
+    RunState,
+    parse_log_time,
+)
+
+FINISHED = f"run {RunState.of('finished').line()}"
+"""The stop record's line of a finished start in log.txt (:func:`~hpc_refer.report.metrics
+.record_stop`)."""
 
 
 @dataclass
@@ -54,7 +65,7 @@ def starts(lines: list[str]) -> list[Start]:
             current.last_step, current.ended = int(stop["step"]), f"stopped: {stop['why']}"
         elif (progress := STEP_LINE.match(message)) is not None:
             current.last_step = int(progress["step"])
-        elif message == "run finished":
+        elif message == FINISHED:
             current.ended = "finished"
     return out
 
