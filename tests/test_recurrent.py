@@ -4,6 +4,7 @@ step, and a restart that continues the carries bit for bit."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -33,7 +34,7 @@ from hpc_refer.evaluate import main as evaluate_main
 from hpc_refer.loop.actor import Actor
 from hpc_refer.loop.learner import Learner
 from hpc_refer.replay.kernels import HAS_ACTION, TERMINAL
-from hpc_refer.replay.sequences import follow
+from hpc_refer.replay.sequences import follow, preceding
 from hpc_refer.replay.shard import ReplayShard
 from hpc_refer.report.records import Chunk, ChunkEnd
 from hpc_refer.run.learning import make_learner
@@ -112,20 +113,65 @@ def test_sequences_follow_one_episode_and_are_padded_at_its_end():
                                                         [1, 1, 0]])
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 9), st.sampled_from(list(ChunkEnd))),
-                min_size=1, max_size=30),
-       st.integers(1, 6))
-def test_no_sequence_leaves_its_episode(chunk_plan, length):
-    """Chunks of three actors interleaved into a small FIFO shard (old episodes are cut at
-    their start): every sequence from every sampleable row is consecutive steps of one
-    episode, each a sampleable transition, and stops only at the window, a terminal step,
-    or a step whose successor is no transition."""
+def test_a_burn_in_is_the_steps_before_a_sequence_padded_at_the_front():
+    shard = ReplayShard(64, 1, 1, 0.99)
+    add(shard, 0, [0, 1, 2, 3, 4], ChunkEnd.TERMINATED)  # rows 0-4
+    add(shard, 0, [10, 11, 12], ChunkEnd.TRUNCATED)      # rows 5-7
+    add(shard, 1, [20, 21, 22], ChunkEnd.OPEN)           # rows 8-10
+    before, valid = preceding(np.array([3, 1, 5, 9]), 3, shard.prev)
+    got = shard.obs[before, 0].reshape(4, 3)
+    np.testing.assert_array_equal(got, [[0, 1, 2], [0, 0, 0], [10, 10, 10], [20, 20, 20]])
+    np.testing.assert_array_equal(valid.reshape(4, 3), [[1, 1, 1], [0, 0, 1], [0, 0, 0],
+                                                        [0, 0, 1]])
+
+
+PLANS = st.lists(st.tuples(st.integers(0, 2), st.integers(1, 9), st.sampled_from(list(ChunkEnd))),
+                 min_size=1, max_size=30)
+"""Chunks (actor, steps, end) of three actors, interleaved."""
+
+
+def planned_shard(chunk_plan: list[tuple[int, int, ChunkEnd]]) -> ReplayShard:
+    """The chunks of ``chunk_plan`` in a small FIFO shard (old episodes are cut at their
+    start), each state's value its arrival count."""
     shard = ReplayShard(24, 1, 1, 0.99)
     count = 0
     for source, n, end in chunk_plan:
         add(shard, source, [float(count + i) for i in range(n + 1)], end)
         count += n + 1
+    return shard
+
+
+@settings(max_examples=60, deadline=None)
+@given(PLANS, st.integers(1, 6))
+def test_a_burn_in_is_the_stored_steps_of_the_episode_just_before_its_sequence(chunk_plan, b):
+    """From every sampleable row, the burn-in's valid rows are a suffix: consecutive steps of
+    the start's episode ending just before it, as many as are stored (b at most), and the
+    padding before them repeats the earliest (the start itself when nothing precedes it)."""
+    shard = planned_shard(chunk_plan)
+    used = np.flatnonzero(shard.sampleable(np.arange(shard.size)))
+    if used.size == 0:
+        return
+    before, valid = preceding(used, b, shard.prev)
+    for start, r, v in zip(used, before.reshape(-1, b), valid.reshape(-1, b), strict=True):
+        k = int(v.sum())
+        assert not v[:b - k].any() and v[b - k:].all(), "the valid rows are a suffix"
+        earliest = r[b - k] if k else start
+        assert (r[:b - k] == earliest).all(), "padding repeats the earliest row"
+        chain = [*r[b - k:], start]
+        assert all(shard.next[a] == c for a, c in itertools.pairwise(chain))
+        assert len(set(shard.episode[chain])) == 1, "one episode"
+        assert k == b or shard.prev[earliest] < 0, "as many steps as are stored"
+        assert (shard.flags[r[b - k:]] & HAS_ACTION).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(PLANS, st.integers(1, 6))
+def test_no_sequence_leaves_its_episode(chunk_plan, length):
+    """Chunks of three actors interleaved into a small FIFO shard (old episodes are cut at
+    their start): every sequence from every sampleable row is consecutive steps of one
+    episode, each a sampleable transition, and stops only at the window, a terminal step,
+    or a step whose successor is no transition."""
+    shard = planned_shard(chunk_plan)
     used = np.flatnonzero(shard.sampleable(np.arange(shard.size)))
     if used.size == 0:
         return
@@ -272,12 +318,13 @@ def test_the_critics_read_the_policys_cell_and_train_it(name):
     assert any(g is not None and g.abs().max() > 0 for g in grads)
 
 
-def recurrent_learner(horizon: int = 6) -> Learner:
-    """A GRU V-RACER learner whose replay holds 400 transitions of Walk episodes."""
+def recurrent_learner(horizon: int = 6, **vracer: int) -> Learner:
+    """A GRU V-RACER learner whose replay holds 400 transitions of Walk episodes (``vracer``:
+    more of its settings)."""
     config = build_config({"run": {"env": "history_envs:Walk", "compile": "off"},
                            "env": {"horizon": horizon},
                            "vracer": {"cell": "gru", "cell_width": 8, "bptt": 4, "batch": 32,
-                                      "hidden": [16, 16]},
+                                      "hidden": [16, 16], **vracer},
                            "replay": {"size": 2000, "learn_start": 300}})
     env = make_driver(SolverSpec.of(config), None)
     learner = make_learner(config, env.obs_dim, env.act_dim, SerialReducer())
@@ -333,10 +380,108 @@ def test_a_recurrent_step_refreshes_the_valid_rows_of_its_sequences_only():
     assert padded, "some sequences were padded (episodes of 6 steps, W = 4)"
 
 
+def first_rows_of_step(learner: Learner) -> tuple[np.ndarray, np.ndarray]:
+    """The sampled rows of the learner's next step and the states [n, row_dim] its batch
+    gives the first row of each sequence (the step itself is taken)."""
+    seen = []
+    step = learner.step
+    learner.step = lambda batch, terms, t: (seen.append(batch), step(batch, terms, t))[1]
+    state = learner.rng.bit_generator.state
+    rows, _ = learner.sample()
+    learner.rng.bit_generator.state = state
+    learner.train_step()
+    learner.step = step
+    np.testing.assert_array_equal(seen[0].rows, rows)
+    return rows, seen[0].obs[::learner.config.algorithm.sequence_length]
+
+
+def test_the_burn_in_starts_each_unroll_from_the_carry_the_current_cell_reaches():
+    """With burn-in b = 3 the batch's first row of each sequence holds the carry of the
+    torch cell run from the stored carry of the earliest of the (up to) 3 steps before it
+    through those steps; every other row is the replay's own."""
+    learner = recurrent_learner(horizon=12, burn_in=3)
+    for _ in range(2):
+        learner.train_step()
+    replay, body = learner.replay, learner.algo.behaviour.body
+    d = learner.algo.obs_dim
+    state = learner.rng.bit_generator.state
+    rows, _ = learner.sample()
+    learner.rng.bit_generator.state = state
+    starts = rows[::4]
+    before, valid = preceding(starts, 3, replay.prev)
+    before, valid = before.reshape(-1, 3), valid.reshape(-1, 3)
+    assert valid.all(axis=1).any() and (~valid).all(axis=1).any()
+    expected = []
+    with torch.no_grad():
+        for start, prefix, ok in zip(starts, before, valid, strict=True):
+            steps = [*prefix[ok], start]
+            carry = torch.from_numpy(replay.obs[steps[0]:steps[0] + 1, d:])
+            for k in steps[:-1]:
+                state = torch.from_numpy(replay.obs[k:k + 1, :d])
+                carry = body.rows(torch.cat([state, carry], dim=-1)).carry
+            expected.append(carry[0].numpy())
+    taken, firsts = first_rows_of_step(learner)
+    np.testing.assert_array_equal(taken, rows)
+    np.testing.assert_allclose(firsts[:, d:], np.stack(expected), rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(firsts[:, :d], replay.obs[starts, :d])
+
+
+@pytest.mark.parametrize("burn_in", [0, 12])
+def test_a_burn_in_back_to_the_episode_start_forgets_the_stale_stored_carries(burn_in):
+    """Episodes of 6 steps, b = 12 reaches back to every episode's start, whose carry is 0:
+    perturbing every other stored carry leaves the carries the sequences start from as
+    they were. Without burn-in (b = 0, the control) the stored carries are what they start
+    from, so the perturbation moves them."""
+    learner = recurrent_learner(horizon=6, burn_in=burn_in)
+    replay, d = learner.replay, learner.algo.obs_dim
+    state = learner.rng.bit_generator.state, torch.get_rng_state()
+    snapshot = learner.checkpoint_state()
+    _, clean = first_rows_of_step(learner)
+    learner.restore_state(snapshot)
+    learner.rng.bit_generator.state, torch_state = state
+    torch.set_rng_state(torch_state)
+    used = np.arange(replay.size)
+    later = used[replay.prev[used] >= 0]
+    assert later.size and (replay.prev[used] < 0).any()
+    replay.obs[later, d:] += 0.7
+    _, stale = first_rows_of_step(learner)
+    if burn_in:
+        np.testing.assert_allclose(stale, clean, rtol=1e-5, atol=1e-6)
+    else:
+        assert not np.allclose(stale[:, d:], clean[:, d:])
+
+
+def test_the_burn_in_steps_are_outside_the_refresh_of_rho():
+    """After a step with burn-in, the rows that were only in burn-in prefixes keep their rho
+    and V_w (neither the losses nor Rule 1's count see them)."""
+    learner = recurrent_learner(horizon=12, burn_in=4)
+    replay = learner.replay
+    state = learner.rng.bit_generator.state
+    rows, valid = learner.sample()
+    learner.rng.bit_generator.state = state
+    before, used = preceding(rows[::4], 4, replay.prev)
+    only_burnt = np.setdiff1d(before[used], rows[valid])
+    assert only_burnt.size
+    value, rho = replay.value.copy(), replay.rho.copy()
+    learner.train_step()
+    np.testing.assert_array_equal(replay.rho[only_burnt], rho[only_burnt])
+    np.testing.assert_array_equal(replay.value[only_burnt], value[only_burnt])
+
+
+@pytest.mark.parametrize(("sequences", "expected"), [(0, 8), (5, 5)])
+def test_a_minibatch_holds_the_configured_number_of_sequences(sequences, expected):
+    """``sequences`` sequences of W = 4 rows per minibatch; 0: batch / W = 32 / 4."""
+    learner = recurrent_learner(sequences=sequences)
+    rows, valid = learner.sample()
+    assert rows.size == valid.size == expected * 4
+
+
 @pytest.mark.parametrize(("table", "named"), [
 
     ({"vracer": {"cell": "rnn"}}, "vracer.cell = 'rnn'"),
     ({"vracer": {"cell": "gru"}, "replay": {"sampling": "per"}}, "replay.sampling = 'per'"),
+    ({"vracer": {"cell": "gru", "burn_in": -1}}, "vracer.burn_in = -1"),
+    ({"vracer": {"cell": "gru", "sequences": -2}}, "vracer.sequences = -2"),
 ])
 def test_bad_recurrent_settings_are_one_line_naming_the_key(table, named):
     with pytest.raises(ConfigError, match=f"^{named} is invalid"):

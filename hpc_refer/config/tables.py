@@ -411,6 +411,18 @@ class AlgorithmConfig:
         return 1
 
     @property
+    def burn_in_length(self) -> int:
+        """Steps before each sampled sequence replayed without gradient to start its unroll
+        (0: from the stored carry; feed-forward networks have none)."""
+        return 0
+
+    @property
+    def minibatch_sequences(self) -> int:
+        """Sequences per minibatch over all learners (0: ``batch`` / W; only recurrent
+        learners sample sequences)."""
+        return 0
+
+    @property
     def exploration(self) -> Exploration:
         """The behaviour noise of the algorithm's actors: the stored Gaussian (tables may
         offer others as a field of the same name, e.g. Ornstein-Uhlenbeck noise)."""
@@ -428,6 +440,13 @@ class RecurrentConfig(AlgorithmConfig):
     cell_width: int = option(32, "width of the recurrent cell's state h")
     bptt: int = option(16, "window W of truncated backpropagation through time: a recurrent "
                        "learner samples sequences of W steps")
+    burn_in: int = option(0, "burn-in b (R2D2): the b steps before each sampled sequence are "
+                          "replayed through the current cell from their stored carry, without "
+                          "gradient and outside the losses, to start the sequence's unroll "
+                          "(0: the unroll starts from the sequence's stored carry)")
+    sequences: int = option(0, "sequences of W steps per minibatch over all learners (0: "
+                            "batch / bptt, so that a minibatch holds about batch rows; R2D2 "
+                            "sampled 64)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -435,6 +454,9 @@ class RecurrentConfig(AlgorithmConfig):
         enum_field(self, "cell", Cell)
         require(self.cell_width > 0, f"{name}.cell_width", self.cell_width, "integers > 0")
         require(self.bptt > 0, f"{name}.bptt", self.bptt, "integers > 0")
+        require(self.burn_in >= 0, f"{name}.burn_in", self.burn_in, "integers >= 0")
+        require(self.sequences >= 0, f"{name}.sequences", self.sequences,
+                "integers >= 0 (0: batch / bptt)")
 
     @property
     def network(self) -> NetworkShape:
@@ -445,3 +467,13 @@ class RecurrentConfig(AlgorithmConfig):
     def sequence_length(self) -> int:
         """W with a cell, 1 without."""
         return 1 if self.cell is Cell.NONE else self.bptt
+
+    @property
+    def burn_in_length(self) -> int:
+        """b with a cell, 0 without."""
+        return 0 if self.cell is Cell.NONE else self.burn_in
+
+    @property
+    def minibatch_sequences(self) -> int:
+        """``sequences`` with a cell, 0 without."""
+        return 0 if self.cell is Cell.NONE else self.sequences

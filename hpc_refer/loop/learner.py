@@ -43,9 +43,10 @@ from hpc_refer.algorithms.kit.refer import ReferState, importance_ratio
 from hpc_refer.algorithms.kit.step import EagerStep, Step
 from hpc_refer.config.modes import ActionBounds, BatchScaling, Sampling
 from hpc_refer.config.resolve import Config
-from hpc_refer.replay.sequences import follow
+from hpc_refer.replay.sequences import follow, preceding
 from hpc_refer.replay.shard import (
     HAS_ACTION,
+    Batch,
     PriorityConfig,
     ReplayShard,
     ScalingSums,
@@ -240,6 +241,8 @@ class Learner:
         batch = replay.batch(rows, beta_is)
         if valid is not None:  # a recurrent learner's sequences: padding rows weigh nothing
             batch = batch._replace(weight=batch.weight * valid)
+            if self.config.algorithm.burn_in_length:
+                batch = self.burned_in(batch, rows)
         result = self.step(batch, self.terms, self.grad_steps)
         stored, value, rho = rows, result.value, result.rho
         if valid is not None:
@@ -263,14 +266,40 @@ class Learner:
 
     def sample(self) -> tuple[np.ndarray, np.ndarray | None]:
         """The rows of the next minibatch: B / L transitions (uniform or by priority), or
-        for a recurrent algorithm (W = ``sequence_length`` > 1) B / L / W sequences of W
-        consecutive steps (:func:`~hpc_refer.replay.sequences.follow`) with their validity
-        mask (None for single rows)."""
+        for a recurrent algorithm (W = ``sequence_length`` > 1) :attr:`local_sequences`
+        sequences of W consecutive steps (:func:`~hpc_refer.replay.sequences.follow`) with
+        their validity mask (None for single rows)."""
         length = self.config.algorithm.sequence_length
         if length == 1:
             return self.replay.sample_rows(self.local_batch, self.rng), None
-        starts = self.replay.sample_rows(max(1, self.local_batch // length), self.rng)
+        starts = self.replay.sample_rows(self.local_sequences, self.rng)
         return follow(starts, length, self.replay.next, self.replay.flags)
+
+    @property
+    def local_sequences(self) -> int:
+        """Sequences per minibatch on this learner: ``sequences`` (the algorithm's
+        ``minibatch_sequences``) split over the learners as ``batch`` is
+        (``replay.batch_scaling``), or B / L / W where it is 0."""
+        total = self.config.algorithm.minibatch_sequences
+        if not total:
+            return max(1, self.local_batch // self.config.algorithm.sequence_length)
+        if self.config.replay.batch_scaling is BatchScaling.PER_LEARNER:
+            return total
+        return max(1, total // self.reducer.size)
+
+    def burned_in(self, batch: Batch, rows: np.ndarray) -> Batch:
+        """``batch`` of sequences whose first rows carry, instead of their stored carry, the
+        carry of the algorithm's burn-in (:meth:`~hpc_refer.algorithms.kit.base.Algorithm.burn_in`)
+        over the b = ``burn_in_length`` steps before them
+        (:func:`~hpc_refer.replay.sequences.preceding`). Those steps enter neither the
+        losses nor the refresh of rho after the step, so not Rule 1's count either."""
+        b, length = self.config.algorithm.burn_in_length, self.config.algorithm.sequence_length
+        firsts = rows[::length]
+        before, valid = preceding(firsts, b, self.replay.prev)
+        obs = self.replay.obs[before].reshape(firsts.size, b, -1)
+        batch.obs[::length, self.algo.obs_dim:] = self.algo.burn_in(
+            obs, valid.reshape(firsts.size, b))  # the batch's own arrays (ReplayShard.batch)
+        return batch
 
     def refresh_scaling(self) -> None:
         """Set the input normalisation and the reward scale 1/std(r) from the whole RM,

@@ -325,6 +325,23 @@ class Algorithm(ABC):
         mean, std = self.behaviour.policy(torch.from_numpy(obs))
         return None, gaussian_log_prob(torch.from_numpy(act), mean, std).numpy()
 
+    def burn_in(self, rows: np.ndarray, valid: np.ndarray) -> np.ndarray:
+        """R2D2's burn-in (Kapturowski et al. 2019; :mod:`~hpc_refer.algorithms.kit.recurrent`):
+        the carries [n, carry_dim] that the behaviour's current cell reaches over ``rows``
+        [n, b, row_dim], each sequence's b steps before its first in time order, from the
+        stored carry of its first row through its ``valid`` [n, b] steps (the invalid ones,
+        the front padding, leave it as it is), without gradient: the carry the sequence's
+        unroll starts from instead of its own stored one. The behaviour's numpy step
+        (:meth:`~hpc_refer.algorithms.kit.networks.BehaviourPolicy.numpy_step`) on the
+        current parameters, equal to the torch cell to float32 round-off."""
+        step = self.behaviour.numpy_step()
+        d = self.obs_dim
+        carry = rows[:, 0, d:]
+        for t in range(rows.shape[1]):
+            _, _, after = step(np.concatenate([rows[:, t, :d], carry], axis=-1))
+            carry = np.where(valid[:, t, None], after, carry)
+        return carry.astype(np.float32)
+
     def values(self, obs: np.ndarray) -> np.ndarray:
         """V_w(s) of states without action (bootstrap rows); only algorithms with V-tbc."""
         raise NotImplementedError(f"{self.name} keeps no state values")

@@ -23,15 +23,31 @@ computation at that step. The learner uses it twice:
 
 * one row at a time (ingest, the bootstrap values V_w(s_T), the refresh of rho after a
   step): the cell is applied once from the stored carry;
-* in the gradient step: sequences of W consecutive steps of one episode, unrolled from the
-  stored carry of their first row (no burn-in), the gradient flowing back through all W
-  steps. The loss, rho and the KL are per step (the algorithm's equations, unchanged), and
-  V-tbc stays the replay's (eq. 8).
+* in the gradient step: sequences of W consecutive steps of one episode (``sequences`` of
+  them per minibatch, or B / W), unrolled from the carry of their first row, the gradient
+  flowing back through all W steps. The loss, rho and the KL are per step (the algorithm's
+  equations, unchanged), and V-tbc stays the replay's (eq. 8).
 
 The stored carry was made by the policy that acted, so it is stale by the updates since; the
-unroll makes the carries of the sequence's later steps the learner's own. The alternative,
-a burn-in from the episode's start, costs up to an episode of forward steps per sequence
-(about 100 per flow episode here, against W = 16); a carry costs H floats per stored state.
+unroll makes the carries of the sequence's later steps the learner's own, but its first
+step starts from the stale one. R2D2 (Kapturowski et al. 2019, Sec. 3) measured that drift
+and fixed it with a *burn-in*: its replay held sequences of m = 80 steps (adjacent ones
+overlapping by 40, none crossing an episode's boundary, 64 per minibatch); a prefix of
+l steps of each (l = 20 or 40 in its experiments) was used only to unroll the network from
+the stored state, without gradient, and the network was updated on the rest of the
+sequence. So R2D2's burn-in is a fixed prefix of each replayed sequence, not a replay from
+the episode's start (which would cost up to an episode of forward steps per sequence).
+Here ``burn_in`` = b does the same over the replay's links: the b steps before the sampled
+sequence (fewer where its episode begins closer; none at an episode's first step, whose
+carry 0 is exact) are run through the
+current cell from the stored carry of the earliest of them, without gradient
+(:meth:`~hpc_refer.algorithms.kit.base.Algorithm.burn_in`), and the carry they reach
+replaces the sequence's stored one. Those b steps are in neither the losses nor the refresh
+of rho after the step, so not in Rule 1's far-policy count either; the sequence's own W
+steps are sampled as without burn-in. A stale carry matters twice under ReF-ER: the losses
+see a state the current policy would not be in, and rho_k = pi_w / mu_k at the first steps
+of a sequence is computed from it, so |log rho| there is inflated and Rule 1 may drop them
+as far-policy.
 """
 
 from __future__ import annotations
