@@ -81,6 +81,18 @@ def runs_dir(out: Path, name: str) -> Path:
     return (out / "runs" if out != results else REPOSITORY / "bench" / "runs") / name
 
 
+def mean_interval(xs: list[float]) -> list[float] | None:
+    """The 95 % confidence interval of the mean of ``xs`` (Student's t with n - 1 degrees of
+    freedom: xbar -/+ t_0.975 s / sqrt(n)); None for fewer than two values."""
+    if len(xs) < 2:
+        return None
+    from scipy import stats  # the bench extra's
+
+    mean = statistics.fmean(xs)
+    half = float(stats.t.ppf(0.975, len(xs) - 1)) * statistics.stdev(xs) / len(xs) ** 0.5
+    return [mean - half, mean + half]
+
+
 def median(xs: list[float]) -> float:
     return float(statistics.median(xs))
 

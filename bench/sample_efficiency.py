@@ -59,7 +59,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 from ablation import Job, execute
-from common import RESULTS, out_flag, parse, repository_path, smoke, write
+from common import RESULTS, mean_interval, out_flag, parse, repository_path, smoke, write
 
 from hpc_refer.report.curves import evaluation_rounds, seed_band, windowed_returns
 from hpc_refer.report.schema import TRAIN_FILE, read_intervals
@@ -215,17 +215,6 @@ def step_ms(run_dir: Path) -> float:
         return float("nan")
     rates = [r.env_steps_per_s for r in read_intervals(path) if r.grad_step > 0][1:]
     return float(np.median([1000.0 / x for x in rates if x > 0])) if rates else float("nan")
-
-
-def mean_interval(xs: list[float]) -> list[float] | None:
-    """The 95 % confidence interval of the mean of ``xs`` (Student's t with n - 1 degrees of
-    freedom: xbar -/+ t_0.975 s / sqrt(n)); None for fewer than two values."""
-    if len(xs) < 2:
-        return None
-    from scipy import stats
-
-    half = float(stats.t.ppf(0.975, len(xs) - 1) * np.std(xs, ddof=1) / np.sqrt(len(xs)))
-    return [float(np.mean(xs)) - half, float(np.mean(xs)) + half]
 
 
 def summary(runs: list[Path], steps: int, window: int = WINDOW) -> dict[str, Any]:

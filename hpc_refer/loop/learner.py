@@ -242,7 +242,7 @@ class Learner:
         if valid is not None:  # a recurrent learner's sequences: padding rows weigh nothing
             batch = batch._replace(weight=batch.weight * valid)
             if self.config.algorithm.burn_in_length:
-                batch = self.burned_in(batch, rows)
+                batch = self.burned_in(batch, rows, self.config.algorithm.burn_in_length)
         result = self.step(batch, self.terms, self.grad_steps)
         stored, value, rho = rows, result.value, result.rho
         if valid is not None:
@@ -287,13 +287,14 @@ class Learner:
             return total
         return max(1, total // self.reducer.size)
 
-    def burned_in(self, batch: Batch, rows: np.ndarray) -> Batch:
-        """``batch`` of sequences whose first rows carry, instead of their stored carry, the
-        carry of the algorithm's burn-in (:meth:`~hpc_refer.algorithms.kit.base.Algorithm.burn_in`)
-        over the b = ``burn_in_length`` steps before them
-        (:func:`~hpc_refer.replay.sequences.preceding`). Those steps enter neither the
-        losses nor the refresh of rho after the step, so not Rule 1's count either."""
-        b, length = self.config.algorithm.burn_in_length, self.config.algorithm.sequence_length
+    def burned_in(self, batch: Batch, rows: np.ndarray, b: int) -> Batch:
+        """``batch`` of the sequences of ``rows`` whose first rows carry, instead of their
+        stored carry, the carry of the algorithm's burn-in
+        (:meth:`~hpc_refer.algorithms.kit.base.Algorithm.burn_in`) over the b steps before
+        them (:func:`~hpc_refer.replay.sequences.preceding`; the step's b is the algorithm's
+        ``burn_in_length``). Those steps enter neither the losses nor the refresh of rho
+        after the step, so not Rule 1's count either."""
+        length = self.config.algorithm.sequence_length
         firsts = rows[::length]
         before, valid = preceding(firsts, b, self.replay.prev)
         obs = self.replay.obs[before].reshape(firsts.size, b, -1)
