@@ -25,6 +25,12 @@ run's last logged step) are used, and a group's curve is cut to its shortest see
 window's mean return, last beta and far fraction) and ``<out>/<NAME>.md`` (algorithms x modes,
 final-window mean return, for BENCHMARKS.md), with ``--out`` defaulting to bench/results.
 
+The JSON also holds each group's ``final_by_seed`` and, per algorithm, Welch's t-test of
+each mode's final windows against ``er``'s (``tests``). ``tests REPORT.json --name NAME``
+writes those tests for a committed report; one of three seeds written before the per-seed
+finals were stored gets them back from its mean, 20th and 80th percentiles (three equations,
+three unknowns; the seeds' order is lost).
+
 ``python bench/ablation.py --smoke [--out DIR]`` runs both at tiny budgets (bench/common.py):
 V-RACER with ``er`` and ``refer``, one seed, 400 steps of Pendulum-v1 (training from 300)
 under DIR/runs, then the report of 200-step windows into DIR.
@@ -342,6 +348,13 @@ class Group:
         """Mean over seeds of the mean return in the last complete window."""
         return _finite(self.mean[-1]) if len(self.mean) else None
 
+    @property
+    def final_by_seed(self) -> list[float | None]:
+        """Each run's mean return in the group's last complete window, in seed order."""
+        n = len(self.ends)
+        return [_finite(complete_windows(r, self.window)[1][n - 1]) if n else None
+                for r in self.runs]
+
     def summary(self) -> dict[str, Any]:
         def floats(a: np.ndarray) -> list[float | None]:
             return [_finite(x) for x in a]
@@ -354,6 +367,7 @@ class Group:
                 "steps_reached": [r.steps for r in self.runs],
                 "final_window_end": int(self.ends[-1]) if len(self.ends) else None,
                 "final_window_return": self.final,
+                "final_by_seed": self.final_by_seed,
                 "beta": [_finite(r.beta) for r in self.runs],
                 "far_fraction": [_finite(r.far_fraction) for r in self.runs]}
 
@@ -455,6 +469,62 @@ def table(groups: list[Group]) -> str:
     return "\n".join(out)
 
 
+def welch_tests(finals: dict[tuple[str, str, str], list[float]]) -> list[dict[str, Any]]:
+    """Welch's t-test (two-sided, unequal variances: scipy's ``ttest_ind(equal_var=False)``)
+    of each mode's final-window returns against ``er``'s of the same env and algorithm, from
+    ``{(env, algorithm, mode): per-seed values}``; groups of fewer than two values have none."""
+    from scipy import stats  # the bench extra's
+
+    tests = []
+    for (env, algorithm, mode), xs in finals.items():
+        base = finals.get((env, algorithm, "er"))
+        if mode == "er" or base is None or len(xs) < 2 or len(base) < 2:
+            continue
+        t, p = stats.ttest_ind(xs, base, equal_var=False)
+        tests.append({"env": env, "algorithm": algorithm, "mode": mode, "against": "er",
+                      "mean": float(np.mean(xs)), "mean_against": float(np.mean(base)),
+                      "t": float(t), "p": float(p)})
+    return tests
+
+
+def seeds_from_band(mean: float, p20: float, p80: float) -> list[float]:
+    """The three values x1 <= x2 <= x3 whose mean, 20th and 80th percentiles (numpy's
+    linear interpolation: p20 = x1 + 0.4 (x2 - x1), p80 = x2 + 0.6 (x3 - x2)) are the given
+    ones: three linear equations in three unknowns, solved exactly. For reports of three
+    seeds written before they stored ``final_by_seed`` (the seeds' order is not recoverable)."""
+    a = np.array([[0.6, 0.4, 0.0], [0.0, 0.4, 0.6], [1 / 3, 1 / 3, 1 / 3]])
+    xs = np.linalg.solve(a, np.array([p20, p80, mean]))
+    got = [*np.percentile(xs, [20, 80]).tolist(), float(np.mean(xs))]
+    if not (np.all(np.diff(xs) >= -1e-9) and np.allclose(got, [p20, p80, mean], atol=1e-6)):
+        raise ValueError(f"no three values have mean {mean}, p20 {p20} and p80 {p80}")
+    return xs.tolist()
+
+
+def cmd_tests(args: argparse.Namespace) -> int:
+    """Welch's tests of a committed report's final windows: its ``final_by_seed``, or for a
+    report of three seeds without them the values :func:`seeds_from_band` recovers."""
+    report = json.loads(args.report.read_text())
+    finals, recovered = {}, []
+    for g in report["groups"]:
+        key = (g["env"], g["algorithm"], g["mode"])
+        if g.get("final_by_seed"):
+            finals[key] = [x for x in g["final_by_seed"] if x is not None]
+        elif len(g["seeds"]) == 3:
+            finals[key] = seeds_from_band(g["mean"][-1], g["p20"][-1], g["p80"][-1])
+            recovered.append("/".join(key))
+    tests = welch_tests(finals)
+    path = write(args.name, {"report": repository_path(args.report),
+                             "test": "Welch's t-test, two-sided, unequal variances",
+                             "finals": [{"env": k[0], "algorithm": k[1], "mode": k[2],
+                                         "values": v} for k, v in finals.items()],
+                             "recovered_from_band": recovered, "tests": tests})
+    for t in tests:
+        print(f"{t['env']} {t['algorithm']}: {t['mode']} {t['mean']:.0f} against er "
+              f"{t['mean_against']:.0f}, p = {t['p']:.3f}")
+    print(f"wrote {path}")
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     if args.window <= 0:
         print("ablation: error: --window must be > 0", file=sys.stderr)
@@ -470,9 +540,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     draw(groups, png, args.name)
     text = table(groups)
     md.write_text(text)
+    finals = {(g.env, g.algorithm, g.mode): [x for x in g.final_by_seed if x is not None]
+              for g in groups}
     path = write(args.name,
                  {"root": repository_path(args.root), "window": args.window, "figure": png.name,
-                  "table": md.name, "groups": [g.summary() for g in groups]})
+                  "table": md.name, "groups": [g.summary() for g in groups],
+                  "tests": welch_tests(finals)})
     print(text)
     print(f"wrote {path}, {png} and {md}")
     return 0
@@ -508,6 +581,12 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     rep.add_argument("--window", type=int, default=200_000,
                      help="environment steps per averaging window (paper: 2e5)")
     out_flag(rep)
+    tests = sub.add_parser("tests", help="Welch's tests of a committed report's final windows "
+                                         "(three-seed reports without per-seed finals: "
+                                         "recovered from the band)")
+    tests.add_argument("report", type=Path, help="a report's JSON")
+    tests.add_argument("--name", required=True, help="stem of the JSON written")
+    out_flag(tests)
     args = parse_common(parser, argv, smoke_runs)
     if args.smoke:
         return args, extra
@@ -531,7 +610,7 @@ def main(argv: list[str] | None = None) -> int:
         return smoke(main, smoke_runs, args.out)
     if args.command == "run":
         return cmd_run(args, extra)
-    return cmd_report(args)
+    return cmd_report(args) if args.command == "report" else cmd_tests(args)
 
 
 if __name__ == "__main__":

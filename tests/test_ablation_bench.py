@@ -10,6 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy import stats
 
 from hpc_refer.algorithms.ddpg import DDPG
 from hpc_refer.algorithms.naf import NAF
@@ -210,6 +213,8 @@ def test_report_writes_figure_json_and_table(fake_ablation, tmp_path, capsys):
     assert refer["final_window_end"] == 300 and refer["final_window_return"] == 32.5
     assert refer["beta"] == [pytest.approx(0.8), pytest.approx(0.81)]
     assert refer["far_fraction"] == [pytest.approx(0.03), pytest.approx(0.031)]
+    assert sorted(refer["final_by_seed"]) == pytest.approx([25.0, 40.0])
+    assert data["tests"] == []  # er has one seed: no test
     assert by[(VRacer.name, "er")]["final_window_end"] == 200
     assert by[(VRacer.name, "er")]["final_window_return"] == 5.0
     md = (out / "abl.md").read_text()
@@ -238,3 +243,41 @@ def test_a_run_still_running_is_left_out_of_the_report(fake_ablation, tmp_path, 
                           "--out", str(out)]) == 0
     groups = json.loads((out / "abl.json").read_text())["groups"]
     assert [g["seeds"] for g in groups if (g["algorithm"], g["mode"]) == ("naf", "er")] == [[7]]
+
+
+@given(st.lists(st.floats(-1e4, 1e4), min_size=3, max_size=3))
+def test_three_seeds_come_back_from_their_mean_and_band(values):
+    xs = np.array(values)
+    got = ablation.seeds_from_band(float(xs.mean()), *np.percentile(xs, [20, 80]))
+    np.testing.assert_allclose(got, np.sort(xs), atol=1e-6 * (1 + np.abs(xs).max()))
+
+
+def test_a_mean_and_band_no_three_values_give_is_refused():
+    with pytest.raises(ValueError, match="no three values"):
+        ablation.seeds_from_band(10.0, 20.0, 30.0)  # the mean below both percentiles
+
+
+def test_each_mode_is_tested_against_plain_er_of_its_algorithm(tmp_path, capsys):
+    """Welch's test (scipy's, unequal variances) of each mode against er, from a report's
+    per-seed finals, or from the band of a three-seed report without them."""
+    er, refer = [1198.0, 830.0, 1091.0], [1362.0, 1595.0, 1639.0]
+    band = {"mean": [0.0, float(np.mean(refer))],
+            "p20": [0.0, float(np.percentile(refer, 20))],
+            "p80": [0.0, float(np.percentile(refer, 80))]}
+    report = {"groups": [
+        {"env": "E", "algorithm": "ddpg", "mode": "er", "seeds": [0, 1, 2],
+         "final_by_seed": er},
+        {"env": "E", "algorithm": "ddpg", "mode": "refer", "seeds": [0, 1, 2], **band},
+        {"env": "E", "algorithm": "naf", "mode": "refer", "seeds": [0, 1, 2],
+         "final_by_seed": [1.0, 2.0, 3.0]}]}
+    (tmp_path / "r.json").write_text(json.dumps(report))
+    assert ablation.main(["tests", str(tmp_path / "r.json"), "--name", "t",
+                          "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "t.json").read_text())
+    assert data["recovered_from_band"] == ["E/ddpg/refer"]
+    (test,) = data["tests"]  # naf has no er to be tested against
+    expected = stats.ttest_ind(refer, er, equal_var=False)
+    assert (test["algorithm"], test["mode"], test["against"]) == ("ddpg", "refer", "er")
+    assert test["p"] == pytest.approx(expected.pvalue) and test["t"] == pytest.approx(
+        expected.statistic)
+    assert "p = 0.0" in capsys.readouterr().out
