@@ -9,22 +9,31 @@ simulation steps (control steps of the flow, what a CFD user pays for):
 ``agents``  ``KSAgents`` with ``--env.agents N``: N agents share one policy, each seeing the
             sensors of its segment and its two neighbours, rewarded by its own segment's
             energy rate; ``run.steps`` = N S (N transitions per simulation step).
+``matched`` the control of ``agents`` (issue 39, point 1): the single agent given what the
+            N agents get besides locality and shared weights, per simulation step as many
+            gradient steps (``--replay.grad-ratio`` N g), a replay covering as many
+            simulation steps (``--replay.size`` N_RM / N) and the learning start at the same
+            simulation step (``--replay.learn-start`` / N, at least the minibatch B: 256
+            instead of 250 for N = 8); g, N_RM, B and the learning start are
+            ``configs/ks.toml``'s.
 
-Then each run's mean policy is evaluated (``python -m hpc_refer.evaluate``, 5 episodes,
+Then each run's mean policy is evaluated (``python -m hpc_refer.evaluate``, 10 episodes,
 ``--baseline zero``: the uncontrolled flow from the same seeds), and the policy trained
 with N = 4 agents on L = 22 is evaluated unchanged on N = 8 agents on L = 44 (transfer).
-The figure of merit is <E>, the mean energy over an episode (lower is better).
+The figure of merit is <E>, the mean energy over an episode (lower is better). The report
+gives per setting the mean over seeds with its 95 % t-interval and Welch's t-tests of
+``agents`` and ``matched`` against ``single`` and of ``agents`` against ``matched``.
 
-    python bench/ks_agents.py run [--steps S] [--seeds 0 1] [--jobs 1]
+    python bench/ks_agents.py run [--steps S] [--seeds 0 1 2] [--jobs 1]
     python bench/ks_agents.py report [--out DIR]
     python bench/ks_agents.py --smoke [--out DIR]
 
 Runs go to ``bench/runs/ks_agents/<setting>-N<n>-seed<k>`` (``--root``: another directory);
 the report writes ``bench/results/ks_agents.{json,md,png}`` (``--out``: another directory).
 ``--only``: some of the runs. ``--smoke`` (bench/common.py): ``agents-N4`` (which the transfer
-needs) and ``single-N8`` (:class:`KSJoint`), the two runs whose code is this script's, one
-seed, S = 100 simulation steps, under DIR/runs, evaluated, the transfer too, then the report
-into DIR.
+needs) and ``matched-N8`` (:class:`KSJoint` with the matched replay), the two runs whose
+code is this script's, one seed, S = 100 simulation steps, under DIR/runs, evaluated, the
+transfer too, then the report into DIR.
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -46,15 +56,16 @@ import matplotlib.pyplot as plt
 import numpy as np
 import tomli_w
 from ablation import Job, execute
-from common import out_flag, parse, smoke, write
+from common import mean_interval, out_flag, parse, smoke, write
 
+from hpc_refer.config.resolve import build_config, load_toml
 from hpc_refer.envs.interface import Status
 from hpc_refer.envs.ks_agents import KuramotoSivashinskyAgents
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE / "runs" / "ks_agents"
 CONFIG = HERE.parent / "configs" / "ks.toml"
-SETTINGS = ("single", "agents")
+SETTINGS = ("single", "agents", "matched")
 SIZES = (4, 8)
 
 
@@ -96,9 +107,17 @@ class KSJoint:
 
 
 def env_flags(setting: str, n: int) -> list[str]:
+    """The environment flags of a setting, and for ``matched`` the replay's."""
     if setting == "agents":
         return ["--env", "KSAgents", "--env.agents", str(n)]
-    return ["--env", "KS"] if n == 4 else ["--env", "ks_agents:KSJoint"]
+    single = ["--env", "KS"] if n == 4 else ["--env", "ks_agents:KSJoint"]
+    if setting == "single":
+        return single
+    config = build_config(load_toml(CONFIG))
+    replay = config.replay
+    return [*single, "--replay.grad-ratio", f"{n * replay.grad_ratio:g}",
+            "--replay.size", str(replay.size // n),
+            "--replay.learn-start", str(max(replay.learn_start // n, config.algorithm.batch))]
 
 
 def run_dir(setting: str, n: int, seed: int, root: Path = ROOT) -> Path:
@@ -144,8 +163,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def evaluate(d: Path, out: Path, policy: Path | None = None) -> None:
-    """The mean policy of ``d`` over 5 episodes, beside the uncontrolled flow."""
-    argv = [*python(), "hpc_refer.evaluate", str(d), "--episodes", "5", "--baseline", "zero",
+    """The mean policy of ``d`` over 10 episodes, beside the uncontrolled flow."""
+    argv = [*python(), "hpc_refer.evaluate", str(d), "--episodes", "10", "--baseline", "zero",
             "--out", str(out)] + (["--policy", str(policy)] if policy is not None else [])
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env=_env())
 
@@ -192,13 +211,22 @@ def cmd_report(args: argparse.Namespace) -> int:
     for entry in results.values():
         for key in ("policy_energy", "uncontrolled_energy", "train_energy"):
             entry[f"{key}_mean"] = float(np.mean(entry[key])) if entry[key] else None
-    lines = ["| setting | seeds | <E> trained policy | <E> uncontrolled | ratio | <E> last 20 % "
-             "of training |", "|---|---|---|---|---|---|"]
+        entry["policy_energy_ci95"] = mean_interval(entry["policy_energy"])
+    lines = ["| setting | seeds | <E> trained policy [95 % t-interval] | <E> uncontrolled | "
+             "ratio | <E> last 20 % of training |", "|---|---|---|---|---|---|"]
     for name, e in results.items():
         ratio = e["policy_energy_mean"] / e["uncontrolled_energy_mean"]
         train = "-" if e["train_energy_mean"] is None else f"{e['train_energy_mean']:.3f}"
-        lines.append(f"| {name} | {len(e['seeds'])} | {e['policy_energy_mean']:.3f} | "
+        ci = e["policy_energy_ci95"]
+        shown = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
+        lines.append(f"| {name} | {len(e['seeds'])} | {e['policy_energy_mean']:.3f}{shown} | "
                      f"{e['uncontrolled_energy_mean']:.3f} | {ratio:.2f} | {train} |")
+    tests = welch_tests(results)
+    if tests:
+        lines += ["", "| N | setting | against | <E> | <E> against | Welch's p |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {t['n']} | {t['setting']} | {t['against']} | {t['mean']:.3f} | "
+                  f"{t['mean_against']:.3f} | {t['p']:.3f} |" for t in tests]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "ks_agents.md").write_text("\n".join(lines) + "\n")
     fig, ax = plt.subplots(figsize=(7, 3.5))
@@ -213,13 +241,38 @@ def cmd_report(args: argparse.Namespace) -> int:
     ax.set_title("KS: trained mean policy (dots) vs uncontrolled (crosses)", fontsize=10)
     fig.tight_layout()
     fig.savefig(args.out / "ks_agents.png", dpi=120)
-    print(write("ks_agents", {"steps_per_simulation": args.steps, "settings": results}))
+    print(write("ks_agents", {"steps_per_simulation": args.steps, "settings": results,
+                              "tests": tests}))
     print("\n".join(lines))
     return 0
 
 
+COMPARED = (("agents", "single"), ("matched", "single"), ("agents", "matched"))
+"""The pairs of settings the report tests, per N."""
+
+
+def welch_tests(results: dict[str, dict]) -> list[dict[str, Any]]:
+    """Welch's t-test (two-sided, unequal variances) of the trained policies' <E> of each pair
+    of :data:`COMPARED` settings with the same N, where both have two seeds or more."""
+    from scipy import stats  # the bench extra's
+
+    tests = []
+    for n in SIZES:
+        for setting, against in COMPARED:
+            a, b = results.get(f"{setting}-N{n}"), results.get(f"{against}-N{n}")
+            if a is None or b is None or min(len(a["policy_energy"]),
+                                             len(b["policy_energy"])) < 2:
+                continue
+            t, p = stats.ttest_ind(a["policy_energy"], b["policy_energy"], equal_var=False)
+            tests.append({"n": n, "setting": setting, "against": against,
+                          "mean": float(np.mean(a["policy_energy"])),
+                          "mean_against": float(np.mean(b["policy_energy"])),
+                          "t": float(t), "p": float(p)})
+    return tests
+
+
 def smoke_runs(out: Path) -> list[list[str | Path]]:
-    return [["run", "--steps", "100", "--seeds", "0", "--only", "agents-N4", "single-N8",
+    return [["run", "--steps", "100", "--seeds", "0", "--only", "agents-N4", "matched-N8",
              "--jobs", "2", "--root", out / "runs"],
             ["report", "--steps", "100", "--root", out / "runs"]]
 
@@ -229,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="train every setting, then evaluate")
     run.add_argument("--steps", type=int, default=20_000, help="simulation steps S per run")
-    run.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    run.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     run.add_argument("--jobs", type=int, default=1, help="runs at a time (one core each)")
     run.add_argument("--only", nargs="+", metavar="SETTING-N<n>",
                      choices=[f"{s}-N{n}" for s, n in runs(None)],
