@@ -47,6 +47,7 @@ import argparse
 import csv
 import importlib.util
 import json
+import re
 import shutil
 import sys
 import warnings
@@ -425,9 +426,20 @@ def _ci(x: dict[str, Any] | None) -> str:
     return "-" if x is None else f"{x['iqm']:.2f} [{x['ci95'][0]:.2f}, {x['ci95'][1]:.2f}]"
 
 
+RUN_DIR_LINE = re.compile(r'^run_dir = ".*"$', re.MULTILINE)
+
+
+def archived_config(text: str, target: Path) -> str:
+    """A run's config.toml as ``archive`` keeps it: its ``run.run_dir`` the archived copy's
+    path (relative to the repository where it lies inside it), not the machine's where it
+    ran."""
+    return RUN_DIR_LINE.sub(f'run_dir = "{repository_path(target)}"', text, count=1)
+
+
 def cmd_archive(args: argparse.Namespace) -> int:
     """Copy the text files of the finished runs under ``--root`` into ``--to`` (runs already
-    there are left as they are)."""
+    there are left as they are), each config.toml naming its archived copy
+    (:func:`archived_config`)."""
     copied = 0
     for d in finished_runs(args.root):
         target = args.to / d.parent.name / d.name
@@ -435,7 +447,9 @@ def cmd_archive(args: argparse.Namespace) -> int:
             continue
         target.mkdir(parents=True)
         for f in sorted(d.iterdir()):
-            if f.is_file() and f.suffix in ARCHIVED:
+            if f.name == "config.toml":
+                (target / f.name).write_text(archived_config(f.read_text(), target))
+            elif f.is_file() and f.suffix in ARCHIVED:
                 shutil.copy2(f, target / f.name)
         copied += 1
     print(f"archived {copied} runs into {args.to}")

@@ -139,13 +139,19 @@ def test_a_run_in_two_roots_is_refused_and_archive_copies_text_files_only(tmp_pa
     d = fake_run(root, "Hopper-v5", "crossq", 0, {10_000: 1.0}, {10_000: 1.0})
     (d / "policy.h5").write_bytes(b"\x89HDF")
     (d / "run.lock").write_text("pid")
+    (d / "config.toml").write_text(f'[run]\nenv = "Hopper-v5"\nrun_dir = "{d}"\nseed = 0\n')
     fake_run(root, "Hopper-v5", "crossq", 1, {10_000: 1.0}, {})
     (root / "Hopper-v5" / "crossq-seed1" / "state.txt").write_text("running\n")
     assert se.main(["archive", "--root", str(root), "--to", str(tmp_path / "kept")]) == 0
     kept = tmp_path / "kept" / "Hopper-v5"
     assert [p.name for p in kept.iterdir()] == ["crossq-seed0"], "only finished runs"
     assert sorted(p.name for p in (kept / "crossq-seed0").iterdir()) == [
-        "episodes.csv", "eval.csv", "state.txt"]
+        "config.toml", "episodes.csv", "eval.csv", "state.txt"]
+    config = (kept / "crossq-seed0" / "config.toml").read_text()
+    assert config == (f'[run]\nenv = "Hopper-v5"\nrun_dir = "{kept / "crossq-seed0"}"\n'
+                      'seed = 0\n'), "the archived copy's own path"
+    inside = se.ARCHIVE.parent / "x" / "T" / "a-seed0"  # under bench/results/seeds
+    assert se.archived_config(config, inside).count('run_dir = "bench/results/seeds/x/T/') == 1
     assert se.main(["report", "--root", str(root), str(tmp_path / "kept")]) == 2
     assert "are the same run" in capsys.readouterr().err
 
