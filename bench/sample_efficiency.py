@@ -26,6 +26,11 @@ is ``sb3-sac``'s mean in the same report where it ran on task m, else the one in
 on every task that has a reference, and with as many seeds on each as its fewest (the lowest
 seeds). Two agents differ only where their intervals do not overlap.
 
+``tests --report JSON --pairs A:B ...`` runs Welch's t-test (two-sided, unequal variances) of
+agent A against B on every task of a committed report, for the last window's return and the
+evaluation, from the per-seed values (``<name>_by_seed``; a three-seed report written before
+it stored them gives them back from its mean and 20-80 % band, as ``ablation.py tests`` does).
+
 ``archive`` copies the text files of the finished runs under ``--root`` (config, episodes,
 evaluations, logs; no HDF5) into ``--to`` (default ``bench/results/seeds/sample_efficiency``),
 so that the runs behind a committed report are committed with it and a later session adds seeds
@@ -59,7 +64,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
-from ablation import Job, execute
+from ablation import Job, execute, seeds_from_band
 from common import RESULTS, mean_interval, out_flag, parse, repository_path, smoke, write
 
 from hpc_refer.report.curves import evaluation_rounds, seed_band, windowed_returns
@@ -456,6 +461,47 @@ def cmd_archive(args: argparse.Namespace) -> int:
     return 0
 
 
+def by_seed(entry: dict[str, Any], name: str) -> list[float]:
+    """The per-seed values of ``name`` (return or eval) of a report's agent entry: its
+    ``<name>_by_seed``, or for a report of three seeds written before it stored them the
+    values its mean and 20-80 % band determine (:func:`ablation.seeds_from_band`, sorted)."""
+    if entry.get(f"{name}_by_seed") is not None:
+        return [x for x in entry[f"{name}_by_seed"] if x is not None]
+    if entry.get("seeds") == 3 and entry.get(name) is not None:
+        return seeds_from_band(entry[name], *entry[f"{name}_p20_p80"])
+    return []
+
+
+def cmd_tests(args: argparse.Namespace) -> int:
+    """Welch's t-tests of pairs of agents of a committed report, per task at ``--budget``:
+    the return of the last window and the evaluation, from each agent's per-seed values
+    (:func:`by_seed`)."""
+    from scipy import stats  # the bench extra's
+
+    report = json.loads(args.report.read_text())
+    out: list[dict[str, Any]] = []
+    for task, budgets in report["tasks"].items():
+        agents = budgets.get(str(args.budget), {})
+        for pair in args.pairs:
+            a, b = pair.split(":")
+            if a not in agents or b not in agents:
+                continue
+            for name in ("return", "eval"):
+                xs, ys = by_seed(agents[a], name), by_seed(agents[b], name)
+                if min(len(xs), len(ys)) < 2:
+                    continue
+                t, p = stats.ttest_ind(xs, ys, equal_var=False)
+                out.append({"task": task, "agent": a, "against": b, "value": name,
+                            "values": xs, "values_against": ys, "mean": float(np.mean(xs)),
+                            "mean_against": float(np.mean(ys)), "t": float(t), "p": float(p)})
+                print(f"{task} {name}: {a} {np.mean(xs):.0f} against {b} {np.mean(ys):.0f}, "
+                      f"p = {p:.3f}")
+    print(write(args.name, {"report": repository_path(args.report), "budget": args.budget,
+                            "test": "Welch's t-test, two-sided, unequal variances",
+                            "tests": out}))
+    return 0
+
+
 def have_sb3() -> bool:
     return importlib.util.find_spec("stable_baselines3") is not None
 
@@ -500,13 +546,21 @@ def main(argv: list[str] | None = None) -> int:
     archive = sub.add_parser("archive", help="copy the finished runs' text files to commit them")
     archive.add_argument("--root", type=Path, default=ROOT)
     archive.add_argument("--to", type=Path, default=ARCHIVE)
+    tests = sub.add_parser("tests", help="Welch's t-tests of pairs of agents of a committed "
+                                         "report (per task, return and evaluation)")
+    tests.add_argument("--report", type=Path, required=True, help="a report's JSON")
+    tests.add_argument("--pairs", nargs="+", required=True, metavar="AGENT:AGAINST")
+    tests.add_argument("--budget", type=int, default=100_000)
+    tests.add_argument("--name", required=True, help="stem of the JSON written")
+    out_flag(tests)
     args = parse(parser, argv, smoke_runs, results=RESULTS)
     if args.smoke:
         if not have_sb3():
             print("sample_efficiency: stable-baselines3 is not installed (the bench extra): "
                   "the smoke run leaves out sb3-sac", flush=True)
         return smoke(main, smoke_runs, args.out)
-    commands = {"run": cmd_run, "report": cmd_report, "archive": cmd_archive}
+    commands = {"run": cmd_run, "report": cmd_report, "archive": cmd_archive,
+                "tests": cmd_tests}
     return commands[args.command](args)
 
 
