@@ -35,7 +35,7 @@ from hpc_refer.loop.actor import Actor
 from hpc_refer.loop.learner import Learner
 from hpc_refer.replay.kernels import HAS_ACTION, TERMINAL
 from hpc_refer.replay.sequences import follow, preceding
-from hpc_refer.replay.shard import ReplayShard
+from hpc_refer.replay.shard import Batch, ReplayShard
 from hpc_refer.report.records import Chunk, ChunkEnd
 from hpc_refer.run.learning import make_learner
 from hpc_refer.run.roles import make_actor
@@ -337,16 +337,24 @@ def recurrent_learner(horizon: int = 6, **vracer: int) -> Learner:
     return learner
 
 
-def test_padding_rows_weigh_nothing_in_the_step():
-    learner = recurrent_learner()
+def taken_step(learner: Learner) -> tuple[np.ndarray, np.ndarray, Batch]:
+    """The rows and validity mask the learner's next step samples and the minibatch that
+    step is given (the step itself is taken)."""
     seen = []
     step = learner.step
     learner.step = lambda batch, terms, t: (seen.append(batch), step(batch, terms, t))[1]
     state = learner.rng.bit_generator.state
-    _, valid = learner.sample()
+    rows, valid = learner.sample()
     learner.rng.bit_generator.state = state
     learner.train_step()
-    np.testing.assert_array_equal(seen[0].weight, valid.astype(np.float32))
+    learner.step = step
+    np.testing.assert_array_equal(seen[0].rows, rows)
+    return rows, valid, seen[0]
+
+
+def test_padding_rows_weigh_nothing_in_the_step():
+    _, valid, batch = taken_step(recurrent_learner())
+    np.testing.assert_array_equal(batch.weight, valid.astype(np.float32))
     assert not valid.all()
 
 
@@ -383,16 +391,8 @@ def test_a_recurrent_step_refreshes_the_valid_rows_of_its_sequences_only():
 def first_rows_of_step(learner: Learner) -> tuple[np.ndarray, np.ndarray]:
     """The sampled rows of the learner's next step and the states [n, row_dim] its batch
     gives the first row of each sequence (the step itself is taken)."""
-    seen = []
-    step = learner.step
-    learner.step = lambda batch, terms, t: (seen.append(batch), step(batch, terms, t))[1]
-    state = learner.rng.bit_generator.state
-    rows, _ = learner.sample()
-    learner.rng.bit_generator.state = state
-    learner.train_step()
-    learner.step = step
-    np.testing.assert_array_equal(seen[0].rows, rows)
-    return rows, seen[0].obs[::learner.config.algorithm.sequence_length]
+    rows, _, batch = taken_step(learner)
+    return rows, batch.obs[::learner.config.algorithm.sequence_length]
 
 
 def test_the_burn_in_starts_each_unroll_from_the_carry_the_current_cell_reaches():
