@@ -29,7 +29,8 @@ gives per setting the mean over seeds with its 95 % t-interval and Welch's t-tes
     python bench/ks_agents.py --smoke [--out DIR]
 
 Runs go to ``bench/runs/ks_agents/<setting>-N<n>-seed<k>`` (``--root``: another directory);
-the report writes ``bench/results/ks_agents.{json,md,png}`` (``--out``: another directory).
+the report writes ``bench/results/ks_agents.{json,md,png}`` (``--out``: another directory,
+``--name``: another stem).
 ``--only``: some of the runs. ``--smoke`` (bench/common.py): ``agents-N4`` (which the transfer
 needs) and ``matched-N8`` (:class:`KSJoint` with the matched replay), the two runs whose
 code is this script's, one seed, S = 100 simulation steps, under DIR/runs, evaluated, the
@@ -228,7 +229,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         lines += [f"| {t['n']} | {t['setting']} | {t['against']} | {t['mean']:.3f} | "
                   f"{t['mean_against']:.3f} | {t['p']:.3f} |" for t in tests]
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "ks_agents.md").write_text("\n".join(lines) + "\n")
+    (args.out / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     fig, ax = plt.subplots(figsize=(7, 3.5))
     names = list(results)
     for k, name in enumerate(names):
@@ -240,8 +241,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     ax.set_ylabel("<E> (mean energy per episode)")
     ax.set_title("KS: trained mean policy (dots) vs uncontrolled (crosses)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(args.out / "ks_agents.png", dpi=120)
-    print(write("ks_agents", {"steps_per_simulation": args.steps, "settings": results,
+    fig.savefig(args.out / f"{args.name}.png", dpi=120)
+    print(write(args.name, {"steps_per_simulation": args.steps, "settings": results,
                               "tests": tests}))
     print("\n".join(lines))
     return 0
@@ -289,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
                      help="these runs alone (default: all; the transfer needs agents-N4)")
     report = sub.add_parser("report", help="tables and figure from the finished runs")
     report.add_argument("--steps", type=int, default=20_000)
+    report.add_argument("--name", default="ks_agents",
+                        help="stem of the JSON, table and figure (default ks_agents)")
     for p in (run, report):
         p.add_argument("--root", type=Path, default=ROOT,
                        help="run directories (default bench/runs/ks_agents)")
