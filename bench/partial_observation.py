@@ -27,8 +27,9 @@ carries recomputed from each episode's start (b = 64), and per sequence position
 |log rho| and the mean of the algorithm's error (the critics' TD error, what prioritized
 replay ranks by). The report gives, per setting, the mean over seeds of the training
 return in the last 20 % of the run and of the evaluation with its 95 % t-interval, the
-learner's gradient steps/s (median of the logged intervals once training runs), and the
-probe's means.
+learner's gradient steps/s (median of the logged intervals once training runs), Welch's
+t-tests of the pairs of :data:`COMPARED` (evaluation and training return), and the probe's
+means.
 
     python bench/partial_observation.py run [--task cue] [--steps 30000] [--seeds 0 1 2]
     python bench/partial_observation.py report [--task cue] [--out DIR]
@@ -234,6 +235,30 @@ def probe_means(dirs: list[Path]) -> dict[str, dict[str, list[float]]] | None:
             for b in trees[0]}
 
 
+COMPARED = (("stack", "ff"), ("stack16", "stack"), ("gru", "ff"), ("gru", "stack16"),
+            ("gru-b4", "gru"), ("gru-b8", "gru"))
+"""The pairs of settings the report tests (where both ran)."""
+
+
+def welch_tests(results: dict[str, dict]) -> list[dict[str, Any]]:
+    """Welch's t-test (two-sided, unequal variances) of the evaluation and of the training
+    return of the last 20 % for each pair of :data:`COMPARED` with two seeds or more each."""
+    from scipy import stats  # the bench extra's
+
+    tests = []
+    for setting, against in COMPARED:
+        a, b = results.get(setting), results.get(against)
+        if a is None or b is None or min(len(a["seeds"]), len(b["seeds"])) < 2:
+            continue
+        for value in ("eval_return", "train_return_last20"):
+            t, p = stats.ttest_ind(a[value], b[value], equal_var=False)
+            tests.append({"setting": setting, "against": against, "value": value,
+                          "mean": float(np.mean(a[value])),
+                          "mean_against": float(np.mean(b[value])), "t": float(t),
+                          "p": float(p)})
+    return tests
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     task = TASKS[args.task]
     results: dict[str, dict] = {}
@@ -282,6 +307,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     if ff is not None and "gru" in results:
         results["gru"]["grad_rate_over_ff"] = (results["gru"]["grad_steps_per_s_mean"]
                                                / ff["grad_steps_per_s_mean"])
+    tests = welch_tests(results)
+    if tests:
+        lines += ["", "| setting | against | value | mean | mean against | Welch's p |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {t['setting']} | {t['against']} | {t['value']} | {t['mean']:.2f} | "
+                  f"{t['mean_against']:.2f} | {t['p']:.3f} |" for t in tests]
     probed = {n: e["staleness"] for n, e in results.items() if "staleness" in e}
     if probed:
         lines += ["", "Staleness probe (final checkpoint, 512 sequences): mean |log rho| at "
@@ -290,6 +321,13 @@ def cmd_report(args: argparse.Namespace) -> int:
                   "|---|" + "---|" * len(PROBE_BURN_INS)]
         for name, probe in probed.items():
             cells = [" / ".join(f"{probe[str(b)]['abs_log_rho'][t]:.3f}" for t in (0, 1, 4, -1))
+                     for b in PROBE_BURN_INS]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines += ["", "The same for the mean |error| (the critics' TD error)", "",
+                  "| setting | " + " | ".join(f"b = {b}" for b in PROBE_BURN_INS) + " |",
+                  "|---|" + "---|" * len(PROBE_BURN_INS)]
+        for name, probe in probed.items():
+            cells = [" / ".join(f"{probe[str(b)]['error'][t]:.3f}" for t in (0, 1, 4, -1))
                      for b in PROBE_BURN_INS]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
     ax.set_xlabel("environment steps")
@@ -306,7 +344,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out / f"{task.name}.png", dpi=120)
     (args.out / f"{task.name}.md").write_text("\n".join(lines) + "\n")
-    print(write(task.name, {"task": task.masked, "full": task.full, "settings": results}))
+    print(write(task.name, {"task": task.masked, "full": task.full, "settings": results,
+                            "tests": tests}))
     print("\n".join(lines))
     return 0
 

@@ -71,7 +71,7 @@ EXPECTED: dict[str, dict[str, set[str]]] = {
     "learning_evidence.py": {"learning_evidence.json": WRITE | {"runs", "curves", "window"},
                              "learning_evidence.png": set()},
     "partial_observation.py": {"partial_observation_cue.json": WRITE | {"task", "full",
-                                                                        "settings"},
+                                                                        "settings", "tests"},
                                "partial_observation_cue.md": set(),
                                "partial_observation_cue.png": set()},
     "profile_learner.py": {"profile_vracer-eager.json": WRITE | {"ms_per_step", "fractions",

@@ -71,8 +71,8 @@ def test_every_marked_figure_is_its_files_value(document):
 
 def test_the_marked_sections_keep_their_marks():
     text = (ROOT / "BENCHMARKS.md").read_text()
-    for section, least in (("## 12.", 10), ("## 14.", 35), ("## 15.", 20), ("## 20.", 24), ("## 23.", 12),
-                           ("## 24.", 15)):
+    for section, least in (("## 12.", 10), ("## 14.", 35), ("## 15.", 20), ("## 20.", 24),
+                           ("## 23.", 12), ("## 24.", 15), ("## 25.", 25)):
         start = text.index(section)
         end = text.find("\n## ", start + 1)
         body = text[start:end if end >= 0 else len(text)]
