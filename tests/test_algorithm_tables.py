@@ -54,6 +54,8 @@ RECURRENT_ROWS: tuple[Row, ...] = (
     ("cell", ("GRU", "rnn", ""), ("none", "gru", "lstm"), "none, gru, lstm"),
     ("cell_width", (0, -1), (1, 64), "integers > 0"),
     ("bptt", (0, -4), (1, 16), "integers > 0"),
+    ("burn_in", (-1, -8), (0, 8), "integers >= 0"),
+    ("sequences", (-1, -64), (0, 64), "integers >= 0 (0: batch / bptt)"),
 )
 """The fields of a table with recurrent networks (RecurrentConfig.__post_init__): every table
 that offers them (algorithm_traits.RECURRENT) has these rows."""
