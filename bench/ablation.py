@@ -59,7 +59,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
-from common import out_flag, repository_path, smoke, write
+from common import out_flag, repository_path, smoke, welch, write
 from common import parse as parse_common
 from matplotlib.ticker import FuncFormatter
 
@@ -473,17 +473,13 @@ def welch_tests(finals: dict[tuple[str, str, str], list[float]]) -> list[dict[st
     """Welch's t-test (two-sided, unequal variances: scipy's ``ttest_ind(equal_var=False)``)
     of each mode's final-window returns against ``er``'s of the same env and algorithm, from
     ``{(env, algorithm, mode): per-seed values}``; groups of fewer than two values have none."""
-    from scipy import stats  # the bench extra's
-
     tests = []
     for (env, algorithm, mode), xs in finals.items():
         base = finals.get((env, algorithm, "er"))
         if mode == "er" or base is None or len(xs) < 2 or len(base) < 2:
             continue
-        t, p = stats.ttest_ind(xs, base, equal_var=False)
         tests.append({"env": env, "algorithm": algorithm, "mode": mode, "against": "er",
-                      "mean": float(np.mean(xs)), "mean_against": float(np.mean(base)),
-                      "t": float(t), "p": float(p)})
+                      **welch(xs, base)})
     return tests
 
 

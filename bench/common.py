@@ -93,6 +93,16 @@ def mean_interval(xs: list[float]) -> list[float] | None:
     return [mean - half, mean + half]
 
 
+def welch(xs: list[float], against: list[float]) -> dict[str, float]:
+    """Welch's t-test of ``xs`` against ``against`` (two-sided, unequal variances: scipy's
+    ``ttest_ind(equal_var=False)``): both means, t and p."""
+    from scipy import stats  # the bench extra's
+
+    t, p = stats.ttest_ind(xs, against, equal_var=False)
+    return {"mean": statistics.fmean(xs), "mean_against": statistics.fmean(against),
+            "t": float(t), "p": float(p)}
+
+
 def median(xs: list[float]) -> float:
     return float(statistics.median(xs))
 

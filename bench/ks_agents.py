@@ -57,7 +57,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import tomli_w
 from ablation import Job, execute
-from common import mean_interval, out_flag, parse, smoke, write
+from common import mean_interval, out_flag, parse, smoke, welch, write
 
 from hpc_refer.config.resolve import build_config, load_toml
 from hpc_refer.envs.interface import Status
@@ -255,8 +255,6 @@ COMPARED = (("agents", "single"), ("matched", "single"), ("agents", "matched"))
 def welch_tests(results: dict[str, dict]) -> list[dict[str, Any]]:
     """Welch's t-test (two-sided, unequal variances) of the trained policies' <E> of each pair
     of :data:`COMPARED` settings with the same N, where both have two seeds or more."""
-    from scipy import stats  # the bench extra's
-
     tests = []
     for n in SIZES:
         for setting, against in COMPARED:
@@ -264,11 +262,8 @@ def welch_tests(results: dict[str, dict]) -> list[dict[str, Any]]:
             if a is None or b is None or min(len(a["policy_energy"]),
                                              len(b["policy_energy"])) < 2:
                 continue
-            t, p = stats.ttest_ind(a["policy_energy"], b["policy_energy"], equal_var=False)
             tests.append({"n": n, "setting": setting, "against": against,
-                          "mean": float(np.mean(a["policy_energy"])),
-                          "mean_against": float(np.mean(b["policy_energy"])),
-                          "t": float(t), "p": float(p)})
+                          **welch(a["policy_energy"], b["policy_energy"])})
     return tests
 
 

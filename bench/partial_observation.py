@@ -61,7 +61,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from ablation import Job, execute
-from common import mean_interval, out_flag, parse, smoke, write
+from common import mean_interval, out_flag, parse, smoke, welch, write
 
 from hpc_refer.algorithms.kit.collectives import SerialReducer
 from hpc_refer.config.resolve import build_config, load_toml
@@ -243,19 +243,14 @@ COMPARED = (("stack", "ff"), ("stack16", "stack"), ("gru", "ff"), ("gru", "stack
 def welch_tests(results: dict[str, dict]) -> list[dict[str, Any]]:
     """Welch's t-test (two-sided, unequal variances) of the evaluation and of the training
     return of the last 20 % for each pair of :data:`COMPARED` with two seeds or more each."""
-    from scipy import stats  # the bench extra's
-
     tests = []
     for setting, against in COMPARED:
         a, b = results.get(setting), results.get(against)
         if a is None or b is None or min(len(a["seeds"]), len(b["seeds"])) < 2:
             continue
-        for value in ("eval_return", "train_return_last20"):
-            t, p = stats.ttest_ind(a[value], b[value], equal_var=False)
-            tests.append({"setting": setting, "against": against, "value": value,
-                          "mean": float(np.mean(a[value])),
-                          "mean_against": float(np.mean(b[value])), "t": float(t),
-                          "p": float(p)})
+        tests += [{"setting": setting, "against": against, "value": value,
+                   **welch(a[value], b[value])}
+                  for value in ("eval_return", "train_return_last20")]
     return tests
 
 

@@ -65,7 +65,16 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 from ablation import Job, execute, seeds_from_band
-from common import RESULTS, mean_interval, out_flag, parse, repository_path, smoke, write
+from common import (
+    RESULTS,
+    mean_interval,
+    out_flag,
+    parse,
+    repository_path,
+    smoke,
+    welch,
+    write,
+)
 
 from hpc_refer.report.curves import evaluation_rounds, seed_band, windowed_returns
 from hpc_refer.report.schema import TRAIN_FILE, read_intervals
@@ -476,8 +485,6 @@ def cmd_tests(args: argparse.Namespace) -> int:
     """Welch's t-tests of pairs of agents of a committed report, per task at ``--budget``:
     the return of the last window and the evaluation, from each agent's per-seed values
     (:func:`by_seed`)."""
-    from scipy import stats  # the bench extra's
-
     report = json.loads(args.report.read_text())
     out: list[dict[str, Any]] = []
     for task, budgets in report["tasks"].items():
@@ -490,12 +497,11 @@ def cmd_tests(args: argparse.Namespace) -> int:
                 xs, ys = by_seed(agents[a], name), by_seed(agents[b], name)
                 if min(len(xs), len(ys)) < 2:
                     continue
-                t, p = stats.ttest_ind(xs, ys, equal_var=False)
+                test = welch(xs, ys)
                 out.append({"task": task, "agent": a, "against": b, "value": name,
-                            "values": xs, "values_against": ys, "mean": float(np.mean(xs)),
-                            "mean_against": float(np.mean(ys)), "t": float(t), "p": float(p)})
-                print(f"{task} {name}: {a} {np.mean(xs):.0f} against {b} {np.mean(ys):.0f}, "
-                      f"p = {p:.3f}")
+                            "values": xs, "values_against": ys, **test})
+                print(f"{task} {name}: {a} {test['mean']:.0f} against {b} "
+                      f"{test['mean_against']:.0f}, p = {test['p']:.3f}")
     print(write(args.name, {"report": repository_path(args.report), "budget": args.budget,
                             "test": "Welch's t-test, two-sided, unequal variances",
                             "tests": out}))
