@@ -39,15 +39,19 @@ sequence. So R2D2's burn-in is a fixed prefix of each replayed sequence, not a r
 the episode's start (which would cost up to an episode of forward steps per sequence).
 Here ``burn_in`` = b does the same over the replay's links: the b steps before the sampled
 sequence (fewer where its episode begins closer; none at an episode's first step, whose
-carry 0 is exact) are run through the
-current cell from the stored carry of the earliest of them, without gradient
-(:meth:`~hpc_refer.algorithms.kit.base.Algorithm.burn_in`), and the carry they reach
-replaces the sequence's stored one. Those b steps are in neither the losses nor the refresh
-of rho after the step, so not in Rule 1's far-policy count either; the sequence's own W
-steps are sampled as without burn-in. A stale carry matters twice under ReF-ER: the losses
-see a state the current policy would not be in, and rho_k = pi_w / mu_k at the first steps
-of a sequence is computed from it, so |log rho| there is inflated and Rule 1 may drop them
-as far-policy.
+carry 0 is exact) are run through the current cell from the stored carry of the earliest of
+them, without gradient (:meth:`~hpc_refer.algorithms.kit.base.Algorithm.burn_in`), and the
+carry they reach replaces the sequence's stored one. Those b steps are in neither the losses
+nor the refresh of rho after the step, so not in Rule 1's far-policy count either; the
+sequence's own W steps are sampled as without burn-in.
+
+What the staleness does, measured (BENCHMARKS section 25, CueRecall): the critics' TD error
+at a sequence's first step is larger from the stored carry than from one recomputed from the
+episode's start (1.5x for a network trained without burn-in, 4.8x for one trained with
+b = 8), and falls along the unroll. |log rho| at those steps is *smaller* from the stored
+carry, so a burn-in raises the far-policy count of the first steps a little rather than
+lowering it (a hypothesis for why: mu acted under that very carry, and a fresher one moves
+pi_w away from it).
 """
 
 from __future__ import annotations
